@@ -1,0 +1,44 @@
+"""The flow registry: the one list of methods. `dvc.yaml` has a stage per entry (a test keeps
+them in step). Entries name their config model and flow by import path, so listing methods or
+validating parameters imports neither Prefect nor torch."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    title: str
+    config: str  # "module:Class" of the pydantic config model
+    flow: str  # "module:function" of the Prefect flow
+    status: str
+
+    def load_config_model(self) -> type:
+        return _load(self.config)
+
+    def load_flow(self) -> Any:
+        return _load(self.flow)
+
+
+def _load(path: str) -> Any:
+    module, attr = path.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in [
+        MethodSpec("dnc", "Deep neural collapse under cross-entropy (deep UFM low-rank bias)",
+                   "paperline.methods.dnc.config:DNCConfig", "flows.dnc:dnc_flow", "pipeline"),
+    ]
+}
+
+
+def get_method(name: str) -> MethodSpec:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise SystemExit(f"unknown method {name!r}; known: {', '.join(METHODS)}") from None

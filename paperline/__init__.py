@@ -1,0 +1,1 @@
+"""paperline: the library. Pure torch/numpy; it never imports prefect, mlflow or dvc."""

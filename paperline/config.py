@@ -1,0 +1,131 @@
+"""Typed parameters. Each method's `params.yaml` section is
+
+    <method>:
+      profile: smoke            # the profile `dvc repro` and the flow run by default
+      schedule: "0 3 * * 0"     # cron for the Prefect deployment
+      profiles:
+        tiny:  {...}            # keys of the method's config model
+        smoke: {...}
+        paper: {...}
+
+and the chosen profile (plus any `--set key=value` overrides) is validated into the method's
+pydantic model before any work starts: an unknown key, a wrong type or an out-of-range value
+fails with a message naming the key.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+PROFILES = ("tiny", "smoke", "paper")
+
+
+class ParamsError(ValueError):
+    """Invalid parameters; the message names the file and the key."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class MethodConfig(StrictModel):
+    """Base for every method's config: fields every method has."""
+
+    seed: int = 0
+
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as err:
+        raise ParamsError(f"{path}: no such parameters file") from err
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: expected a mapping of sections at the top level")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key=value` with the value read as YAML (so `lam=1e-3`, `depths=[1,2]` and `name=x` work)."""
+    if "=" not in text:
+        raise ParamsError(f"override {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ParamsError(f"override {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ParamsError(f"override {text!r}: value is not valid YAML: {err}") from err
+    if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = target.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ParamsError(f"override {key!r}: {part!r} is not a section")
+        target = node
+    target[parts[-1]] = value
+
+
+def validate(model: type[ConfigT], values: dict[str, Any], where: str) -> ConfigT:
+    try:
+        return model.model_validate(values)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            key = ".".join(str(p) for p in e["loc"]) or "<section>"
+            if e["type"] == "extra_forbidden":
+                lines.append(f"{where}.{key}: unknown parameter")
+            else:
+                lines.append(f"{where}.{key}: {e['msg']} (got {e.get('input')!r})")
+        raise ParamsError("invalid parameters:\n  " + "\n  ".join(lines)) from None
+
+
+def method_section(params: dict[str, Any], method: str, source: str = "params.yaml") -> dict[str, Any]:
+    section = params.get(method)
+    if not isinstance(section, dict):
+        raise ParamsError(f"{source}: no section {method!r}")
+    unknown = set(section) - {"profile", "schedule", "profiles"}
+    if unknown:
+        raise ParamsError(f"{source}: {method}.{sorted(unknown)[0]}: unknown parameter "
+                          "(a method section holds profile, schedule and profiles)")
+    return section
+
+
+def load_method_config(
+    model: type[ConfigT],
+    params: dict[str, Any],
+    method: str,
+    profile: str | None = None,
+    overrides: Iterable[str] = (),
+    source: str = "params.yaml",
+) -> tuple[str, ConfigT]:
+    """Resolve (profile, validated config) for `method` from a parsed params mapping."""
+    section = method_section(params, method, source)
+    profile = profile or section.get("profile", "smoke")
+    if profile not in PROFILES:
+        raise ParamsError(f"{source}: {method}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    profiles = section.get("profiles") or {}
+    if profile not in profiles:
+        raise ParamsError(f"{source}: {method}.profiles.{profile}: missing")
+    values = dict(profiles[profile] or {})
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_dotted(values, key, value)
+    return profile, validate(model, values, f"{source}: {method}.profiles.{profile}")

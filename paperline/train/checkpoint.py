@@ -1,0 +1,24 @@
+"""Training checkpoints: saved atomically, so a run killed at any instant resumes from the last
+complete one."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paperline.io import atomic_path
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The last complete checkpoint at `path`, or None when there is none."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)

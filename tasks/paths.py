@@ -1,0 +1,42 @@
+"""Where things live. Everything is relative to the project root (the directory holding
+params.yaml), so a flow started from anywhere writes where `dvc repro` tracks. PAPERLINE_ROOT
+points elsewhere (tests use a temporary root)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def code_root() -> Path:
+    """The checkout holding the code (its git commit is what a run records)."""
+    return _CHECKOUT
+
+
+def repo_root() -> Path:
+    return Path(os.environ.get("PAPERLINE_ROOT") or _CHECKOUT)
+
+
+def repo_path(*parts: str) -> Path:
+    return repo_root().joinpath(*parts)
+
+
+def params_path() -> Path:
+    return repo_path("params.yaml")
+
+
+def models_dir(method: str) -> Path:
+    return repo_path("models", method)
+
+
+def metrics_path(method: str) -> Path:
+    return repo_path("metrics", f"{method}.json")
+
+
+def plots_dir(method: str) -> Path:
+    return repo_path("plots", method)
+
+
+def run_pointer_path(method: str) -> Path:
+    return repo_path("runs", method, "mlflow_run.json")

@@ -1,0 +1,125 @@
+"""Task runners, GPU tagging and device choice.
+
+A task that trains or evaluates a model is a *GPU task*: it carries the Prefect tag `gpu`, holds
+one slot of the global concurrency limit `gpu` (strict, sized to the visible GPUs, 1 on a CPU
+machine) while it runs, and under the Dask runner is submitted with the Dask resource
+annotation `GPU: 1`, which only workers advertising a `GPU` resource accept.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from typing import Any, Iterator, Literal
+
+from pydantic import Field
+
+from paperline.config import StrictModel
+
+GPU_TAG = "gpu"
+GPU_LIMIT = "gpu"
+
+
+class RuntimeConfig(StrictModel):
+    """`runtime:` in params.yaml: where the flows' tasks run."""
+
+    task_runner: Literal["thread", "dask"] = "thread"
+    max_workers: int = Field(2, ge=1, description="threads of the thread-pool runner")
+    dask_workers: int = Field(2, ge=1, description="workers of the LocalCluster the Dask runner starts")
+    dask_address: str | None = Field(None, description="scheduler of an existing Dask cluster")
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_slots() -> int:
+    """Slots of the `gpu` limit: one per visible GPU, one on a CPU-only machine."""
+    return max(1, visible_gpus())
+
+
+def ensure_gpu_limit(slots: int | None = None) -> int:
+    """Create (or resize) the global concurrency limit `gpu`; returns its size."""
+    from prefect.client.orchestration import get_client
+
+    slots = slots or gpu_slots()
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(GPU_LIMIT, slots)
+    return slots
+
+
+# GPUs free in this process. A concurrency slot says *that* a task may use a GPU, not *which*:
+# the task takes an index from this pool for as long as it holds the slot.
+_free_gpus: queue.SimpleQueue[int] | None = None
+_free_gpus_lock = threading.Lock()
+
+
+def _gpu_pool() -> queue.SimpleQueue[int]:
+    global _free_gpus
+    with _free_gpus_lock:
+        if _free_gpus is None:
+            _free_gpus = queue.SimpleQueue()
+            for index in range(visible_gpus()):
+                _free_gpus.put(index)
+        return _free_gpus
+
+
+@contextlib.contextmanager
+def gpu_slot() -> Iterator[Any]:
+    """Hold a `gpu` slot and yield the torch device to use (CUDA when present, else CPU)."""
+    import torch
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(GPU_LIMIT, occupy=1, strict=True):
+        if visible_gpus() == 0:
+            yield torch.device("cpu")
+            return
+        pool = _gpu_pool()
+        index = pool.get()
+        try:
+            yield torch.device("cuda", index)
+        finally:
+            pool.put(index)
+
+
+def _running_on_dask() -> bool:
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    return ctx is not None and type(ctx.task_runner).__name__ == "DaskTaskRunner"
+
+
+def submit_gpu(task: Any, *args: Any, **kwargs: Any) -> Any:
+    """`task.submit(...)` for a GPU task: with the Dask resource annotation under the Dask runner."""
+    if GPU_TAG not in task.tags:
+        raise ValueError(f"task {task.name!r} is submitted as a GPU task but lacks the {GPU_TAG!r} tag")
+    if _running_on_dask():
+        import dask
+
+        with dask.annotate(resources={"GPU": 1}):
+            return task.submit(*args, **kwargs)
+    return task.submit(*args, **kwargs)
+
+
+def make_task_runner(runtime: RuntimeConfig) -> Any:
+    if runtime.task_runner == "thread":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=runtime.max_workers)
+    from prefect_dask import DaskTaskRunner
+
+    if runtime.dask_address:
+        return DaskTaskRunner(address=runtime.dask_address)
+    # Each worker advertises as many GPU slots as this machine has GPUs per worker (1 on a
+    # CPU machine), so GPU-annotated tasks run one per worker slot.
+    per_worker = max(1, visible_gpus() // runtime.dask_workers)
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": runtime.dask_workers,
+            "threads_per_worker": 1,
+            "resources": {"GPU": per_worker},
+            "dashboard_address": None,
+        }
+    )

@@ -1,0 +1,78 @@
+"""Parameters: typed, strict, and failing before any work with the key named."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from paperline.config import ParamsError, load_method_config, parse_override, read_params
+from paperline.methods.dnc.config import DNCConfig
+from tests.conftest import CHECKOUT
+
+PARAMS = read_params(CHECKOUT / "params.yaml")
+
+
+@pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])
+def test_every_profile_of_the_checked_in_params_validates(profile):
+    name, cfg = load_method_config(DNCConfig, PARAMS, "dnc", profile)
+    assert name == profile and cfg.classes and cfg.depths
+
+
+def test_default_profile_is_smoke():
+    assert load_method_config(DNCConfig, PARAMS, "dnc")[0] == "smoke"
+
+
+@pytest.mark.parametrize("override, key", [
+    ("bogus=1", "dnc.profiles.smoke.bogus: unknown parameter"),
+    ("lam=-0.1", "dnc.profiles.smoke.lam"),
+    ("depths=[0, 2]", "dnc.profiles.smoke.depths.0"),
+    ("classes=[4.5]", "dnc.profiles.smoke.classes.0"),
+    ("seeds=many", "dnc.profiles.smoke.seeds"),
+])
+def test_bad_values_name_the_key(override, key):
+    with pytest.raises(ParamsError, match=key.replace(".", r"\.")):
+        load_method_config(DNCConfig, PARAMS, "dnc", "smoke", [override])
+
+
+def test_unknown_key_in_the_section_and_bad_profile():
+    params = {"dnc": {**PARAMS["dnc"], "profil": "tiny"}}
+    with pytest.raises(ParamsError, match=r"dnc\.profil: unknown parameter"):
+        load_method_config(DNCConfig, params, "dnc")
+    with pytest.raises(ParamsError, match="not one of"):
+        load_method_config(DNCConfig, PARAMS, "dnc", "huge")
+    with pytest.raises(ParamsError, match="no section 'nope'"):
+        load_method_config(DNCConfig, PARAMS, "nope")
+
+
+def test_overrides_are_yaml_values():
+    assert parse_override("depths=[1, 2]") == ("depths", [1, 2])
+    assert parse_override("lam=1e-3") == ("lam", 1e-3)
+    with pytest.raises(ParamsError, match="expected key=value"):
+        parse_override("lam")
+    _, cfg = load_method_config(DNCConfig, PARAMS, "dnc", "tiny", ["lam=0.01", "seeds=3"])
+    assert cfg.lam == 0.01 and cfg.seeds == 3
+
+
+def test_malformed_params_file_names_the_file(tmp_path):
+    bad = tmp_path / "params.yaml"
+    bad.write_text("dnc: [unclosed\n")
+    with pytest.raises(ParamsError, match=str(bad)):
+        read_params(bad)
+
+
+def test_cli_rejects_an_unknown_key_before_any_work(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    env = {"PAPERLINE_ROOT": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "flows", "run", "dnc", "--set", "lamda=0.1"],
+                          cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "dnc.profiles.smoke.lamda: unknown parameter" in proc.stderr
+    # nothing started: no Prefect home, no MLflow database, no outputs
+    assert sorted(p.name for p in root.iterdir()) == ["params.yaml"]
+    assert time.monotonic() - started < 60

@@ -1,0 +1,59 @@
+"""GPU-tagged tasks hold the strict `gpu` limit (1 slot here) and never overlap; CPU tasks do."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from prefect import flow, task
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from tasks.runners import (GPU_TAG, RuntimeConfig, ensure_gpu_limit, gpu_slot, gpu_slots,
+                           make_task_runner, submit_gpu)
+
+
+@task(tags=[GPU_TAG])
+def gpu_work(seconds: float) -> tuple[float, float, str]:
+    with gpu_slot() as device:
+        start = time.monotonic()
+        time.sleep(seconds)
+        return start, time.monotonic(), device.type
+
+
+@task
+def cpu_work(seconds: float) -> tuple[float, float]:
+    start = time.monotonic()
+    time.sleep(seconds)
+    return start, time.monotonic()
+
+
+@flow(task_runner=ThreadPoolTaskRunner(max_workers=6))
+def mixed_flow() -> tuple[list, list]:
+    assert ensure_gpu_limit() == gpu_slots() == 1  # a CPU machine: one slot
+    gpu = [submit_gpu(gpu_work, 0.6) for _ in range(3)]
+    cpu = [cpu_work.submit(0.6) for _ in range(3)]
+    return [f.result() for f in gpu], [f.result() for f in cpu]
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_gpu_tasks_never_overlap_while_cpu_tasks_do(prefect_server):
+    gpu, cpu = mixed_flow()
+    assert all(device == "cpu" for *_, device in gpu)
+    assert not any(_overlap(a, b) for i, a in enumerate(gpu) for b in gpu[i + 1:])
+    assert all(_overlap(a, b) for i, a in enumerate(cpu) for b in cpu[i + 1:])
+
+
+def test_untagged_task_is_refused_as_gpu_task():
+    with pytest.raises(ValueError, match="lacks the 'gpu' tag"):
+        submit_gpu(cpu_work, 0.0)
+
+
+def test_task_runner_choice():
+    from prefect_dask import DaskTaskRunner
+
+    assert isinstance(make_task_runner(RuntimeConfig()), ThreadPoolTaskRunner)
+    dask_runner = make_task_runner(RuntimeConfig(task_runner="dask", dask_workers=2))
+    assert isinstance(dask_runner, DaskTaskRunner)
+    assert dask_runner.cluster_kwargs["resources"] == {"GPU": 1}
