@@ -15,6 +15,8 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
+# `python` in dvc.yaml commands is the project venv's
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000

@@ -57,7 +57,15 @@ def publish(cfg: DNCConfig, results: list[UFMGroupResult], parent: track.Run) ->
     """metrics/dnc.json, the plots (PNG for MLflow and DVC, CSV for `dvc plots`), mlflow_run.json."""
     summary = summarize(cfg, results)
     out = plots_dir(METHOD)
-    paths = plots.write_all(cfg, results, summary, out)
+    paths = [plots.plot_rank_vs_depth(summary, out / "rank_vs_depth.png"),
+             plots.plot_gap_vs_depth(summary, out / "objective_gap_vs_depth.png"),
+             plots.plot_dnc_fraction_vs_width(summary, out / "dnc_fraction_vs_width.png")]
+    for K in cfg.classes:
+        of_K = [r for r in results if r.K == K]
+        paths += [plots.plot_z_spectra(of_K, K, out / f"z_spectra_K{K}.png"),
+                  plots.plot_layer_spectra(of_K, K, out / f"layer_spectra_K{K}.png"),
+                  plots.plot_nc_by_layer(of_K, K, out / f"nc_by_layer_K{K}.png")]
+    paths += plots.write_plot_tables(summary, out)
     for path in paths:
         parent.log_artifact(path, "plots")
     parent.log_metrics({f"{variant}/{k}": v for variant, row in summary.items()

@@ -41,12 +41,26 @@ def gpu_slots() -> int:
 
 
 def ensure_gpu_limit(slots: int | None = None) -> int:
-    """Create (or resize) the global concurrency limit `gpu`; returns its size."""
+    """Create (or resize) the global concurrency limit `gpu`; returns its size.
+
+    On the temporary server a flow starts when no PREFECT_API_URL is set, slots still marked
+    active belong to a process that died (SIGKILL): that server keeps leases in its memory, so
+    they died with it and no lease expiry would ever free the slots. They are reset here, or a
+    resumed run would wait forever. (Concurrent flows on one machine: run `make ui` and point
+    PREFECT_API_URL at that server, whose leases expire.)
+    """
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.settings import get_current_settings
 
     slots = slots or gpu_slots()
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(GPU_LIMIT, slots)
+        if get_current_settings().api.url is None:
+            limit = client.read_global_concurrency_limit_by_name(GPU_LIMIT)
+            if limit.active_slots:
+                client.update_global_concurrency_limit(
+                    GPU_LIMIT, GlobalConcurrencyLimitUpdate(active_slots=0))
     return slots
 
 

@@ -1,0 +1,56 @@
+"""A flow run killed with SIGKILL mid-training resumes from its checkpoints and ends with the
+same metrics as an uninterrupted run."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from flows.launch import run_method
+from tasks import track
+from tests.conftest import CHECKOUT
+
+# Long enough to be killed mid-way, short enough for the suite.
+SETTINGS = ["--set", "adam_steps=300", "--set", "gd_steps=3000", "--set", "checkpoint_every=100"]
+
+
+def _cli(project, *args) -> subprocess.Popen:
+    env = os.environ | {"PAPERLINE_ROOT": str(project), "PYTHONUNBUFFERED": "1", "PREFECT_LOGGING_LEVEL": "INFO",
+                        "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
+    return subprocess.Popen([sys.executable, "-m", "flows", "run", "dnc", "--profile", "tiny", *args],
+                            cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, tmp_path, monkeypatch):
+    killed = _cli(project, *SETTINGS)
+    deadline = time.monotonic() + 240
+    checkpoints = []
+    while not checkpoints and killed.poll() is None and time.monotonic() < deadline:
+        checkpoints = list((project / "models" / "dnc").glob("*/*.pt"))
+        time.sleep(0.2)
+    assert checkpoints, "no checkpoint appeared before the run ended"
+    time.sleep(1.0)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert not (project / "metrics" / "dnc.json").exists()  # nothing half-written
+    killed_parent = json.loads((project / "models" / "dnc" / "run.json").read_text())["parent_run"]
+
+    resumed = _cli(project, *SETTINGS)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resuming from its checkpoints" in out
+    resumed_metrics = json.loads((project / "metrics" / "dnc.json").read_text())
+    assert track.client().get_run(killed_parent).info.status == "FAILED"
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    shutil.copy(project / "params.yaml", clean / "params.yaml")
+    monkeypatch.setenv("PAPERLINE_ROOT", str(clean))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{clean / 'mlflow.db'}")
+    run_method("dnc", "tiny", [s for s in SETTINGS if s != "--set"])
+    assert json.loads((clean / "metrics" / "dnc.json").read_text()) == resumed_metrics
