@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 from paperline.io import write_json
 from paperline.methods.dnc import plots
 from paperline.methods.dnc.config import DNCConfig
-from paperline.methods.dnc.summary import summarize
+from paperline.methods.dnc.summary import best_seed, claims, summarize
 from paperline.methods.dnc.ufm import UFMGroupResult, train_ufm_group
 from tasks import track
 from tasks.paths import metrics_path, models_dir, plots_dir, run_pointer_path
@@ -41,10 +41,10 @@ def train_group(cfg: DNCConfig, K: int, L: int, parent: track.Run, profile: str,
                                      progress=sys.stderr.isatty())
             for s, curve in enumerate(result.history["objective"]):
                 run.log_history(f"objective/d{width}/seed{s}", result.history["step"], curve)
-            best = min(result.seeds, key=lambda seed: seed["objective"])
-            run.log_metrics({f"d{width}/best_objective": best["objective"],
-                             f"d{width}/dnc_fraction": sum(s["is_dnc"] for s in result.seeds) / len(result.seeds),
-                             f"d{width}/best_rank": best["rank_1e-3"]})
+            best = best_seed([result])  # None when every seed diverged
+            run.log_metrics({f"d{width}/dnc_fraction": sum(s["is_dnc"] for s in result.seeds) / len(result.seeds)}
+                            | ({f"d{width}/best_objective": best["objective"],
+                                f"d{width}/best_rank": best["rank_1e-3"]} if best else {}))
             run.log_artifact(checkpoint, "checkpoints")
             results.append(result)
         row = summarize(cfg, results)[variant]
@@ -70,6 +70,9 @@ def publish(cfg: DNCConfig, results: list[UFMGroupResult], parent: track.Run) ->
         parent.log_artifact(path, "plots")
     parent.log_metrics({f"{variant}/{k}": v for variant, row in summary.items()
                         for k, v in row.items() if isinstance(v, (int, float))})
-    write_json(metrics_path(METHOD), summary)
+    headline = claims(summary)
+    parent.log_metrics({k: float(v) for k, v in headline.items() if v is not None})
+    metrics = headline | summary
+    write_json(metrics_path(METHOD), metrics)
     write_json(run_pointer_path(METHOD), track.run_pointer(parent, METHOD))
-    return summary
+    return metrics

@@ -15,7 +15,9 @@ from tasks import track
 from tests.conftest import CHECKOUT
 
 # Long enough to be killed mid-way, short enough for the suite.
-SETTINGS = ["--set", "adam_steps=300", "--set", "gd_steps=3000", "--set", "checkpoint_every=100"]
+# grad_tol=1e-300: GD never stops early, so there is time to kill it mid-way.
+SETTINGS = ["--set", "adam_steps=300", "--set", "gd_steps=3000", "--set", "checkpoint_every=100",
+            "--set", "grad_tol=1e-300"]
 
 
 def _cli(project, *args) -> subprocess.Popen:
