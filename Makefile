@@ -48,7 +48,7 @@ ui: install
 		> .ui/mlflow.log 2>&1 & echo $$! > .ui/mlflow.pid
 	@echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)"
 	@echo "MLflow UI:  http://127.0.0.1:$(MLFLOW_PORT)"
-	@echo "(both take ~12 s to come up; logs in .ui/; stop with 'make ui-stop')"
+	@echo "(up in ~15-60 s on 2 cores; logs in .ui/; stop with 'make ui-stop')"
 
 ui-stop:
 	-@for f in .ui/*.pid; do [ -f "$$f" ] && kill "$$(cat $$f)" 2>/dev/null; rm -f "$$f"; done
