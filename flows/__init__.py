@@ -33,6 +33,10 @@ METHODS: dict[str, MethodSpec] = {
     for spec in [
         MethodSpec("dnc", "Deep neural collapse under cross-entropy (deep UFM low-rank bias)",
                    "paperline.methods.dnc.config:DNCConfig", "flows.dnc:dnc_flow", "pipeline"),
+        MethodSpec("ngn_m", "NGN-M: momentum for the NGN step size (robustness to the step size c)",
+                   "paperline.methods.ngn_m.config:NGNMConfig", "flows.ngn_m:ngn_m_flow", "pipeline"),
+        MethodSpec("sumo", "SUMO: exact-SVD moment orthogonalization in a low-rank subspace, vs AdamW, GaLore, Muon",
+                   "paperline.methods.sumo.config:SumoConfig", "flows.sumo:sumo_flow", "pipeline"),
     ]
 }
 

@@ -1,0 +1,1 @@
+"""Data formats and their real loaders, one module per domain (text, WSI, sEMG, ...)."""

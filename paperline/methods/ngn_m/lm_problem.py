@@ -1,0 +1,72 @@
+"""A GPT-style causal LM on nanoGPT-format token files (the paper's NGN-MD language-model
+setting): next-token cross-entropy on random windows of train.bin, scored on val.bin.
+
+Minibatch `step` is drawn from a generator seeded by (seed, step), so a resumed run sees the
+same windows. On CUDA the forward pass runs under bf16 autocast (the loss stays float32).
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from paperline.data.tokens import open_tokens, sample_windows
+from paperline.methods.ngn_m.cifar_problem import build_seeded
+from paperline.methods.ngn_m.config import TextLMConfig
+from paperline.methods.ngn_m.gpt import GPT
+from paperline.methods.ngn_m.problems import Problem
+
+EVAL_SEED = 12345  # the validation windows: the same for every run
+
+
+class TextLM(Problem):
+    kind = "text_lm"
+
+    def __init__(self, cfg: TextLMConfig, seed: int, device: torch.device):
+        self.cfg, self.seed, self.device = cfg, seed, device
+        self.train = open_tokens(Path(cfg.data_dir) / "train.bin", cfg.vocab_size, cfg.block_size)
+        self.val = open_tokens(Path(cfg.data_dir) / "val.bin", cfg.vocab_size, cfg.block_size)
+        self.model = build_seeded(lambda: GPT(cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head,
+                                              cfg.n_embd), seed).to(device)
+        self.total_steps = cfg.steps
+
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def state_dict(self):
+        return self.model.state_dict()
+
+    def load_state_dict(self, state):
+        self.model.load_state_dict(state)
+
+    def _autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            logits = self.model(x)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+
+    def batch(self, step):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        x, y = sample_windows(self.train, self.cfg.batch_size, self.cfg.block_size, g)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def loss(self, batch):
+        return self._loss(*batch)
+
+    @torch.no_grad()
+    def _mean_loss(self, tokens) -> float:
+        g = torch.Generator().manual_seed(EVAL_SEED)
+        total = 0.0
+        for _ in range(self.cfg.eval_batches):
+            x, y = sample_windows(tokens, self.cfg.batch_size, self.cfg.block_size, g)
+            total += float(self._loss(x.to(self.device), y.to(self.device)))
+        return total / self.cfg.eval_batches
+
+    def evaluate(self):
+        return {"loss": self._mean_loss(self.val), "train_loss": self._mean_loss(self.train)}

@@ -1,0 +1,81 @@
+"""Robustness to the step size: per optimizer and problem, how many decades of c keep the final
+result within `band` (10%) of that optimizer's best, plus the best result. This dict is what
+metrics/ngn_m.json holds (rows: optimizers; columns: <problem>_decades, <problem>_best_<metric>,
+<problem>_best_c, mean_decades over the problems, and diverged_c_points: grid points, over all
+problems, where some seed diverged).
+
+The result at one c is the mean over seeds; a c where any seed diverged counts as outside the
+band. The band is relative: loss ≤ (1 + band)·best, accuracy ≥ (1 − band)·best. Decades are
+log10(c_hi / c_lo) of the contiguous run of grid points around the best c that stay inside
+it, so one good point alone counts 0 and the resolution is the grid's spacing.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from paperline.methods.ngn_m.problems import PRIMARY_METRIC
+from paperline.methods.ngn_m.sweep import VariantResult, json_safe
+
+
+def seed_mean(variant: VariantResult, metric: str) -> np.ndarray:
+    """Mean over seeds at each c; nan where any seed diverged or lacks the metric."""
+    values = variant.finals(metric)
+    return values.mean(axis=1) if values.size else np.full(len(variant.c_values), np.nan)
+
+
+def band_decades(c_values: list[float], values: np.ndarray, higher_is_better: bool,
+                 band: float) -> dict[str, float | int | None]:
+    values = np.asarray(values, dtype=float)
+    finite = np.isfinite(values)
+    if not finite.any():
+        return {"decades": 0.0, "best": None, "best_c": None, "points_in_band": 0}
+    best_i = int(np.nanargmax(values) if higher_is_better else np.nanargmin(values))
+    best = values[best_i]
+    with np.errstate(invalid="ignore"):
+        inside = finite & ((values >= (1 - band) * best) if higher_is_better else (values <= (1 + band) * best))
+    lo = hi = best_i
+    while lo > 0 and inside[lo - 1]:
+        lo -= 1
+    while hi < len(values) - 1 and inside[hi + 1]:
+        hi += 1
+    return {"decades": float(math.log10(c_values[hi] / c_values[lo])), "best": float(best),
+            "best_c": float(c_values[best_i]), "points_in_band": int(inside.sum())}
+
+
+def summarize(variants: list[VariantResult], band: float) -> dict:
+    rows: dict[str, dict] = {}
+    for v in variants:
+        metric, higher = PRIMARY_METRIC[v.kind]
+        stats = band_decades(v.c_values, seed_mean(v, metric), higher, band)
+        row = rows.setdefault(v.optimizer, {})
+        row[f"{v.problem}_decades"] = stats["decades"]
+        row[f"{v.problem}_best_{metric}"] = stats["best"]
+        row[f"{v.problem}_best_c"] = stats["best_c"]
+        row["diverged_c_points"] = row.get("diverged_c_points", 0) + int((v.diverged() > 0).sum())
+        if metric != "loss":  # classifiers: the best final training loss too
+            losses = seed_mean(v, "loss")
+            row[f"{v.problem}_best_loss"] = float(np.nanmin(losses)) if np.isfinite(losses).any() else None
+    for row in rows.values():
+        decades = [value for key, value in row.items() if key.endswith("_decades")]
+        row["mean_decades"] = float(np.mean(decades))
+    head = {"band": band,
+            "grid_decades": max(math.log10(v.c_values[-1] / v.c_values[0]) for v in variants)}
+    return json_safe(head | rows)
+
+
+def sweep_table(variants: list[VariantResult], problem: str) -> tuple[list[str], list[list]]:
+    """One problem's sweep as a wide table: c, then <optimizer>_<metric> (seed means) and
+    <optimizer>_diverged (seeds) per optimizer; what plots/ngn_m/sweep_<problem>.csv holds."""
+    of_problem = [v for v in variants if v.problem == problem]
+    c_values = of_problem[0].c_values
+    metrics = ["loss"] + (["accuracy"] if PRIMARY_METRIC[of_problem[0].kind][0] == "accuracy" else [])
+    header, columns = ["c"], [c_values]
+    for v in of_problem:
+        for m in metrics:
+            header.append(f"{v.optimizer}_{m}")
+            columns.append([None if not np.isfinite(x) else float(x) for x in seed_mean(v, m)])
+        header.append(f"{v.optimizer}_diverged")
+        columns.append([int(n) for n in v.diverged()])
+    return header, [list(row) for row in zip(*columns)]

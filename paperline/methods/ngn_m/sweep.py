@@ -1,0 +1,191 @@
+"""The step-size sweep: train one (problem, optimizer) at every c of the grid and every seed.
+
+Every run uses `loss = optimizer.step(closure)`, the API of the NGN family, which torch's SGD and
+Adam share, so one loop trains all six optimizers. A run whose minibatch loss turns non-finite
+is stopped and marked diverged (the closure raises before the optimizer sees the loss). Each
+finished run is written to `<out_dir>/c<i>_s<seed>.json`; a variant re-run after a crash skips
+the runs already written, and long runs (checkpoint_every) resume mid-run from a checkpoint.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from paperline.io import read_json, write_json
+from paperline.methods.ngn_m.config import NGNMConfig
+from paperline.methods.ngn_m.optimizers import NGN_FAMILY, make_optimizer
+from paperline.methods.ngn_m.problems import CPU_PROBLEMS, Problem, build_problem
+from paperline.train.checkpoint import load_checkpoint, save_checkpoint
+
+
+class Diverged(Exception):
+    """The minibatch loss is no longer finite."""
+
+
+def json_safe(obj: Any) -> Any:
+    """Plain JSON: NaN/inf (a diverged run) become None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+@dataclass
+class RunResult:
+    problem: str
+    optimizer: str
+    c: float
+    seed: int
+    final: dict[str, float | None]  # evaluate() at the end; None where not finite
+    diverged: bool
+    steps: int  # steps taken
+    seconds: float
+    # sampled every trace_every steps (first seed of a variant only; empty otherwise)
+    trace_steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)  # minibatch loss f_k
+    gamma: list[float] = field(default_factory=list)  # γ_k (NGN family)
+    cap: list[float | None] = field(default_factory=list)  # 2f_k/‖g_k‖² (NGN family)
+
+    def to_dict(self) -> dict:
+        return json_safe(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunResult":
+        return cls(**d)
+
+
+def train_run(problem: Problem, optimizer: str, c: float, cfg: NGNMConfig, *, seed: int,
+              trace_every: int = 1, keep_trace: bool = True, checkpoint_path: Path | None = None,
+              checkpoint_every: int | None = None, progress: bool = False) -> RunResult:
+    opt = make_optimizer(optimizer, problem.parameters(), c, momentum=cfg.momentum,
+                         betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    started = time.perf_counter()
+    step, diverged, trace = 0, False, {"trace_steps": [], "loss": [], "gamma": [], "cap": []}
+    saved = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    if saved is not None:
+        problem.load_state_dict(saved["problem"])
+        opt.load_state_dict(saved["optimizer"])
+        step, trace = saved["step"], saved["trace"]
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = problem.loss(batch)
+        if not torch.isfinite(loss):
+            raise Diverged
+        loss.backward()
+        return loss.detach()
+
+    bar = tqdm(total=problem.total_steps, initial=step, disable=not progress, leave=False,
+               desc=f"{problem.name}/{optimizer} c={c:.1e}")
+    while step < problem.total_steps:
+        batch = problem.batch(step)
+        try:
+            loss = opt.step(closure)
+        except Diverged:
+            diverged = True
+            break
+        if keep_trace and step % trace_every == 0:
+            trace["trace_steps"].append(step)
+            trace["loss"].append(float(loss))
+            if optimizer in NGN_FAMILY:
+                trace["gamma"].append(opt.last_gamma[0])
+                trace["cap"].append(opt.last_step_cap)
+        step += 1
+        bar.update()
+        if checkpoint_path and checkpoint_every and (step % checkpoint_every == 0 or step == problem.total_steps):
+            save_checkpoint(checkpoint_path, {"problem": problem.state_dict(),
+                                              "optimizer": opt.state_dict(), "step": step, "trace": trace})
+    bar.close()
+    final = problem.evaluate()
+    if diverged or not math.isfinite(final["loss"]):
+        diverged, final["loss"] = True, math.inf
+    return RunResult(problem.name, optimizer, c, seed, final, diverged, step,
+                     time.perf_counter() - started, **trace)
+
+
+@dataclass
+class VariantResult:
+    """All runs of one (problem, optimizer): c grid × seeds."""
+
+    problem: str
+    kind: str
+    optimizer: str
+    c_values: list[float]
+    runs: list[RunResult]
+
+    def finals(self, metric: str) -> np.ndarray:
+        """(len(c_values), seeds) array of a final metric; diverged or missing → nan."""
+        seeds = sorted({r.seed for r in self.runs})
+        out = np.full((len(self.c_values), len(seeds)), np.nan)
+        for r in self.runs:
+            value = r.final.get(metric)
+            if value is not None and not r.diverged:
+                out[self.c_values.index(r.c), seeds.index(r.seed)] = value
+        return out
+
+    def diverged(self) -> np.ndarray:
+        """(len(c_values),) number of diverged seeds at each c."""
+        counts = np.zeros(len(self.c_values), dtype=int)
+        for r in self.runs:
+            counts[self.c_values.index(r.c)] += r.diverged
+        return counts
+
+    def first_seed_runs(self) -> list[RunResult]:
+        first = min(r.seed for r in self.runs)
+        return sorted((r for r in self.runs if r.seed == first), key=lambda r: r.c)
+
+    def to_dict(self) -> dict:
+        return {"problem": self.problem, "kind": self.kind, "optimizer": self.optimizer,
+                "c_values": self.c_values, "runs": [r.to_dict() for r in self.runs]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "VariantResult":
+        return cls(d["problem"], d["kind"], d["optimizer"], d["c_values"],
+                   [RunResult.from_dict(r) for r in d["runs"]])
+
+
+def resolve_data_dir(data_dir: str, root: Path) -> Path:
+    path = Path(data_dir)
+    return path if path.is_absolute() else Path(root) / path
+
+
+def run_variant(cfg: NGNMConfig, problem_name: str, optimizer: str, out_dir: Path, *,
+                root: Path, device: torch.device | None = None, progress: bool = False) -> VariantResult:
+    """Every (c, seed) of one (problem, optimizer); finished runs already in out_dir are reused."""
+    pcfg = cfg.problems[problem_name]
+    if pcfg.kind not in CPU_PROBLEMS:
+        pcfg = pcfg.model_copy(update={"data_dir": str(resolve_data_dir(pcfg.data_dir, root))})
+        run_device = device or torch.device("cpu")
+    else:
+        run_device = torch.device("cpu")
+    c_values = cfg.c_values_for(problem_name)
+    seeds = [cfg.seed + s for s in range(cfg.seeds_for(problem_name))]
+    out_dir = Path(out_dir)
+    runs = []
+    bar = tqdm(total=len(c_values) * len(seeds), disable=not progress, desc=f"{problem_name}/{optimizer}")
+    for i, c in enumerate(c_values):
+        for seed in seeds:
+            result_path = out_dir / f"c{i:02d}_s{seed}.json"
+            if result_path.exists():
+                runs.append(RunResult.from_dict(read_json(result_path)))
+            else:
+                problem = build_problem(problem_name, pcfg, seed, run_device)
+                checkpoint = out_dir / f"c{i:02d}_s{seed}.pt" if pcfg.checkpoint_every else None
+                run = train_run(problem, optimizer, c, cfg, seed=seed, trace_every=pcfg.trace_every,
+                                keep_trace=seed == seeds[0], checkpoint_path=checkpoint,
+                                checkpoint_every=pcfg.checkpoint_every, progress=progress)
+                write_json(result_path, run.to_dict())
+                runs.append(RunResult.from_dict(run.to_dict()))  # the JSON form, as a resume reads it
+            bar.update()
+    bar.close()
+    return VariantResult(problem_name, pcfg.kind, optimizer, c_values, runs)

@@ -1,0 +1,51 @@
+"""Real 8×8 handwritten digits (UCI optdigits test set, 1,797 images) as shipped by scikit-learn:
+`sklearn/datasets/data/digits.csv.gz` (64 pixel columns with values 0–16, then the label). No
+download: the file is part of the pinned scikit-learn wheel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from paperline.methods.sumo.transforms import Standardizer
+
+
+def digits_file() -> Path:
+    """The data file (its hash is the runs' data_version)."""
+    import sklearn.datasets
+
+    return Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"
+
+
+@dataclass(frozen=True)
+class DigitsSplit:
+    x_train: torch.Tensor  # (N_train, 64) float32, standardized with the training statistics
+    y_train: torch.Tensor  # (N_train,) int64
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    def to(self, device: torch.device) -> "DigitsSplit":
+        return DigitsSplit(*(t.to(device) for t in (self.x_train, self.y_train, self.x_test, self.y_test)))
+
+
+def load_digits_split(test_fraction: float, split_seed: int = 0) -> DigitsSplit:
+    """A stratified train/test split (the same for a given split_seed on every machine)."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    rng = np.random.default_rng(split_seed)
+    test_idx = []
+    for label in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == label))
+        test_idx.extend(idx[: round(test_fraction * len(idx))])
+    is_test = np.zeros(len(y), dtype=bool)
+    is_test[test_idx] = True
+    scaler = Standardizer.fit(x[~is_test])
+    return DigitsSplit(
+        x_train=torch.as_tensor(scaler(x[~is_test]), dtype=torch.float32),
+        y_train=torch.as_tensor(y[~is_test], dtype=torch.int64),
+        x_test=torch.as_tensor(scaler(x[is_test]), dtype=torch.float32),
+        y_test=torch.as_tensor(y[is_test], dtype=torch.int64),
+    )

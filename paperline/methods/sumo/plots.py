@@ -1,0 +1,115 @@
+"""Figures of the SUMO experiments and the CSV tables `dvc plots` reads. Each function writes one
+file atomically and returns its path."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from paperline.io import atomic_path  # noqa: E402
+from paperline.methods.sumo.optimizers import LABELS  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return Path(path)
+
+
+def _best_curves(runs: list[dict], summary: dict, key: str) -> dict[str, tuple[list[int], np.ndarray]]:
+    """{optimizer: (steps, curves seeds×steps)} at the optimizer's best lr."""
+    out = {}
+    for name, row in summary.items():
+        if not isinstance(row, dict) or row.get("best_lr") is None:
+            continue
+        seeds = [r for r in runs if r["optimizer"] == name and r["lr"] == row["best_lr"]]
+        out[name] = (seeds[0]["history"]["step"], np.array([r["history"][key] for r in seeds]))
+    return out
+
+
+def plot_loss_curves(runs: list[dict], summary: dict, path: Path, title: str = "digits MLP",
+                     ylabel: str = "training loss (full set)") -> Path:
+    """Training loss against step, each optimizer at its best lr: mean over seeds and the min–max band."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name, (steps, curves) in _best_curves(runs, summary, "train_loss").items():
+        line, = ax.semilogy(steps, curves.mean(0), label=f"{LABELS[name]} (lr {summary[name]['best_lr']:g})")
+        ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
+    ax.set(xlabel="step", ylabel=ylabel, title=f"{title}, best lr per optimizer")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_lr_sweep(table: dict, path: Path) -> Path:
+    """Area under the loss curve (mean training loss over steps) against lr, mean ± std over seeds."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for name, by_lr in table.items():
+        lrs = [lr for lr, e in by_lr.items() if not e["diverged"]]
+        if lrs:
+            ax.errorbar(lrs, [by_lr[lr]["mean_train_loss"] for lr in lrs],
+                        yerr=[by_lr[lr]["mean_train_loss_std"] for lr in lrs], marker="o", ms=3, capsize=2,
+                        label=LABELS[name])
+    ax.set(xscale="log", yscale="log", xlabel="learning rate", ylabel="mean training loss over steps")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_ns_error(theory: dict, path: Path) -> Path:
+    """Relative error of Newton–Schulz and of the exact SVD against the true UVᵀ, vs κ (spec §e.1)."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    kappa = theory["kappa"]
+    for key in sorted(k for k in theory if k.endswith("_error_mean") and k.startswith("ns")):
+        steps = key[2:].split("_")[0]
+        ax.loglog(kappa, theory[key], "o-", label=f"Newton–Schulz, {steps} steps")
+    ax.loglog(kappa, np.maximum(theory["svd_error_mean"], 1e-12), "s-", label="exact SVD (fp32)")
+    ax.set(xlabel="condition number κ of the moment", ylabel="‖O − UVᵀ‖_F / ‖UVᵀ‖_F",
+           title=f"{theory['rank']}×{theory['cols']} moments")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_cost(summary: dict, path: Path) -> Path:
+    """Optimizer-state bytes and step time, each relative to AdamW."""
+    names = [n for n, row in summary.items() if isinstance(row, dict) and "state_bytes_vs_adamw" in row]
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3))
+    axes[0].bar(range(len(names)), [summary[n]["state_bytes_vs_adamw"] for n in names])
+    axes[0].set(ylabel="state bytes / AdamW's")
+    if all("step_time_vs_adamw" in summary[n] for n in names):
+        axes[1].bar(range(len(names)), [summary[n]["step_time_vs_adamw"] for n in names])
+    axes[1].set(ylabel="step time / AdamW's (same run)")
+    for ax in axes:
+        ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=30, ha="right", fontsize=7)
+        ax.axhline(1, c="k", lw=0.6)
+    return _save(fig, path)
+
+
+def write_plot_tables(runs: list[dict], summary: dict, theory: dict, directory: Path) -> list[Path]:
+    """loss_curves.csv (step × optimizer, mean over seeds at the best lr) and ns_error.csv (κ ×
+    method): the tables `dvc plots show` draws."""
+    directory = Path(directory)
+    curves = _best_curves(runs, summary, "train_loss")
+    names = list(curves)
+    steps = curves[names[0]][0] if names else []
+    loss_rows = [[s, *(curves[n][1].mean(0)[i] if i < len(curves[n][0]) else "" for n in names)]
+                 for i, s in enumerate(steps)]
+    ns_keys = sorted(k for k in theory if k.startswith("ns") and k.endswith("_error_mean"))
+    ns_rows = [[k, theory["svd_error_mean"][i], *(theory[key][i] for key in ns_keys)]
+               for i, k in enumerate(theory["kappa"])]
+    return [_write_csv(directory / "loss_curves.csv", ["step", *names], loss_rows),
+            _write_csv(directory / "ns_error.csv", ["kappa", "svd", *(k.removesuffix("_error_mean") for k in ns_keys)],
+                       ns_rows)]

@@ -1,0 +1,1 @@
+"""Neural-network pieces shared by methods (losses, layers)."""
