@@ -14,6 +14,7 @@ fails with a message naming the key.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
@@ -124,7 +125,7 @@ def load_method_config(
     profiles = section.get("profiles") or {}
     if profile not in profiles:
         raise ParamsError(f"{source}: {method}.profiles.{profile}: missing")
-    values = dict(profiles[profile] or {})
+    values = copy.deepcopy(profiles[profile] or {})  # a nested --set must not edit `params`
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(values, key, value)

@@ -76,3 +76,15 @@ def test_cli_rejects_an_unknown_key_before_any_work(tmp_path):
     # nothing started: no Prefect home, no MLflow database, no outputs
     assert sorted(p.name for p in root.iterdir()) == ["params.yaml"]
     assert time.monotonic() - started < 60
+
+
+def test_a_nested_override_leaves_the_parsed_params_untouched():
+    params = {"m": {"profiles": {"tiny": {"grid": {"a": 1}}}}}
+
+    from paperline.config import MethodConfig
+
+    class Nested(MethodConfig):
+        grid: dict[str, int]
+
+    _, cfg = load_method_config(Nested, params, "m", "tiny", ["grid.a=2"])
+    assert cfg.grid == {"a": 2} and params["m"]["profiles"]["tiny"]["grid"] == {"a": 1}
