@@ -16,16 +16,6 @@ from paperline.methods.sumo.lm import llama_step_times, train_lm
 from paperline.nn.llama import LLAMA_SIZES, Llama, init_llama
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: a second intra-op thread only spins against the other jobs on 2 cores (a
-    0.2 s test took 25 s under load with 2 threads)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 WORDS = "the a model learns low rank moment subspace optimizer gradient step loss".split()
 CPU = torch.device("cpu")
 

@@ -16,16 +16,6 @@ from paperline.optim.sumo import (SUMO, orthogonalize_svd, randomized_left_singu
                                   transport_moment)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: a second intra-op thread only spins against the other jobs on 2 cores (a
-    0.2 s test took 25 s under load with 2 threads)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _param(m: int, n: int, seed: int = 0) -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.randn(m, n, generator=torch.Generator().manual_seed(seed)))
 

@@ -10,16 +10,6 @@ from paperline.methods.sumo.theory import (kappa_label, moment_with_condition_nu
                                            ns_error_vs_condition_number)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: a second intra-op thread only spins against the other jobs on 2 cores (a
-    0.2 s test took 25 s under load with 2 threads)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 GRID = {"adamw": [1e-3]}
 
 

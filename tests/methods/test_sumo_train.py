@@ -13,16 +13,6 @@ from paperline.methods.sumo.summary import best_lr, summarize
 from paperline.methods.sumo.train import digits_step_times, lr_factor, train_one
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: a second intra-op thread only spins against the other jobs on 2 cores (a
-    0.2 s test took 25 s under load with 2 threads)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 NAMES = ["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"]
 CPU = torch.device("cpu")
 

@@ -12,16 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
 from paperline.methods.dnc.ufm import UFMGroupResult  # noqa: E402
-
-
-def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def _pairs(summary: dict) -> dict[int, list[tuple[int, dict]]]:
@@ -55,7 +47,7 @@ def plot_z_spectra(results: list[UFMGroupResult], K: int, path: Path) -> Path:
         ax.set(title=f"K={K}, L={L}", xlabel="j", ylim=(1e-16, 2))
     axes[0][0].set_ylabel("σ_j(Z) / σ_1(Z)")
     axes[0][-1].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_layer_spectra(results: list[UFMGroupResult], K: int, path: Path) -> Path:
@@ -76,7 +68,7 @@ def plot_layer_spectra(results: list[UFMGroupResult], K: int, path: Path) -> Pat
         for row, kind in enumerate(("W_l", "H_l")):
             axes[row][col].set(title=f"K={K}, L={L}: {kind}", xlabel="j", ylim=(1e-16, 2))
         axes[0][col].legend(fontsize=6)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_rank_vs_depth(summary: dict, path: Path) -> Path:
@@ -88,7 +80,7 @@ def plot_rank_vs_depth(summary: dict, path: Path) -> Path:
         ax.axhline(K - 1, ls=":", c=line.get_color(), lw=0.8)
     ax.set(xlabel="depth L", ylabel="rank(Z) of best seed", title="dotted: K−1 (DNC)")
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_gap_vs_depth(summary: dict, path: Path) -> Path:
@@ -104,7 +96,7 @@ def plot_gap_vs_depth(summary: dict, path: Path) -> Path:
     ax.axhline(0, c="k", lw=0.6)
     ax.set(xlabel="depth L", ylabel="objective − f_DNC*")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_dnc_fraction_vs_width(summary: dict, path: Path) -> Path:
@@ -119,7 +111,7 @@ def plot_dnc_fraction_vs_width(summary: dict, path: Path) -> Path:
         ax.set(xlabel="width d", title=f"K={K}", ylim=(-0.05, 1.05))
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("fraction of seeds at DNC")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_nc_by_layer(results: list[UFMGroupResult], K: int, path: Path) -> Path:
@@ -140,7 +132,7 @@ def plot_nc_by_layer(results: list[UFMGroupResult], K: int, path: Path) -> Path:
     for ax, name in zip(axes, names):
         ax.set(xlabel="layer l", title=f"K={K}: {name}")
     axes[0].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plot_tables(summary: dict, directory: Path) -> list[Path]:

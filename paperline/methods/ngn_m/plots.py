@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
 from paperline.methods.ngn_m.optimizers import NGN_FAMILY, TITLES  # noqa: E402
 from paperline.methods.ngn_m.problems import PRIMARY_METRIC  # noqa: E402
 from paperline.methods.ngn_m.summary import sweep_table  # noqa: E402
@@ -21,15 +22,6 @@ COLOURS = {"sgd": "tab:gray", "sgdm": "tab:blue", "adam": "tab:orange", "ngn": "
            "ngn_m": "tab:red", "ngn_md": "tab:purple"}
 LOSS_LABEL = {"least_squares": "final train loss", "rosenbrock": "final expected loss E f",
               "digits": "final train loss", "cifar": "train loss (10k train images)", "text_lm": "final val loss"}
-
-
-def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def _problems(variants: list[VariantResult]) -> list[str]:
@@ -64,7 +56,7 @@ def plot_sweep(variants: list[VariantResult], path: Path) -> Path:
                ylabel=LOSS_LABEL.get(kinds[problem], "loss") if metric == "loss" else "test accuracy",
                title=problem)
     axes[0][0].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def trace_c_values(c_values: list[float], count: int = 4) -> list[float]:
@@ -102,7 +94,7 @@ def plot_gamma_trace(variants: list[VariantResult], path: Path) -> Path | None:
             ax.set_yscale("log")
             ax.set(title=f"{problem}: {TITLES[opt]}", xlabel="step k", ylabel="γ_k")
             ax.legend(fontsize=6)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_tables(variants: list[VariantResult], directory: Path) -> list[Path]:

@@ -12,16 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
 from paperline.methods.sumo.optimizers import LABELS  # noqa: E402
-
-
-def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
@@ -52,7 +44,7 @@ def plot_loss_curves(runs: list[dict], summary: dict, path: Path, title: str = "
         ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
     ax.set(xlabel="step", ylabel=ylabel, title=f"{title}, best lr per optimizer")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lr_sweep(table: dict, path: Path) -> Path:
@@ -66,7 +58,7 @@ def plot_lr_sweep(table: dict, path: Path) -> Path:
                         label=LABELS[name])
     ax.set(xscale="log", yscale="log", xlabel="learning rate", ylabel="mean training loss over steps")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_ns_error(theory: dict, path: Path) -> Path:
@@ -80,7 +72,7 @@ def plot_ns_error(theory: dict, path: Path) -> Path:
     ax.set(xlabel="condition number κ of the moment", ylabel="‖O − UVᵀ‖_F / ‖UVᵀ‖_F",
            title=f"{theory['rank']}×{theory['cols']} moments")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_cost(summary: dict, path: Path) -> Path:
@@ -95,7 +87,7 @@ def plot_cost(summary: dict, path: Path) -> Path:
     for ax in axes:
         ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=30, ha="right", fontsize=7)
         ax.axhline(1, c="k", lw=0.6)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plot_tables(runs: list[dict], summary: dict, theory: dict, directory: Path) -> list[Path]:
