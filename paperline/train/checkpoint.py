@@ -3,6 +3,7 @@ complete one."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,3 +23,16 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any] | None:
     if not path.exists():
         return None
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_resumable(path: str | os.PathLike | None, fingerprint: Any) -> dict[str, Any] | None:
+    """The checkpoint at `path` when it was written for `fingerprint` (the settings that change
+    training), else None: a checkpoint of another configuration is never mixed in; it is warned
+    about and the run starts afresh (overwriting it)."""
+    if path is None:
+        return None
+    ckpt = load_checkpoint(path)
+    if ckpt is not None and ckpt.get("fingerprint") != fingerprint:
+        warnings.warn(f"{path}: checkpoint is for another configuration; starting afresh")
+        return None
+    return ckpt

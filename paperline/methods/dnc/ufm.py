@@ -13,7 +13,6 @@ gradient norm is below grad_tol or gd_steps run out.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from tqdm.auto import tqdm
 
 from paperline.methods.dnc import metrics, theory
 from paperline.methods.dnc.config import DNCConfig
-from paperline.train.checkpoint import load_checkpoint, save_checkpoint
+from paperline.train.checkpoint import load_resumable, save_checkpoint
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -248,10 +247,7 @@ def train_ufm_group(cfg: DNCConfig, K: int, L: int, width: int, device: torch.de
     fingerprint = group_fingerprint(cfg, K, L, width)
     f_dnc_star, _ = theory.f_dnc_min(K, n, L, cfg.lam)
 
-    ckpt = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.get("fingerprint") != fingerprint:
-        warnings.warn(f"{checkpoint_path}: checkpoint is for another configuration; starting afresh")
-        ckpt = None
+    ckpt = load_resumable(checkpoint_path, fingerprint)
     if ckpt is None:
         theta = init_theta(cfg, K, L, width, device)
         adam_m, adam_v = torch.zeros_like(theta), torch.zeros_like(theta)

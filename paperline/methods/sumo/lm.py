@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from paperline.methods.sumo.optimizers import build_optimizer, state_formula
 from paperline.methods.sumo.train import lr_factor, run_seed
 from paperline.nn.llama import LLAMA_SIZES, Llama, LlamaConfig, init_llama, lm_loss
 from paperline.optim.hybrid import state_bytes, state_numel
-from paperline.train.checkpoint import load_checkpoint, save_checkpoint
+from paperline.train.checkpoint import load_resumable, save_checkpoint
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -81,10 +80,7 @@ def train_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, d
     window: list[float] = []  # losses of the steps since the last logged one
     history = {"step": [], "train_loss": []}
     evals = {"step": [], "val_loss": []}
-    ckpt = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.get("fingerprint") != fingerprint:
-        warnings.warn(f"{checkpoint_path}: checkpoint is for another configuration; starting afresh")
-        ckpt = None
+    ckpt = load_resumable(checkpoint_path, fingerprint)
     if ckpt is not None:
         if ckpt["done"]:
             return ckpt["result"]

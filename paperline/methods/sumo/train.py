@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from paperline.methods.sumo.data import DigitsSplit
 from paperline.methods.sumo.mlp import MLP, init_mlp
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
 from paperline.optim.hybrid import state_bytes, state_numel
-from paperline.train.checkpoint import load_checkpoint, save_checkpoint
+from paperline.train.checkpoint import load_resumable, save_checkpoint
 
 CLASSES = 10
 
@@ -85,10 +84,7 @@ def train_one(cfg: SumoConfig, data: DigitsSplit, optimizer_name: str, lr: float
     optimizer = build_optimizer(optimizer_name, model, lr, cfg, seed=seed)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
     step, history, step_seconds, diverged = 0, {"step": [], "train_loss": [], "test_loss": [], "test_accuracy": []}, 0.0, False
-    ckpt = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.get("fingerprint") != fingerprint:
-        warnings.warn(f"{checkpoint_path}: checkpoint is for another configuration; starting afresh")
-        ckpt = None
+    ckpt = load_resumable(checkpoint_path, fingerprint)
     if ckpt is not None:
         if ckpt["done"]:
             return ckpt["result"]
