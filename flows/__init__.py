@@ -37,6 +37,8 @@ METHODS: dict[str, MethodSpec] = {
                    "paperline.methods.ngn_m.config:NGNMConfig", "flows.ngn_m:ngn_m_flow", "pipeline"),
         MethodSpec("sumo", "SUMO: exact-SVD moment orthogonalization in a low-rank subspace, vs AdamW, GaLore, Muon",
                    "paperline.methods.sumo.config:SumoConfig", "flows.sumo:sumo_flow", "pipeline"),
+        MethodSpec("ztsurv", "ZTSurv: zero-shot TME segmentation, heterogeneous graph, Cox survival from 50x WSIs",
+                   "paperline.methods.ztsurv.config:ZTSurvConfig", "flows.ztsurv:ztsurv_flow", "pipeline"),
     ]
 }
 

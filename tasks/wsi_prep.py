@@ -1,0 +1,86 @@
+"""`python -m tasks.wsi_prep cohort|downsample|til-maps [--profile P] [--set key=value ...]`: the
+shared WSI data-prep stages of dvc.yaml (wsi-cohort, wsi-downsample, til-maps).
+
+Parameters: `wsi.profiles.<profile>` in params.yaml, validated into WSIPrepConfig before any
+work. The profile is the one `ztsurv.profile` names (the method that reads these data), so one
+switch sets data and model scale together; `--profile` overrides it. Outputs go under
+<project>/data/wsi/ (PAPERLINE_ROOT, as everywhere); the texture slide is read from
+<project>/data/raw/. Plain processes, no Prefect: DVC decides when they re-run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from paperline.config import PROFILES, ParamsError, _set_dotted, parse_override, read_params, validate
+from paperline.data.wsi_prep import WSIPrepConfig
+from tasks.paths import params_path, repo_path
+
+SECTION = "wsi"
+FOLLOWS = "ztsurv"  # whose `profile` picks the data profile
+
+
+def data_dir():
+    return repo_path("data", "wsi")
+
+
+def raw_dir():
+    return repo_path("data", "raw")
+
+
+def resolve(params: dict[str, Any], profile: str | None = None,
+            overrides: Sequence[str] = ()) -> tuple[str, WSIPrepConfig]:
+    source = params_path().name
+    section = params.get(SECTION)
+    if not isinstance(section, dict):
+        raise ParamsError(f"{source}: no section {SECTION!r}")
+    unknown = set(section) - {"profiles"}
+    if unknown:
+        raise ParamsError(f"{source}: {SECTION}.{sorted(unknown)[0]}: unknown parameter "
+                          f"(the section holds profiles; the profile is {FOLLOWS}.profile)")
+    profile = profile or (params.get(FOLLOWS) or {}).get("profile", "smoke")
+    if profile not in PROFILES:
+        raise ParamsError(f"{source}: {FOLLOWS}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    profiles = section.get("profiles") or {}
+    if profile not in profiles:
+        raise ParamsError(f"{source}: {SECTION}.profiles.{profile}: missing")
+    values = dict(profiles[profile] or {})
+    for text in overrides:
+        _set_dotted(values, *parse_override(text))
+    return profile, validate(WSIPrepConfig, values, f"{source}: {SECTION}.profiles.{profile}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.wsi_prep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=["cohort", "downsample", "til-maps"])
+    parser.add_argument("--profile", choices=list(PROFILES), default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    from paperline.data import wsi, wsi_prep
+
+    try:
+        profile, cfg = resolve(read_params(params_path()), args.profile, args.overrides)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    progress = sys.stderr.isatty()
+    try:
+        if args.stage == "cohort":
+            path = wsi_prep.build_cohort(cfg, data_dir(), raw_dir(), progress=progress)
+            print(f"wsi-cohort ({profile}): {path}")
+        elif args.stage == "downsample":
+            out = wsi_prep.downsample_cohort(cfg, data_dir(), progress=progress)
+            print(f"wsi-downsample ({profile}): {len(out['slides'])} slides, {len(out['failed'])} failed")
+        else:
+            out = wsi_prep.register_cohort_til_maps(cfg, data_dir(), progress=progress)
+            print(f"til-maps ({profile}): {len(out['slides'])} slides, {len(out['failed'])} failed")
+    except (wsi.WSIError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
