@@ -346,6 +346,10 @@ def render_slide(rng, layout: Layout, bank: TextureBank, size: int) -> np.ndarra
         for x in range(0, size, p):
             lab = labels[y:y + p, x:x + p]
             h, w = lab.shape
+            first = int(lab.min())
+            if first == lab.max():  # one class (most tiles): the patch as it is, no masks
+                rgb[y:y + h, x:x + w] = _random_patch(rng, sources[first])[:h, :w]
+                continue
             present = np.unique(lab)
             tile = _random_patch(rng, sources[int(present[0])])[:h, :w].copy()
             for c in present[1:]:
@@ -440,9 +444,17 @@ def make_patient(spec: SlideSpec, bank: TextureBank, out_dir: Path) -> dict:
             **{f"frac_{k}": v for k, v in layout.fractions.items()}}
 
 
+_WORKER_BANK: TextureBank | None = None  # set once per worker process: the bank is ~45 MB
+
+
+def _set_worker_bank(bank: TextureBank) -> None:
+    global _WORKER_BANK
+    _WORKER_BANK = bank
+
+
 def _make_patient_job(args):
-    spec, bank, out_dir = args
-    return make_patient(spec, bank, Path(out_dir))
+    spec, out_dir = args
+    return make_patient(spec, _WORKER_BANK, Path(out_dir))
 
 
 def generate_cohort(out_dir: str | Path, bank: TextureBank, patients: int, slide_um: float,
@@ -472,13 +484,13 @@ def generate_cohort(out_dir: str | Path, bank: TextureBank, patients: int, slide
     with atomic_dir(out_dir) as tmp:
         for sub in ("slides", "til_maps", "truth"):
             (tmp / sub).mkdir()
-        jobs = [(s, bank, str(tmp)) for s in specs]
+        jobs = [(s, str(tmp)) for s in specs]
         if workers > 1:
-            with ProcessPoolExecutor(workers) as pool:
+            with ProcessPoolExecutor(workers, initializer=_set_worker_bank, initargs=(bank,)) as pool:
                 facts = list(tqdm(pool.map(_make_patient_job, jobs, chunksize=4), total=len(jobs),
                                   desc="slides", disable=not progress))
         else:
-            facts = [_make_patient_job(j) for j in tqdm(jobs, desc="slides", disable=not progress)]
+            facts = [make_patient(s, bank, tmp) for s in tqdm(specs, desc="slides", disable=not progress)]
         rows = [CohortRow(f["patient_id"], tmp / "slides" / f"{f['patient_id']}.tiff",
                           tmp / "til_maps" / f"{f['patient_id']}.png",
                           float(surv["time"][i]), bool(surv["event"][i])) for f, i in zip(facts, chosen)]
