@@ -39,6 +39,8 @@ METHODS: dict[str, MethodSpec] = {
                    "paperline.methods.sumo.config:SumoConfig", "flows.sumo:sumo_flow", "pipeline"),
         MethodSpec("ztsurv", "ZTSurv: zero-shot TME segmentation, heterogeneous graph, Cox survival from 50x WSIs",
                    "paperline.methods.ztsurv.config:ZTSurvConfig", "flows.ztsurv:ztsurv_flow", "pipeline"),
+        MethodSpec("tpa", "TPA / T6: tensor product attention vs MHA, MQA, GQA, MLA at equal attention parameters",
+                   "paperline.methods.tpa.config:TPAConfig", "flows.tpa:tpa_flow", "pipeline"),
     ]
 }
 

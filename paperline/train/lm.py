@@ -1,0 +1,146 @@
+"""The one training loop of the language-model methods (TPA, Memory Decoder, QFFT): AdamW with
+linear warmup and a cosine decay to min_lr, gradient clipping, random next-token windows from a
+token array (nanoGPT's sampling), periodic validation on fixed windows, a checkpoint every
+`checkpoint_every` steps that a killed run resumes from exactly (model, optimizer, sampler state),
+a tqdm bar. Tracking stays outside: `on_log(step, metrics)` is called at every log and eval step
+(the tasks forward it to MLflow)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from paperline.data.tokens import sample_windows
+from paperline.train.checkpoint import load_resumable, save_checkpoint
+
+
+@dataclass(frozen=True)
+class LMTrainSettings:
+    steps: int
+    batch_size: int
+    block_size: int
+    lr: float
+    min_lr: float
+    warmup_steps: int = 0
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_windows: int = 64  # validation windows of block_size (fixed, evenly spaced)
+    log_every: int = 10
+    checkpoint_every: int = 100
+    seed: int = 0
+
+
+def lr_at(step: int, s: LMTrainSettings) -> float:
+    """Linear warmup to lr, then cosine to min_lr at the last step (the T6 configs' schedule)."""
+    if step < s.warmup_steps:
+        return s.lr * (step + 1) / s.warmup_steps
+    progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
+    return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def validation_windows(tokens: np.ndarray, block_size: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to `count` windows at evenly spaced starts (the same every evaluation and every run)."""
+    last = len(tokens) - block_size - 1
+    starts = np.unique(np.linspace(0, last, num=max(1, min(count, last + 1))).astype(np.int64))
+    x = np.stack([np.asarray(tokens[s:s + block_size], dtype=np.int64) for s in starts])
+    y = np.stack([np.asarray(tokens[s + 1:s + 1 + block_size], dtype=np.int64) for s in starts])
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+@torch.no_grad()
+def evaluate(model, windows: tuple[torch.Tensor, torch.Tensor], batch_size: int, device) -> float:
+    """Mean next-token cross-entropy (nats) over the windows."""
+    was_training = model.training
+    model.eval()
+    x_all, y_all = windows
+    total, count = 0.0, 0
+    for i in range(0, len(x_all), batch_size):
+        x, y = x_all[i:i + batch_size].to(device), y_all[i:i + batch_size].to(device)
+        total += model(x, labels=y).loss.item() * y.numel()
+        count += y.numel()
+    model.train(was_training)
+    return total / count
+
+
+def make_optimizer(model, s: LMTrainSettings) -> torch.optim.AdamW:
+    """Weight decay on matrices only (nanoGPT's rule: not on norms, biases or gains)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=s.lr, betas=(s.beta1, s.beta2))
+
+
+def train_lm(model, train_tokens: np.ndarray, val_tokens: np.ndarray, s: LMTrainSettings, device,
+             checkpoint_path: str | Path | None = None, fingerprint=None, progress: bool = False,
+             on_log: Callable[[int, dict], None] | None = None, description: str = "train") -> dict:
+    """Train `model` (a CausalLM) for s.steps; returns history and final validation loss/perplexity."""
+    from tqdm.auto import tqdm
+
+    model.to(device).train()
+    optimizer = make_optimizer(model, s)
+    generator = torch.Generator().manual_seed(s.seed)
+    windows = validation_windows(val_tokens, s.block_size, s.eval_windows)
+    history = {"step": [], "train_loss": [], "lr": []}
+    eval_history = {"step": [], "val_loss": []}
+    start, elapsed = 0, 0.0
+    fingerprint = {"settings": asdict(s), "model": model.config.to_dict(), "extra": fingerprint}
+    fingerprint["model"].pop("transformers_version", None)
+    ckpt = load_resumable(checkpoint_path, fingerprint)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        generator.set_state(ckpt["generator"])
+        history, eval_history, start, elapsed = ckpt["history"], ckpt["eval_history"], ckpt["step"], ckpt["elapsed"]
+
+    def checkpoint(step: int) -> None:
+        if checkpoint_path is not None:
+            save_checkpoint(checkpoint_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                              "generator": generator.get_state(), "history": history,
+                                              "eval_history": eval_history, "step": step,
+                                              "elapsed": elapsed, "fingerprint": fingerprint})
+
+    bar = tqdm(range(start, s.steps), initial=start, total=s.steps, desc=description, disable=not progress,
+               leave=False)
+    t0 = time.perf_counter()
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, s)
+        x, y = sample_windows(train_tokens, s.batch_size, s.block_size, generator)
+        loss = model(x.to(device), labels=y.to(device)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        optimizer.step()
+        done = step + 1
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"{description}: training loss is {loss.item()} at step {done}")
+        if done % s.log_every == 0 or done == s.steps:
+            history["step"].append(done)
+            history["train_loss"].append(loss.item())
+            history["lr"].append(lr_at(step, s))
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            if on_log:
+                on_log(done, {"train_loss": loss.item(), "lr": lr_at(step, s)})
+        if done % s.eval_every == 0 or done == s.steps:
+            val = evaluate(model, windows, s.batch_size, device)
+            eval_history["step"].append(done)
+            eval_history["val_loss"].append(val)
+            if on_log:
+                on_log(done, {"val_loss": val})
+        if done % s.checkpoint_every == 0 or done == s.steps:
+            elapsed_now = elapsed + time.perf_counter() - t0
+            elapsed, t0 = elapsed_now, time.perf_counter()
+            checkpoint(done)
+    elapsed += time.perf_counter() - t0
+    val_loss = eval_history["val_loss"][-1] if eval_history["val_loss"] else evaluate(model, windows, s.batch_size, device)
+    return {"history": history, "eval_history": eval_history, "val_loss": val_loss, "val_perplexity": math.exp(val_loss),
+            "train_time_s": elapsed, "tokens_seen": s.steps * s.batch_size * s.block_size}

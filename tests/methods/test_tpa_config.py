@@ -1,0 +1,60 @@
+"""The TPA profiles validate; the paper profile instantiates the paper-size models (on the meta
+device: shapes only); real corpora as nanoGPT token files load through the flow's data step, and a
+bad token file or a half-given data block is named."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from paperline.config import ParamsError, load_method_config
+from paperline.methods.tpa.config import TPAConfig
+from paperline.methods.tpa.formulas import PAPER_SHAPES, VARIANTS, attention_params
+from paperline.methods.tpa.models import lm_config
+from paperline.nn.causal_lm import CausalLM
+from tests.conftest import CHECKOUT
+
+PARAMS = yaml.safe_load((CHECKOUT / "params.yaml").read_text())
+
+
+@pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])
+def test_every_profile_validates(profile):
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", profile, [], source="params.yaml")
+    assert cfg.variants == list(VARIANTS)
+
+
+def test_the_paper_profile_instantiates_t6_small_sizes():
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "paper", [], source="params.yaml")
+    assert cfg.shape == PAPER_SHAPES["small"]
+    for variant in VARIANTS:
+        with torch.device("meta"):
+            model = CausalLM(lm_config(variant, cfg.shape, cfg.data.vocab_size, cfg.train.block_size))
+        h = cfg.shape.heads[variant]
+        assert model.attention_parameters() == attention_params(variant, h, cfg.shape)
+        total = sum(p.numel() for p in model.parameters())
+        assert 110e6 < total < 135e6, (variant, total)  # "124M" at ≈ 4d² attention params
+
+
+def test_invalid_parameters_are_named():
+    with pytest.raises(ParamsError, match="tpa.profiles.smoke.data: .*train_bin, val_bin and vocab_size go together"):
+        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["data.train_bin=x.bin"], source="params.yaml")
+    with pytest.raises(ParamsError, match="shape.bogus: unknown parameter"):
+        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["shape.bogus=1"], source="params.yaml")
+
+
+def test_real_token_files_load_by_path_and_bad_ones_are_named(project):
+    from tasks.tpa import prepare_data
+
+    tokens = (np.arange(5000) % 300).astype(np.uint16)
+    (project / "fw").mkdir()
+    tokens.tofile(project / "fw" / "train.bin")
+    tokens[:1000].tofile(project / "fw" / "val.bin")
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "tiny",
+                                ["data.train_bin=fw/train.bin", "data.val_bin=fw/val.bin", "data.vocab_size=300"],
+                                source="params.yaml")
+    data = prepare_data(cfg)
+    assert data.vocab_size == 300 and data.version.startswith("tokens-sha256:") and data.corpus_dir is None
+    small_vocab = cfg.model_copy(update={"data": cfg.data.model_copy(update={"vocab_size": 256})})
+    with pytest.raises(ValueError, match="fw/train.bin: token id 299 ≥ vocab_size 256"):
+        prepare_data(small_vocab)
