@@ -15,7 +15,7 @@ from flows import METHODS
 from tests.conftest import CHECKOUT
 
 DVC_YAML = yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())
-DATA_PREP_STAGES: set[str] = {"wsi-cohort", "wsi-downsample", "til-maps", "text-corpus"}  # shared data-prep stages
+DATA_PREP_STAGES: set[str] = {"tulu-pool", "tulu-select", "wsi-cohort", "wsi-downsample", "til-maps", "text-corpus", "semg-sessions", "semg-normalize"}  # shared data-prep stages
 REPORT = "report"
 
 

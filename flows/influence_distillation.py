@@ -1,0 +1,34 @@
+"""Influence Distillation against random, RDS+-like and exact first-order selection: the warm-up
+and every selection in one task (so the cost ratio is measured in the same run), the convex QP
+check beside it, one fine-tuning task (an MLflow child run) per selection method, then the
+comparison table and plots."""
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.launch import resolve
+from tasks import track
+from tasks.influence_distillation import (METHOD, data_version, finetune_variant, publish, qp_check,
+                                          warmup_and_select, with_resolved_paths)
+from tasks.resume import open_run_dir
+from tasks.runners import ensure_gpu_limit, submit_gpu
+
+
+@flow(name="influence_distillation", log_prints=True)
+def influence_distillation_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
+    profile, cfg = resolve(METHOD, profile, overrides or [])
+    cfg = with_resolved_paths(cfg)
+    data = data_version(cfg)  # a missing pool fails here, before any work
+    ensure_gpu_limit()
+    run_dir = open_run_dir(METHOD, {"profile": profile, **cfg.model_dump()})
+    if run_dir.resumed and track.fail_if_running(run_dir.previous_parent_run):
+        print(f"previous run {run_dir.previous_parent_run} died; resuming from its checkpoints")
+    with track.parent_run(METHOD, profile, {"profile": profile, **cfg.model_dump()}, data) as parent:
+        run_dir.record_parent(parent.run_id)
+        qp_future = qp_check.submit(cfg, parent)
+        selection = submit_gpu(warmup_and_select, cfg, parent).result()
+        futures = {m: submit_gpu(finetune_variant, cfg, m, selection, parent, profile, data) for m in cfg.methods}
+        rows = {m: f.result() for m, f in futures.items()}
+        summary = publish(cfg, selection, rows, qp_future.result(), parent)
+    run_dir.mark_complete()
+    return summary

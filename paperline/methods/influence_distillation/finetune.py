@@ -1,0 +1,106 @@
+"""Training and evaluation of the LM: the warm-up (AdamW on a random subset, its state kept) and the
+fine-tuning on each selection with the same budget (same steps, batch size and lr; continuing from
+the warm-up weights and AdamW moments, the state the influences were computed at) [I: the paper
+fine-tunes the base model; ours is only warmed up, so the warm-up is its base].
+
+A checkpoint (model, optimizer, step, history) is written every `checkpoint_every` steps and at
+the end; a killed run resumes from it, a finished one is loaded as is.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet, masked_lm_loss
+from paperline.train.checkpoint import load_resumable, save_checkpoint
+
+
+def make_optimizer(model: CausalLM, cfg, lr: float) -> torch.optim.AdamW:
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                             weight_decay=cfg.weight_decay)
+
+
+def epoch_batches(n: int, batch_size: int, epochs: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=g)
+        batches += [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+    return batches
+
+
+def train(model: CausalLM, optimizer: torch.optim.Optimizer, data: TokenizedSet, index: Sequence[int],
+          batches: list[torch.Tensor], checkpoint_path: Path | None, fingerprint: dict,
+          checkpoint_every: int = 50, stop_after: int | None = None) -> dict:
+    """Run the minibatch steps `batches` (positions into `index`); returns the loss history.
+    `stop_after` ends early without the final checkpoint (tests simulate a kill with it)."""
+    index = torch.as_tensor(list(index), dtype=torch.long)
+    history = {"step": [], "train_loss": []}
+    step = 0
+    ckpt = load_resumable(checkpoint_path, fingerprint)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        step, history = ckpt["step"], ckpt["history"]
+        if ckpt["done"]:
+            return history
+
+    def checkpoint(done: bool) -> None:
+        if checkpoint_path is not None:
+            save_checkpoint(checkpoint_path, {"fingerprint": fingerprint, "done": done, "step": step,
+                                              "history": history, "model": model.state_dict(),
+                                              "optimizer": optimizer.state_dict()})
+
+    model.train()
+    while step < len(batches):
+        tokens, mask = data.batch(index[batches[step]])
+        loss = masked_lm_loss(model(tokens), tokens, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        history["step"].append(step)
+        history["train_loss"].append(float(loss.detach()))
+        if stop_after is not None and step >= stop_after:
+            return history
+        if step % checkpoint_every == 0 and step < len(batches):
+            checkpoint(done=False)
+    checkpoint(done=True)
+    return history
+
+
+@torch.no_grad()
+def evaluate(model: CausalLM, data: TokenizedSet, batch_size: int, choice_ids: Sequence[int] | None = None) -> dict:
+    """Assistant-token loss and next-token accuracy (teacher forced) on `data`; with `choice_ids`
+    (the option letters' token ids: MMLU-like sets) also the accuracy of the most likely letter at
+    the first answer token."""
+    model.eval()
+    loss_sum = correct = count = 0.0
+    choice_hits = choice_total = 0
+    for start in range(0, len(data), batch_size):
+        tokens, mask = data.batch(range(start, min(start + batch_size, len(data))))
+        logits = model(tokens).float()
+        targets, weight = tokens[:, 1:], mask[:, 1:]
+        ce = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")
+        loss_sum += float((ce * weight).sum())
+        correct += float(((logits[:, :-1].argmax(-1) == targets) & weight).sum())
+        count += float(weight.sum())
+        if choice_ids is not None:
+            first = weight.float().argmax(1)  # position predicting the first answer token
+            rows = torch.arange(len(tokens))
+            picked = logits[rows, first][:, list(choice_ids)].argmax(1)
+            truth = targets[rows, first]
+            choice_hits += int((torch.tensor(list(choice_ids))[picked.cpu()] == truth.cpu()).sum())
+            choice_total += len(tokens)
+    model.train()
+    out = {"loss": loss_sum / max(count, 1), "token_accuracy": correct / max(count, 1)}
+    if choice_ids is not None:
+        out["choice_accuracy"] = choice_hits / max(choice_total, 1)
+    return out
+
+
+def clone_state(model: CausalLM, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    return copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())

@@ -1,0 +1,194 @@
+"""Influence Distillation end to end, as plain functions the flow's tasks call:
+
+    prepare  → warm_up → select_all (random, RDS+-like, exact first-order, Influence Distillation;
+               each timed, gradient evaluations counted) → finetune_and_evaluate (each selection,
+               same budget) → summarize
+
+Targets are the target examples of every target set together; selection is round-robin over them
+(spec §b.5), so each target set gets its share. Cost: the exact reference computes a gradient for
+every pool sample, Influence Distillation for the landmarks only, plus a JVP pass over the pool
+(counted separately as forward passes); both compute the target gradients.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from paperline.data.tulu_pool import load_pool_dir
+from paperline.io import atomic_path
+from paperline.methods.influence_distillation import baselines, landmarks
+from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
+from paperline.methods.influence_distillation.finetune import epoch_batches, evaluate, make_optimizer, train
+from paperline.methods.influence_distillation.influence import GradientFeaturizer, adam_coefficients
+from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet, build_model, tokenize
+from paperline.methods.influence_distillation.selection import round_robin
+
+# sub-datasets of the embedded pool that match a target set (for the selection composition)
+MATCHING = {"gsm8k_like": "gsm_symbolic", "squad_like": "span_extraction", "mmlu_like": "multiple_choice_facts"}
+
+
+@dataclass
+class Prepared:
+    model: CausalLM
+    tokenizer: object
+    pool: TokenizedSet
+    targets: TokenizedSet  # every target set's target examples, concatenated
+    target_names: list[str]  # the target set of each row of `targets`
+    evals: dict[str, TokenizedSet]
+
+    def to(self, device) -> "Prepared":
+        self.model.to(device)
+        self.pool, self.targets = self.pool.to(device), self.targets.to(device)
+        self.evals = {n: e.to(device) for n, e in self.evals.items()}
+        return self
+
+
+def prepare(cfg: InfluenceDistillationConfig, pool_dir: str | Path) -> Prepared:
+    pool, target_sets, eval_sets = load_pool_dir(pool_dir)
+    model, tok = build_model(cfg, cfg.seed)
+    names = sorted(target_sets)
+    target_records = [r for n in names for r in target_sets[n]]
+    return Prepared(model, tok, tokenize(pool, tok, cfg.max_length), tokenize(target_records, tok, cfg.max_length),
+                    [n for n in names for _ in target_sets[n]],
+                    {n: tokenize(eval_sets[n], tok, cfg.max_length) for n in names})
+
+
+def warmup_fingerprint(cfg: InfluenceDistillationConfig, prep: Prepared) -> dict:
+    keys = ("model", "llama", "hf_model_path", "max_length", "warmup_samples", "warmup_steps", "lr", "betas",
+            "eps", "weight_decay", "batch_size", "seed")
+    return {**{k: getattr(cfg, k) for k in keys}, "pool": prep.pool.ids[:50], "n": len(prep.pool)}
+
+
+def warm_up(cfg: InfluenceDistillationConfig, prep: Prepared, checkpoint_path: Path | None) -> tuple[torch.optim.Optimizer, dict]:
+    """AdamW on `warmup_samples` random pool samples for `warmup_steps` steps; the optimizer (its
+    moments) is returned for the Adam-aware influence and the fine-tuning."""
+    n = min(cfg.warmup_samples, len(prep.pool))
+    subset = baselines.random_selection(len(prep.pool), n, cfg.seed + 7)
+    batches = epoch_batches(n, cfg.batch_size, -(-cfg.warmup_steps * cfg.batch_size // n), cfg.seed)[:cfg.warmup_steps]
+    optimizer = make_optimizer(prep.model, cfg, cfg.lr)
+    history = train(prep.model, optimizer, prep.pool, subset, batches, checkpoint_path, warmup_fingerprint(cfg, prep))
+    return optimizer, history
+
+
+def _spearman(estimate: torch.Tensor, exact: torch.Tensor, rows: np.ndarray) -> dict:
+    est, ref = estimate.numpy()[rows], exact.numpy()[rows]
+    per_target = [spearmanr(est[:, j], ref[:, j]).statistic for j in range(ref.shape[1])]
+    return {"spearman_mean_over_targets": float(np.nanmean(per_target)),
+            "spearman_of_target_mean": float(spearmanr(est.mean(1), ref.mean(1)).statistic)}
+
+
+def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torch.optim.Optimizer) -> dict:
+    """Every selection method of `cfg.methods`, each timed in this process; plus the propagated-vs-
+    exact comparison when both ran. Returns {"selections": {method: {...}}, "comparison": {...}}."""
+    model, k = prep.model, cfg.select_k
+    names = model.down_proj_names()
+    adam = adam_coefficients(optimizer, model, names) if cfg.adam_aware else None
+    selections: dict[str, dict] = {}
+    scores: dict[str, torch.Tensor] = {}
+    extra: dict[str, object] = {}
+
+    def featurizer() -> GradientFeaturizer:
+        return GradientFeaturizer(model, names, cfg.grad_proj_dim, cfg.seed + 11, adam, cfg.grad_max_elements,
+                                  cfg.grad_chunk)
+
+    for method in cfg.methods:
+        started = time.perf_counter()
+        forward_passes = 0
+        if method == "random":
+            chosen, score, grads = baselines.random_selection(len(prep.pool), k, cfg.seed + 3), None, 0
+        elif method == "rds_plus":
+            pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
+            target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
+            score = baselines.rds_scores(pool_emb, target_emb)
+            chosen, grads, forward_passes = round_robin(score, k), 0, len(prep.pool) + len(prep.targets)
+        elif method == "exact_first_order":
+            feat = featurizer()
+            target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
+            pool_f, pool_plain = feat.features_both(prep.pool, range(len(prep.pool)))
+            score = pool_f @ target_f.T
+            chosen, grads = round_robin(score, k), feat.evaluations
+            if adam is not None:  # the plain-gradient influence beside the Adam-aware one (same gradients)
+                extra["plain_scores"] = pool_plain @ target_f.T
+        else:  # influence_distillation
+            feat = featurizer()
+            emb = landmarks.jvp_embeddings(model, prep.pool, cfg.jvp_blocks, cfg.jvp_tangents, cfg.jvp_proj_dim,
+                                           cfg.seed + 13, cfg.eval_batch_size)
+            forward_passes = len(prep.pool) * cfg.jvp_tangents
+            landmark_idx = landmarks.choose_landmarks(len(prep.pool), min(cfg.num_landmarks, len(prep.pool)),
+                                                      cfg.seed + 17)
+            target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
+            p_landmarks = feat.features(prep.pool, landmark_idx.tolist(), source=True) @ target_f.T
+            score = landmarks.propagate(emb, landmark_idx, p_landmarks, cfg.kernel_damp, cfg.bandwidth_samples)
+            chosen, grads = round_robin(score, k), feat.evaluations
+            extra["landmarks"] = landmark_idx
+        wall = time.perf_counter() - started
+        selections[method] = {"indices": chosen, "wall_s": wall, "gradient_evaluations": grads,
+                              "forward_passes": forward_passes}
+        if score is not None:
+            scores[method] = score
+
+    comparison: dict[str, float] = {}
+    if "exact_first_order" in scores:
+        exact = scores["exact_first_order"]
+        ref, id_ = selections["exact_first_order"], selections["influence_distillation"]
+        others = np.setdiff1d(np.arange(len(prep.pool)), extra["landmarks"].numpy())
+        comparison |= {f"id_vs_exact_{k_}": v for k_, v in _spearman(scores["influence_distillation"], exact,
+                                                                      others).items()}
+        if "rds_plus" in scores:
+            comparison |= {f"rds_vs_exact_{k_}": v for k_, v in _spearman(scores["rds_plus"], exact, others).items()}
+        if "plain_scores" in extra:
+            comparison |= {f"plain_vs_adam_exact_{k_}": v for k_, v in
+                           _spearman(extra["plain_scores"], exact, np.arange(len(prep.pool))).items()}
+        comparison |= {"cost_ratio_gradient_evaluations": id_["gradient_evaluations"] / ref["gradient_evaluations"],
+                       "cost_ratio_wall_time": id_["wall_s"] / ref["wall_s"],
+                       "selection_overlap_id_exact": len(set(id_["indices"]) & set(ref["indices"])) / k}
+    return {"selections": selections, "comparison": comparison,
+            "scores": {m: s for m, s in scores.items()}}
+
+
+def finetune_and_evaluate(cfg: InfluenceDistillationConfig, prep: Prepared, warm_state: dict, indices: list[int],
+                          checkpoint_path: Path | None, method: str) -> dict:
+    """Fine-tune from the warm-up (weights and AdamW moments) on `indices` for `finetune_epochs`
+    epochs at a fixed step budget (the same for every selection), then evaluate on each target's
+    held-out split."""
+    model = prep.model
+    model.load_state_dict(warm_state["model"])
+    optimizer = make_optimizer(model, cfg, cfg.finetune_lr)
+    optimizer.load_state_dict(warm_state["optimizer"])
+    for group in optimizer.param_groups:
+        group["lr"] = cfg.finetune_lr
+    batches = epoch_batches(len(indices), cfg.batch_size, cfg.finetune_epochs, cfg.seed + 5)
+    fingerprint = {"method": method, "indices": list(indices), "warmup": warm_state["fingerprint"],
+                   "finetune_lr": cfg.finetune_lr, "finetune_epochs": cfg.finetune_epochs, "batch_size": cfg.batch_size}
+    history = train(model, optimizer, prep.pool, indices, batches, checkpoint_path, fingerprint)
+    return {"history": history, "eval": evaluate_targets(cfg, prep)}
+
+
+def evaluate_targets(cfg: InfluenceDistillationConfig, prep: Prepared) -> dict:
+    letters = [prep.tokenizer.encode(c)[0] for c in "ABCD"]
+    return {name: evaluate(prep.model, data, cfg.eval_batch_size, letters if name.startswith("mmlu") else None)
+            for name, data in prep.evals.items()}
+
+
+def composition(prep: Prepared, indices: list[int]) -> dict[str, float]:
+    """Share of the selection from each target's matching sub-dataset."""
+    chosen = [prep.pool.datasets[i] for i in indices]
+    return {f"share_{name}": chosen.count(sub) / len(chosen) for name, sub in MATCHING.items()
+            if name in prep.evals}
+
+
+def write_selection(path: Path, prep: Prepared, indices: list[int], score: torch.Tensor | None) -> Path:
+    """The selected ids and weights (JSONL): weight 1 each, as training is unweighted (spec §b.5)."""
+    with atomic_path(path) as tmp, tmp.open("w") as fh:
+        for rank, i in enumerate(indices):
+            row = {"id": prep.pool.ids[i], "dataset": prep.pool.datasets[i], "weight": 1.0, "rank": rank}
+            if score is not None:
+                row["score"] = float(score[i].max())
+            fh.write(json.dumps(row) + "\n")
+    return path

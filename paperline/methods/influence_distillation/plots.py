@@ -1,0 +1,58 @@
+"""Figures of the Influence Distillation run and the CSV tables `dvc plots` reads."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from paperline.io import atomic_path  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return Path(path)
+
+
+def plot_target_metrics(rows: dict[str, dict], targets: list[str], path: Path) -> Path:
+    """Held-out assistant-token accuracy and loss per target, one bar per selection method."""
+    methods = list(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    width = 0.8 / len(methods)
+    x = np.arange(len(targets))
+    for i, m in enumerate(methods):
+        for ax, key in zip(axes, ("token_accuracy", "loss")):
+            ax.bar(x + i * width, [rows[m][f"{t}_{key}"] for t in targets], width, label=m)
+    for ax, label in zip(axes, ("held-out token accuracy (assistant tokens)", "held-out loss (assistant tokens)")):
+        ax.set_xticks(x + width * (len(methods) - 1) / 2, targets)
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def plot_propagated_vs_exact(exact: np.ndarray, propagated: np.ndarray, spearman: float, path: Path) -> Path:
+    """Each pool sample's exact first-order influence against the landmark-propagated one (mean over targets)."""
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ax.scatter(exact, propagated, s=4, alpha=0.5)
+    ax.set_xlabel("exact influence (mean over target examples)")
+    ax.set_ylabel("propagated influence p̂")
+    ax.set_title(f"Spearman ρ = {spearman:.3f}")
+    return save_figure(fig, path)
+
+
+def plot_qp_check(qp: dict, path: Path) -> Path:
+    lrs = [r["lr"] for r in qp["rows"]]
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.loglog(lrs, [max(r["relative_weight_difference"], 1e-12) for r in qp["rows"]], "o-")
+    ax.set_xlabel("learning rate η")
+    ax.set_ylabel("‖w₂ − w₁‖ / ‖w₁‖ (second vs first order)")
+    ax.set_title("logistic regression: QP vs first order")
+    return save_figure(fig, path)

@@ -1,0 +1,73 @@
+"""The Lightning module (emg2qwerty's TDSConvCTCModule): CTC loss on windows, Adam with a linear
+warm-up from 1e-8 then cosine to 1e-6, greedy CER on whole sessions."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import lightning as L
+import torch
+from torch import nn
+
+from paperline.data.emg2qwerty import BLANK
+from paperline.methods.splashnet.decoding import character_error_rate, greedy_decode
+from paperline.methods.splashnet.features import SessionFeatures
+from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, lr: float, start_lr: float = 1e-8,
+                  final_lr: float = 1e-6) -> float:
+    """The lr at `step`: linear from start_lr to lr over warmup_steps, then cosine to final_lr."""
+    if step < warmup_steps:
+        return start_lr + (lr - start_lr) * step / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return final_lr + 0.5 * (lr - final_lr) * (1 + math.cos(math.pi * progress))
+
+
+class CTCModule(L.LightningModule):
+    def __init__(self, spec: ModelSpec, lr: float, warmup_steps: int, total_steps: int):
+        super().__init__()
+        self.model = TDSConvCTC(spec)
+        self.ctc = nn.CTCLoss(blank=BLANK, zero_infinity=True)
+        self.lr, self.warmup_steps, self.total_steps = lr, warmup_steps, total_steps
+        self.history: list[tuple[int, float]] = []
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs)
+
+    def training_step(self, batch, batch_idx):
+        emissions = self.model(batch["inputs"])
+        lengths = self.model.emission_lengths(batch["input_lengths"])
+        loss = self.ctc(emissions, batch["targets"], lengths, batch["target_lengths"])
+        self.history.append((int(self.global_step), float(loss.detach())))
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        dataset = self.trainer.train_dataloader.dataset
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(self.current_epoch)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=1.0)  # LambdaLR multiplies by this
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, self.warmup_steps, self.total_steps, self.lr))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+@torch.no_grad()
+def session_cer(model: TDSConvCTC, sessions: Sequence[SessionFeatures], device: torch.device) -> dict:
+    """Greedy CER over whole sessions (batch 1, the whole session at once, as at test time).
+    """
+    model.eval()
+    pairs, loss_sum = [], 0.0
+    for s in sessions:
+        x = torch.from_numpy(s.features).to(device).unsqueeze(1)
+        emissions = model(x)[:, 0].cpu()
+        reference = s.key_label.tolist()  # every keystroke of the session
+        pairs.append((reference, greedy_decode(emissions)))
+        # the held-out CTC loss per label: a continuous measure while greedy CER is saturated
+        loss_sum += float(nn.functional.ctc_loss(emissions, torch.tensor(reference), (len(emissions),),
+                                                 (len(reference),), blank=BLANK, reduction="sum", zero_infinity=True))
+    cer = character_error_rate(pairs)
+    labels = sum(len(r) for r, _ in pairs)
+    return {"cer": cer, "labels": labels, "ctc_loss_sum": loss_sum, "pairs": pairs}

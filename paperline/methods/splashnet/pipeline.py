@@ -1,0 +1,184 @@
+"""One variant end to end, as plain functions (the Prefect tasks wrap these): train the generic
+model on the training users' windows, evaluate zero-shot CER on each held-out user's test
+sessions, fine-tune a copy per held-out user on that user's other sessions and evaluate again;
+and the parameter / FLOP table at the paper configuration.
+
+Checkpoints: Lightning writes `last.ckpt` every `checkpoint_every` steps beside a fingerprint of
+the settings; a killed run resumes from it, a run of other settings starts afresh. A finished
+stage's weights are saved with `save_checkpoint` and reused on a resume."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils.data import DataLoader
+
+from paperline.methods.splashnet.config import VARIANT_CHANGES, VARIANT_SIZE, SplashNetConfig
+from paperline.methods.splashnet.data import ACM_AUGMENT, BASELINE_AUGMENT, WindowDataset, collate
+from paperline.methods.splashnet.features import SessionFeatures
+from paperline.methods.splashnet.lightning_module import CTCModule, session_cer
+from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flops, count_parameters
+from paperline.methods.splashnet.transforms import HOP
+from paperline.train.checkpoint import load_resumable, save_checkpoint
+
+_INIT_LOCK = threading.Lock()  # model init reads the global RNG; variants train in threads
+
+
+def model_spec(cfg: SplashNetConfig, variant: str) -> ModelSpec:
+    changes = VARIANT_CHANGES[variant]
+    size = cfg.sizes[VARIANT_SIZE.get(variant, "baseline")]
+    return ModelSpec(mlp_features=tuple(size.mlp_features), block_channels=tuple(size.block_channels),
+                     kernel_width=cfg.kernel_width, six_bands=changes.get("six_bands", False),
+                     rtn=changes.get("rtn", False), share_hand_weights=changes.get("share", False),
+                     rtn_warmup=cfg.rtn_warmup_frames, rtn_eps=cfg.rtn_eps)
+
+
+def window_frames(cfg: SplashNetConfig, variant: str) -> tuple[int, int, int]:
+    samples = cfg.window_samples
+    if variant in VARIANT_SIZE and cfg.splashnet_window_samples:
+        samples = cfg.splashnet_window_samples  # SplashNet's config trains on 16 s windows
+    return samples // HOP, cfg.left_padding // HOP, cfg.right_padding // HOP
+
+
+def paper_model_table(frames: int = 497) -> dict[str, dict[str, float]]:
+    """Parameters and FLOPs (one 4 s window, 497 frames, batch 1) of the paper's three models."""
+    paper = SplashNetConfig(sizes={"baseline": {"mlp_features": [384], "block_channels": [24, 24, 24, 24]},
+                                   "splashnet_mini": {"mlp_features": [384], "block_channels": [24, 24, 24, 24]},
+                                   "splashnet": {"mlp_features": [528], "block_channels": [24, 24, 48, 48]}})
+    rows = {}
+    for variant in ("baseline", "splashnet_mini", "splashnet"):
+        model = TDSConvCTC(model_spec(paper, variant))
+        rows[variant] = {"params": count_parameters(model), "flops": count_flops(model, frames)}
+    for row in rows.values():
+        row["params_vs_baseline"] = row["params"] / rows["baseline"]["params"]
+        row["flops_vs_baseline"] = row["flops"] / rows["baseline"]["flops"]
+    return rows
+
+
+def fingerprint(cfg: SplashNetConfig, variant: str, stage: str, data: str) -> str:
+    settings = {"cfg": cfg.model_dump(), "variant": variant, "stage": stage, "data": data}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_steps: int, device: torch.device,
+         ckpt_dir: Path, fp: str, seed: int) -> None:
+    import logging
+
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    for name in ("lightning.pytorch", "lightning.fabric"):  # no banners per fit
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate, num_workers=0,
+                        drop_last=len(dataset) > cfg.batch_size,
+                        generator=torch.Generator().manual_seed(seed))
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    marker = ckpt_dir / "fingerprint.txt"
+    last = ckpt_dir / "last.ckpt"
+    resume = last if last.exists() and marker.exists() and marker.read_text() == fp else None
+    if last.exists() and resume is None:
+        warnings.warn(f"{last}: checkpoint is for another configuration; starting afresh")
+        last.unlink()
+    marker.write_text(fp)
+    trainer = L.Trainer(
+        max_steps=max_steps, max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=[device.index or 0] if device.type == "cuda" else 1,
+        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
+                                   every_n_train_steps=cfg.checkpoint_every)],
+        default_root_dir=str(ckpt_dir), num_sanity_val_steps=0, gradient_clip_val=None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*does not have many workers.*")
+        warnings.filterwarnings("ignore", ".*number of training batches.*")
+        warnings.filterwarnings("ignore", ".*LeafSpec.*")
+        trainer.fit(module, loader, ckpt_path=resume)
+
+
+def _steps(cfg: SplashNetConfig, dataset: WindowDataset, epochs: int, cap: int | None) -> tuple[int, int]:
+    per_epoch = max(1, len(dataset) // cfg.batch_size)
+    total = epochs * per_epoch
+    if cap is not None:
+        total = min(total, cap)
+    warmup = min(cfg.warmup_epochs * per_epoch, total // 2)
+    return max(1, total), warmup
+
+
+def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFeatures],
+                       finetune: dict[str, list[SessionFeatures]], test: dict[str, list[SessionFeatures]],
+                       device: torch.device, out_dir: Path, data: str,
+                       log: Callable[[str, Any], None] = lambda *_: None) -> dict[str, Any]:
+    """Generic training, zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant."""
+    spec = model_spec(cfg, variant)
+    frames, left, right = window_frames(cfg, variant)
+    augment = ACM_AUGMENT if VARIANT_CHANGES[variant].get("acm") else BASELINE_AUGMENT
+    fp = fingerprint(cfg, variant, "generic", data)
+    generic_path = out_dir / "generic.pt"
+    done = load_resumable(generic_path, fp)
+    with _INIT_LOCK:
+        torch.manual_seed(cfg.seed)
+        dataset = WindowDataset(train, frames, left, right, augment, cfg.seed)
+        total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
+        module = CTCModule(spec, cfg.lr, warmup, total)
+    if done is None:
+        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed)
+        save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
+                                       "history": module.history})
+        history = module.history
+    else:
+        module.model.load_state_dict(done["state_dict"])
+        history = done["history"]
+    model = module.model.to(device)
+    result: dict[str, Any] = {"variant": variant, "params": count_parameters(model), "train_steps": total,
+                              "train_windows": len(dataset), "history": history}
+    pairs_zero, pairs_ft = [], []
+    loss = {"zero": 0.0, "ft": 0.0}
+    labels = 0
+    for user in sorted(test):
+        zero = session_cer(model, test[user], device)
+        pairs_zero += zero["pairs"]
+        loss["zero"] += zero["ctc_loss_sum"]
+        labels += zero["labels"]
+        result[f"zero_shot_cer/{user}"] = zero["cer"]
+        ft_model = _finetune(cfg, variant, model, finetune[user], device, out_dir / f"finetune_{user}", data,
+                             frames, left, right, augment, user)
+        ft = session_cer(ft_model, test[user], device)
+        pairs_ft += ft["pairs"]
+        loss["ft"] += ft["ctc_loss_sum"]
+        result[f"finetuned_cer/{user}"] = ft["cer"]
+        log(user, {"zero_shot_cer": zero["cer"], "finetuned_cer": ft["cer"]})
+    from paperline.methods.splashnet.decoding import character_error_rate
+
+    result["zero_shot_cer"] = character_error_rate(pairs_zero)
+    result["finetuned_cer"] = character_error_rate(pairs_ft)
+    result["zero_shot_ctc_loss"] = loss["zero"] / labels  # per reference label, summed over users
+    result["finetuned_ctc_loss"] = loss["ft"] / labels
+    tail = [v for _, v in history[-10:]]
+    result["final_train_ctc_loss"] = sum(tail) / len(tail) if tail else float("nan")
+    return result
+
+
+def _finetune(cfg: SplashNetConfig, variant: str, generic: TDSConvCTC, sessions: list[SessionFeatures],
+              device: torch.device, out_dir: Path, data: str, frames: int, left: int, right: int, augment,
+              user: str) -> TDSConvCTC:
+    """Personalisation: a copy of the generic model trained on one held-out user's other sessions."""
+    fp = fingerprint(cfg, variant, f"finetune/{user}", data)
+    path = out_dir / "model.pt"
+    with _INIT_LOCK:
+        dataset = WindowDataset(sessions, frames, left, right, augment, cfg.seed + 1)
+        total, warmup = _steps(cfg, dataset, cfg.finetune_epochs, cfg.finetune_max_steps)
+        module = CTCModule(generic.spec, cfg.lr, warmup, total)
+    module.model.load_state_dict(generic.state_dict())
+    done = load_resumable(path, fp)
+    if done is not None:
+        module.model.load_state_dict(done["state_dict"])
+    elif cfg.finetune_epochs > 0:
+        _fit(module, dataset, cfg, total, device, out_dir / "lightning", fp, cfg.seed + 1)
+        save_checkpoint(path, {"fingerprint": fp, "state_dict": module.model.state_dict()})
+    return module.model.to(device)
+

@@ -1,0 +1,100 @@
+"""Figures of the SplashNet pipeline (every one through paperline.plots.save_figure) and the CSV
+tables `dvc plots` draws."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from paperline.io import atomic_path
+from paperline.plots import plt, save_figure
+from paperline.methods.splashnet.transforms import BAND_BINS
+
+BAND_EDGES_HZ = [(lo * 31.25, hi * 31.25 if hi < 33 else 1000.0) for lo, hi in BAND_BINS]
+
+
+def plot_session_qa(raw, path: Path, seconds: float = 4.0) -> Path:
+    """Traces of the first seconds of an mne RawArray (left hand) with its keystroke annotations."""
+    sfreq = raw.info["sfreq"]
+    start = float(raw.annotations.onset[0]) - 0.5 if len(raw.annotations) else 0.0
+    start = max(0.0, start)
+    a, b = int(start * sfreq), int(min(raw.n_times, (start + seconds) * sfreq))
+    data = raw.get_data(start=a, stop=b)
+    t = np.arange(a, b) / sfreq
+    fig, ax = plt.subplots(figsize=(10, 6))
+    scale = 4 * np.median(data.std(axis=1)) + 1e-12
+    for i in range(32):
+        ax.plot(t, data[i] / scale - 1.2 * i, lw=0.4, color="C0" if i < 16 else "C1")
+    for onset, desc in zip(raw.annotations.onset, raw.annotations.description):
+        if start <= onset < start + seconds:
+            ax.axvline(onset, color="k", lw=0.5, alpha=0.4)
+            ax.text(onset, 1.5, desc.replace("Key.space", "␣"), fontsize=7, ha="center")
+    ax.set_yticks([-1.2 * i for i in range(0, 32, 4)], [raw.ch_names[i] for i in range(0, 32, 4)])
+    ax.set_xlabel("time (s)")
+    ax.set_title("generated session: 32 EMG channels (blue left, orange right) and keystroke annotations")
+    return save_figure(fig, path)
+
+
+def plot_band_powers(freqs: np.ndarray, psd: np.ndarray, fractions: list[float], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.semilogy(freqs[1:], psd.mean(0)[1:], color="k")
+    for (lo, hi), frac in zip(BAND_EDGES_HZ, fractions):
+        ax.axvspan(lo, hi, alpha=0.12)
+        ax.text((lo + hi) / 2, psd.mean(0)[1:].max(), f"{100 * frac:.0f}%", ha="center", fontsize=8)
+    ax.set_xlabel("frequency (Hz)")
+    ax.set_ylabel("Welch PSD (mne), channel mean")
+    ax.set_title("band powers behind the 6-band choice (share of power per band)")
+    return save_figure(fig, path)
+
+
+def plot_channel_stats(stats: dict[str, Any], path: Path) -> Path:
+    """Per-user channel means of the 6-band features, raw and after rolling time normalization."""
+    users = list(stats["users"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+    for ax, kind, title in ((axes[0], "raw", "raw log-band features"), (axes[1], "rtn", "after RTN")):
+        for u in users:
+            ax.plot(np.asarray(stats["users"][u][f"{kind}_mean"]).ravel(), marker=".", lw=0.8, label=u)
+        spread = stats["summary"][f"{kind}_cross_user_std_of_channel_means"]
+        ax.set_title(f"{title}: cross-user std of channel means {spread:.3f}")
+        ax.set_xlabel("channel (left 0–15, right 16–31)")
+    axes[0].set_ylabel("mean over time and bands")
+    axes[1].legend(fontsize=7, ncol=2)
+    return save_figure(fig, path)
+
+
+def plot_cer(summary: dict[str, Any], variants: list[str], path: Path) -> Path:
+    x = np.arange(len(variants))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    zero = [summary["variants"][v]["zero_shot_cer"] for v in variants]
+    ft = [summary["variants"][v]["finetuned_cer"] for v in variants]
+    ax.bar(x - 0.2, zero, 0.4, label="zero-shot (held-out users)")
+    ax.bar(x + 0.2, ft, 0.4, label="after per-user fine-tuning")
+    ax.set_xticks(x, variants, rotation=20)
+    ax.set_ylabel("greedy CER (%)")
+    ax.legend()
+    ax.set_title("CER per variant")
+    return save_figure(fig, path)
+
+
+def plot_loss_curves(histories: dict[str, list], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, history in histories.items():
+        if history:
+            steps, losses = zip(*history)
+            ax.plot(steps, losses, lw=0.8, label=name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("CTC loss (training windows)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+    return path

@@ -1,0 +1,169 @@
+"""Tasks of the Influence Distillation flow: the warm-up and every selection (timed in one task, so
+the cost ratio is measured in the same process), one fine-tuning task per selection method (an
+MLflow child run each), the convex QP check, then publishing the comparison."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.io import read_json, write_json
+from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
+from tasks import track
+from tasks.paths import metrics_path, models_dir, plots_dir, repo_path, run_pointer_path
+from tasks.runners import GPU_TAG, gpu_slot
+
+METHOD = "influence_distillation"
+
+
+def with_resolved_paths(cfg: InfluenceDistillationConfig) -> InfluenceDistillationConfig:
+    """A relative pool_dir / hf_model_path is relative to the project root (where params.yaml is)."""
+    update = {}
+    for key in ("pool_dir", "hf_model_path"):
+        value = getattr(cfg, key)
+        if value is not None:
+            p = Path(value).expanduser()
+            update[key] = str(p if p.is_absolute() else repo_path(str(p)))
+    return cfg.model_copy(update=update)
+
+
+def data_version(cfg: InfluenceDistillationConfig) -> str:
+    pool = Path(cfg.pool_dir)
+    if not (pool / "pool.jsonl").is_file():
+        raise FileNotFoundError(f"{pool}/pool.jsonl: no pool; run the tulu-pool stage "
+                                "(dvc repro tulu-pool, or python -m tasks.tulu_prep pool)")
+    return track.data_version([pool / "pool.jsonl", pool / "targets"])
+
+
+def _selection_dir() -> Path:
+    return models_dir(METHOD) / "selections"
+
+
+@task(name="influence-distillation-select", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def warmup_and_select(cfg: InfluenceDistillationConfig, parent: track.Run) -> dict:
+    """Warm-up (checkpointed), then every selection method timed here; writes the selections
+    (JSONL of ids and weights), the scores for the scatter plot and selection.json. A resumed run
+    whose selection finished reuses it (and its timings)."""
+    import numpy as np
+    import torch
+
+    from paperline.methods.influence_distillation import pipeline
+
+    done = models_dir(METHOD) / "selection.json"
+    if done.exists():
+        return read_json(done)
+    torch.set_num_threads(1)  # small matmuls; the flow's other task runs beside this one
+    torch.manual_seed(cfg.seed)
+    with gpu_slot() as device:
+        prep = pipeline.prepare(cfg, cfg.pool_dir)
+        prep.to(device)
+        optimizer, history = pipeline.warm_up(cfg, prep, models_dir(METHOD) / "warmup.pt")
+        parent.log_history("warmup/train_loss", history["step"], history["train_loss"])
+        before = pipeline.evaluate_targets(cfg, prep)
+        result = pipeline.select_all(cfg, prep, optimizer)
+    out = {"selections": {}, "comparison": result["comparison"], "before_finetune": before}
+    for method, sel in result["selections"].items():
+        path = pipeline.write_selection(_selection_dir() / f"{method}.jsonl", prep, sel["indices"],
+                                        result["scores"].get(method))
+        out["selections"][method] = {k: v for k, v in sel.items() if k != "indices"} | {
+            "path": str(path), **pipeline.composition(prep, sel["indices"])}
+    if "exact_first_order" in result["scores"]:
+        np.savez(models_dir(METHOD) / "scores.npz",
+                 exact=result["scores"]["exact_first_order"].mean(1).numpy(),
+                 propagated=result["scores"]["influence_distillation"].mean(1).numpy())
+    parent.log_metrics({f"selection/{k}": v for k, v in result["comparison"].items()})
+    write_json(done, out)
+    return out
+
+
+@task(name="influence-distillation-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def finetune_variant(cfg: InfluenceDistillationConfig, method: str, selection: dict, parent: track.Run,
+                     profile: str, data: str) -> dict:
+    """Fine-tune on one selection (same budget for all) and evaluate: one MLflow child run."""
+    import json
+
+    import torch
+
+    from paperline.methods.influence_distillation import pipeline
+    from paperline.train.checkpoint import load_checkpoint
+
+    torch.set_num_threads(1)
+    sel = selection["selections"][method]
+    with gpu_slot() as device, track.child_run(parent, METHOD, method, profile, data,
+                                               params={"method": method, "select_k": cfg.select_k,
+                                                       "device": str(device)}) as run:
+        prep = pipeline.prepare(cfg, cfg.pool_dir)
+        prep.to(device)
+        warm = load_checkpoint(models_dir(METHOD) / "warmup.pt")
+        if warm is None:
+            raise FileNotFoundError(f"{models_dir(METHOD) / 'warmup.pt'}: no warm-up checkpoint")
+        position = {sample_id: i for i, sample_id in enumerate(prep.pool.ids)}
+        ids = [json.loads(line)["id"] for line in Path(sel["path"]).read_text().splitlines()]
+        checkpoint = models_dir(METHOD) / "finetune" / f"{method}.pt"
+        result = pipeline.finetune_and_evaluate(cfg, prep, warm, [position[i] for i in ids], checkpoint, method)
+        run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
+        row = row_of(result["eval"], sel)
+        run.log_metrics(row)
+        run.log_artifact(sel["path"], "selection")
+        run.log_artifact(checkpoint, "checkpoints")
+    return row
+
+
+def row_of(evals: dict, sel: dict) -> dict:
+    row = {f"{t}_{k}": v for t, e in evals.items() for k, v in e.items()}
+    row["target_loss_mean"] = sum(e["loss"] for e in evals.values()) / len(evals)
+    row["target_accuracy_mean"] = sum(e["token_accuracy"] for e in evals.values()) / len(evals)
+    row |= {f"selection_{k}": v for k, v in sel.items() if k in ("wall_s", "gradient_evaluations", "forward_passes")}
+    row |= {k: v for k, v in sel.items() if k.startswith("share_")}
+    return row
+
+
+@task(name="influence-distillation-qp-check", cache_policy=NO_CACHE)
+def qp_check(cfg: InfluenceDistillationConfig, parent: track.Run) -> dict:
+    """Spec §e convex check: the second-order QP on logistic regression against first order (CPU)."""
+    from paperline.methods.influence_distillation.qp import qp_check as run_qp
+
+    out = run_qp(cfg.qp.n_source, cfg.qp.n_target, cfg.qp.dim, cfg.qp.k, list(cfg.qp.lrs), cfg.seed)
+    for row in out["rows"]:
+        parent.log_metrics({f"qp/{k}/lr_{row['lr']:g}": v for k, v in row.items() if k != "lr"})
+    return out
+
+
+@task(name="influence-distillation-publish", cache_policy=NO_CACHE)
+def publish(cfg: InfluenceDistillationConfig, selection: dict, rows: dict[str, dict], qp: dict,
+            parent: track.Run) -> dict:
+    """metrics/influence_distillation.json, the plots (PNG and CSV), mlflow_run.json."""
+    import numpy as np
+
+    from paperline.methods.influence_distillation import plots
+
+    targets = sorted(selection["before_finetune"])
+    summary: dict = {m: row for m, row in rows.items()}
+    summary["before_finetune"] = {f"{t}_{k}": v for t, e in selection["before_finetune"].items() for k, v in e.items()}
+    summary |= selection["comparison"]
+    first, last = qp["rows"][0], qp["rows"][-1]
+    summary |= {"qp_relative_weight_difference_smallest_lr": first["relative_weight_difference"],
+                "qp_relative_weight_difference_largest_lr": last["relative_weight_difference"],
+                "qp_support_jaccard_smallest_lr": first["support_jaccard"]}
+    out = plots_dir(METHOD)
+    paths = [plots.plot_target_metrics(rows, targets, out / "target_accuracy.png"),
+             plots.plot_qp_check(qp, out / "qp_first_vs_second_order.png"),
+             plots.write_csv(out / "target_metrics.csv", ["method", "target", "loss", "token_accuracy"],
+                             [[m, t, r[f"{t}_loss"], r[f"{t}_token_accuracy"]] for m, r in rows.items() for t in targets]),
+             plots.write_csv(out / "qp_check.csv", list(qp["rows"][0]), [list(r.values()) for r in qp["rows"]])]
+    scores = models_dir(METHOD) / "scores.npz"
+    if scores.exists():
+        s = np.load(scores)
+        paths.append(plots.plot_propagated_vs_exact(s["exact"], s["propagated"],
+                                                    summary.get("id_vs_exact_spearman_of_target_mean", float("nan")),
+                                                    out / "propagated_vs_exact.png"))
+        paths.append(plots.write_csv(out / "propagated_vs_exact.csv", ["exact", "propagated"],
+                                     [[float(a), float(b)] for a, b in zip(s["exact"], s["propagated"])]))
+    for path in paths:
+        parent.log_artifact(path, "plots")
+    parent.log_metrics({f"{m}/{k}": v for m, row in rows.items() for k, v in row.items()})
+    parent.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+    write_json(metrics_path(METHOD), summary)
+    write_json(run_pointer_path(METHOD), track.run_pointer(parent, METHOD))
+    return summary

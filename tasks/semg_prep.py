@@ -1,0 +1,162 @@
+"""`python -m tasks.semg_prep sessions|normalize [--profile P] [--set key=value ...]`: the sEMG data
+stages of dvc.yaml.
+
+- `semg-sessions`: the embedded default writes generated emg2qwerty-format sessions into
+  data/splashnet/sessions/ (with mne QA plots under qa/); `data.source: directory` lists the real
+  sessions where they are (nothing is copied). Either way `manifest.json` names the sessions.
+- `semg-normalize`: log-spectrogram features (33 bins and the 6 bands) of every session into
+  data/splashnet/features/, with the per-user channel statistics before and after RTN.
+
+Parameters: `splashnet.data` of the profile `splashnet.profile` names (the method that reads
+these data). Plain processes, no Prefect: DVC decides when they re-run; the flow calls
+`ensure_prepared` so that it also runs on a fresh project without `dvc repro`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from paperline.config import PROFILES, ParamsError, load_method_config, read_params
+from paperline.io import atomic_dir, read_json, write_json
+from paperline.methods.splashnet.config import SplashNetConfig
+from tasks.paths import params_path, repo_path
+
+METHOD = "splashnet"
+MANIFEST = "manifest.json"
+
+
+def sessions_dir() -> Path:
+    return repo_path("data", METHOD, "sessions")
+
+
+def features_dir() -> Path:
+    return repo_path("data", METHOD, "features")
+
+
+def resolve(profile: str | None = None, overrides: Sequence[str] = ()) -> tuple[str, SplashNetConfig]:
+    return load_method_config(SplashNetConfig, read_params(params_path()), METHOD, profile, overrides,
+                              source=params_path().name)
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def sessions_fingerprint(cfg: SplashNetConfig) -> str:
+    return _digest({"data": cfg.data.model_dump(), "seed": cfg.seed})
+
+
+def features_fingerprint(cfg: SplashNetConfig) -> str:
+    return _digest({"sessions": sessions_fingerprint(cfg), "rtn": [cfg.rtn_warmup_frames, cfg.rtn_eps]})
+
+
+def _corpus_path(cfg: SplashNetConfig) -> Path:
+    path = Path(cfg.data.corpus).expanduser()
+    return path if path.is_absolute() else repo_path(str(path))
+
+
+def build_sessions(cfg: SplashNetConfig) -> dict[str, Any]:
+    from paperline.data import emg2qwerty, semg_synth
+    from paperline.methods.splashnet import plots
+    from paperline.methods.splashnet.plots import BAND_EDGES_HZ
+
+    out = sessions_dir()
+    with atomic_dir(out) as tmp:
+        if cfg.data.source == "generated":
+            text = semg_synth.load_corpus(_corpus_path(cfg), cfg.data.generator.vocabulary)
+            paths = semg_synth.generate_sessions(tmp, cfg.data.generator, text, seed=cfg.seed)
+            refs = [emg2qwerty.SessionRef(str(Path("data", METHOD, "sessions", p.name)), *_user_name(p))
+                    for p in paths]
+            first = emg2qwerty.read_session(paths[0])
+            plots.plot_session_qa(semg_synth.session_raw(first), tmp / "qa" / "session_traces.png")
+            powers = semg_synth.band_powers(first, BAND_EDGES_HZ)
+            plots.plot_band_powers(powers["freqs"], powers["psd"], powers["band_fraction"],
+                                   tmp / "qa" / "band_powers.png")
+            extra = {"generator_users": semg_synth.user_truth(cfg.data.generator, cfg.seed),
+                     "band_fraction": powers["band_fraction"]}
+        else:
+            refs = emg2qwerty.scan_sessions(Path(cfg.data.directory).expanduser())
+            extra = {"directory": str(cfg.data.directory)}
+        manifest = {"fingerprint": sessions_fingerprint(cfg), "source": cfg.data.source,
+                    "sessions": [r.__dict__ for r in refs], **extra}
+        write_json(tmp / MANIFEST, manifest)
+    return manifest
+
+
+def _user_name(path: Path) -> tuple[str, str]:
+    from paperline.data.emg2qwerty import read_attributes
+
+    attrs = read_attributes(path)
+    return str(attrs["user"]), str(attrs["session_name"])
+
+
+def _absolute(refs):
+    from paperline.data.emg2qwerty import SessionRef
+
+    return [SessionRef(str(p if (p := Path(r.path)).is_absolute() else repo_path(r.path)), r.user, r.session_name)
+            for r in refs]
+
+
+def build_features(cfg: SplashNetConfig) -> dict[str, Any]:
+    from paperline.methods.splashnet import plots
+    from paperline.methods.splashnet.features import manifest_refs, write_features
+
+    manifest_path = sessions_dir() / MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path}: no session manifest (run the semg-sessions stage: "
+                                "python -m tasks.semg_prep sessions)")
+    manifest = read_json(manifest_path)
+    if manifest.get("fingerprint") != sessions_fingerprint(cfg):
+        raise ValueError(f"{manifest_path}: written for other data parameters; re-run the semg-sessions stage")
+    refs = _absolute(manifest_refs(manifest))
+    with atomic_dir(features_dir()) as tmp:
+        index = write_features(refs, tmp, cfg.rtn_warmup_frames, cfg.rtn_eps, features_fingerprint(cfg))
+        plots.plot_channel_stats(read_json(tmp / "stats.json"), tmp / "qa" / "channel_stats.png")
+    return index
+
+
+def ensure_prepared(cfg: SplashNetConfig) -> Path:
+    """The features for `cfg`, building sessions and features when missing or stale."""
+    manifest = sessions_dir() / MANIFEST
+    if not manifest.is_file() or read_json(manifest).get("fingerprint") != sessions_fingerprint(cfg):
+        build_sessions(cfg)
+    index = features_dir() / "index.json"
+    if not index.is_file() or read_json(index).get("fingerprint") != features_fingerprint(cfg):
+        build_features(cfg)
+    return features_dir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.semg_prep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=["sessions", "normalize"])
+    parser.add_argument("--profile", choices=list(PROFILES), default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    from paperline.data.emg2qwerty import SessionFormatError
+    from paperline.data.semg_synth import CorpusError
+
+    try:
+        profile, cfg = resolve(args.profile, args.overrides)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        if args.stage == "sessions":
+            manifest = build_sessions(cfg)
+            print(f"semg-sessions ({profile}): {len(manifest['sessions'])} sessions -> {sessions_dir()}")
+        else:
+            index = build_features(cfg)
+            print(f"semg-normalize ({profile}): {len(index['sessions'])} sessions -> {features_dir()}")
+    except (SessionFormatError, CorpusError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The paper profile's model path: a transformers causal LM read from a local folder (a tiny LLaMA
+and a byte-level BPE tokenizer written here; nothing is downloaded) through warm-up, selection and
+fine-tuning, with the Tulu template tokenized by its tokenizer."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from paperline.data.tulu_pool import TuluPoolConfig, write_pool
+from paperline.methods.influence_distillation import pipeline
+from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
+from paperline.methods.influence_distillation.finetune import clone_state
+
+
+def _write_tiny_hf_model(folder):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(["<|user|>\nWhat is 2 times 3?\n<|assistant|>\nThe answer is 6."] * 5,
+                           trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>", "<pad>"],
+                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(folder)
+    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
+                      eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+
+
+def test_a_local_transformers_model_runs_the_pipeline(tmp_path):
+    pytest.importorskip("transformers")
+    _write_tiny_hf_model(tmp_path / "model")
+    write_pool(TuluPoolConfig(pool_size=40, target_size=2, eval_size=3), tmp_path / "tulu")
+    cfg = InfluenceDistillationConfig(model="hf", hf_model_path=str(tmp_path / "model"), max_length=64,
+                                      warmup_samples=16, warmup_steps=3, batch_size=4, num_landmarks=8,
+                                      grad_proj_dim=256, select_k=10, jvp_blocks=1)
+    prep = pipeline.prepare(cfg, tmp_path / "tulu")
+    assert prep.model.down_proj_names() == ["net.model.layers.0.mlp.down_proj.weight",
+                                            "net.model.layers.1.mlp.down_proj.weight"]
+    assert all(n.startswith("net.model.layers.0.") for n in prep.model.block_param_names(1))
+    assert prep.pool.tokens.max() < prep.tokenizer.vocab_size and prep.pool.mask.any(1).all()
+    optimizer, history = pipeline.warm_up(cfg, prep, None)
+    assert len(history["train_loss"]) == 3
+    out = pipeline.select_all(cfg, prep, optimizer)
+    assert out["selections"]["influence_distillation"]["gradient_evaluations"] == 8 + len(prep.targets)
+    assert -1 <= out["comparison"]["id_vs_exact_spearman_of_target_mean"] <= 1
+    model_state, opt_state = clone_state(prep.model, optimizer)
+    result = pipeline.finetune_and_evaluate(cfg, prep, {"model": model_state, "optimizer": opt_state, "fingerprint": 0},
+                                            out["selections"]["influence_distillation"]["indices"], None, "id")
+    assert set(result["eval"]) == {"gsm8k_like", "mmlu_like", "squad_like"}
+    assert 0 <= result["eval"]["mmlu_like"]["choice_accuracy"] <= 1

@@ -1,0 +1,209 @@
+"""Influence Distillation's pieces against their definitions: the randomised Hadamard projection,
+per-sample gradients (torch.func) against a loop, the Adam coefficient a against AdamW's actual
+update, JVP embeddings against finite differences, kernel-ridge propagation, round-robin and
+first-order selection, the convex second-order check, and checkpoint resume."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy.linalg import hadamard
+
+from paperline.data.tulu import TuluRecord
+from paperline.methods.influence_distillation import landmarks
+from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
+from paperline.methods.influence_distillation.finetune import epoch_batches, make_optimizer, train
+from paperline.methods.influence_distillation.influence import (HadamardProjector, adam_coefficients, fwht,
+                                                                per_sample_gradients)
+from paperline.methods.influence_distillation.model import build_model, masked_lm_loss, tokenize
+from paperline.methods.influence_distillation.qp import qp_check
+from paperline.methods.influence_distillation.selection import first_order_weights, lambda_for_k, round_robin
+
+TINY = dict(llama={"hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "num_layers": 2}, max_length=48,
+            batch_size=4)
+
+
+def _records(n: int) -> list[TuluRecord]:
+    words = "alpha beta gamma delta epsilon zeta eta theta".split()
+    return [TuluRecord("d", f"s{i}", ({"role": "user", "content": " ".join(words[(i + j) % 8] for j in range(1 + i % 4))},
+                                      {"role": "assistant", "content": words[i % 8] * (1 + i % 3)}))
+            for i in range(n)]
+
+
+@pytest.fixture
+def tiny():
+    cfg = InfluenceDistillationConfig(**TINY)
+    model, tok = build_model(cfg, 0)
+    return cfg, model, tokenize(_records(10), tok, cfg.max_length)
+
+
+def test_fwht_is_the_orthonormal_hadamard_matrix():
+    x = torch.randn(3, 16, dtype=torch.float64)
+    expected = x @ torch.tensor(hadamard(16), dtype=torch.float64) / 4
+    assert torch.allclose(fwht(x), expected)
+    with pytest.raises(ValueError, match="power-of-two"):
+        fwht(torch.zeros(12))
+
+
+def test_full_hadamard_projection_preserves_inner_products_and_a_partial_one_nearly():
+    x = torch.randn(5, 100)
+    full = HadamardProjector(100, 128, seed=0)
+    assert torch.allclose(full(x) @ full(x).T, x @ x.T, atol=1e-3)
+    g = torch.randn(2000)
+    half = HadamardProjector(2000, 1024, seed=1)
+    assert abs(float(half(g).norm() / g.norm()) - 1) < 0.1
+
+
+def test_per_sample_gradients_match_a_loop_of_autograd(tiny):
+    cfg, model, data = tiny
+    names = model.down_proj_names()
+    assert len(names) == 2
+    got = per_sample_gradients(model, data, [0, 3, 7], names, chunk=2)
+    params = dict(model.named_parameters())
+    for row, i in zip(got, [0, 3, 7]):
+        tokens, mask = data.batch([i])
+        model.zero_grad()
+        masked_lm_loss(model(tokens), tokens, mask).backward()
+        expected = torch.cat([params[n].grad.reshape(-1) for n in names])
+        assert torch.allclose(row, expected, atol=1e-5)
+
+
+def test_adam_coefficient_is_the_slope_of_adamws_next_update(tiny):
+    cfg, model, data = tiny
+    opt = make_optimizer(model, cfg, lr=1e-2)
+    train(model, opt, data, range(10), epoch_batches(10, 4, 2, 0), None, {})
+    names = model.down_proj_names()
+    a = adam_coefficients(opt, model, names)
+    params = dict(model.named_parameters())
+
+    def update(g_scale: float) -> torch.Tensor:
+        m, o = copy.deepcopy(model), None
+        o = make_optimizer(m, cfg, lr=1e-2)
+        o.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict keeps the tensors: copy
+        mp = dict(m.named_parameters())
+        for n, p in mp.items():
+            p.grad = torch.full_like(p, g_scale) if n in names else torch.zeros_like(p)
+        before = torch.cat([mp[n].detach().reshape(-1).clone() for n in names])
+        o.step()
+        return torch.cat([mp[n].detach().reshape(-1) for n in names]) - before
+
+    # Δθ(g) = −η(a ⊙ g + b) with the moments held fixed: a gradient far below sqrt(v) barely moves v,
+    # so the difference of two updates isolates a (the spec's affine form)
+    g = 1e-7
+    slope = (update(g) - update(0.0)) / g
+    close = torch.isclose(-slope / 1e-2, a, rtol=5e-2)
+    assert close.float().mean() > 0.95
+    assert a.shape[0] == sum(params[n].numel() for n in names)
+
+
+def test_jvp_embeddings_are_directional_derivatives_of_the_first_blocks(tiny):
+    cfg, model, data = tiny
+    emb = landmarks.jvp_embeddings(model, data, num_blocks=1, num_tangents=2, proj_dim=0, seed=3, batch_size=4)
+    assert emb.shape == (10, 2 * 16)
+    # finite difference along the first tangent (re-drawn with the same generator)
+    names = model.block_param_names(1)
+    assert names and all(n.startswith("net.layers.0.") for n in names)
+    params = dict(model.named_parameters())
+    g = torch.Generator().manual_seed(3)
+    tangent = {n: torch.randn((2, *params[n].shape), generator=g)[0] for n in names}
+    eps = 1e-3
+
+    def last_hidden(sign: float) -> torch.Tensor:
+        m = copy.deepcopy(model)
+        mp = dict(m.named_parameters())
+        with torch.no_grad():
+            for n in names:
+                mp[n].add_(sign * eps * tangent[n])
+            h = m.hidden_states(data.tokens, 1)
+        return h[torch.arange(10), data.lengths - 1]
+
+    fd = (last_hidden(1) - last_hidden(-1)) / (2 * eps)
+    assert torch.allclose(emb[:, :16], fd, atol=2e-2, rtol=2e-2)
+    with torch.no_grad():  # block 2 does not enter the embedding
+        model.net.layers[1].mlp.down_proj.weight.mul_(3.0)
+    again = landmarks.jvp_embeddings(model, data, 1, 2, 0, 3, 4)
+    assert torch.allclose(again, emb, atol=1e-5)
+
+
+def test_kernel_ridge_propagation_recovers_a_smooth_influence():
+    g = torch.Generator().manual_seed(0)
+    emb = torch.randn(400, 3, generator=g)
+    truth = torch.stack([torch.sin(emb[:, 0]) + emb[:, 1] ** 2, emb[:, 2]], dim=1)
+    marks = landmarks.choose_landmarks(400, 80, seed=1)
+    est = landmarks.propagate(emb, marks, truth[marks], damp=1e-3)
+    rest = np.setdiff1d(np.arange(400), marks.numpy())
+    from scipy.stats import spearmanr
+
+    for j in range(2):
+        assert spearmanr(est[rest, j], truth[rest, j]).statistic > 0.85
+    sigma = landmarks.rbf_bandwidth(emb[marks], 1000)
+    d = torch.cdist(emb[marks], emb[marks])
+    assert sigma == pytest.approx(float(d[~torch.eye(80, dtype=torch.bool)].median()), rel=1e-5)
+    with pytest.raises(ValueError, match="exceeds the pool size"):
+        landmarks.choose_landmarks(5, 6, 0)
+
+
+def test_round_robin_takes_turns_and_never_repeats():
+    scores = torch.tensor([[9.0, 8.0], [5.0, 9.5], [4.0, 9.0], [1.0, 0.0], [0.5, 0.1]])
+    # t0 takes 0; t1 takes 1; t0's next free is 2 (t1 liked it too); t1's next free is 4, not 3
+    assert round_robin(scores, 4) == [0, 1, 2, 4]
+    assert round_robin(torch.tensor([[1.0, 1.0], [0.0, 0.9], [0.5, 0.0]]), 3) == [0, 1, 2]
+    chosen = round_robin(torch.randn(50, 3), 30)
+    assert len(set(chosen)) == 30
+    with pytest.raises(ValueError, match="exceeds the pool size"):
+        round_robin(torch.zeros(3, 1), 4)
+
+
+def test_first_order_solution_is_top_k_by_influence():
+    p = np.random.default_rng(0).normal(size=30)
+    lam = lambda_for_k(p, 7)
+    w = first_order_weights(p, lam)
+    assert np.count_nonzero(w) == 7 and w.sum() == pytest.approx(30)
+    assert set(np.nonzero(w)[0]) == set(np.argsort(-p)[:7]) and np.all(w >= 0)
+
+
+def test_second_order_qp_agrees_with_first_order_at_small_learning_rates():
+    out = qp_check(n_source=30, n_target=15, dim=4, k=8, lrs=[1e-3, 1e-1, 10.0], seed=0)
+    small, mid, large = out["rows"]
+    assert small["relative_weight_difference"] < 1e-2 and small["support_jaccard"] == 1.0
+    assert small["relative_weight_difference"] < mid["relative_weight_difference"] < large["relative_weight_difference"]
+    assert large["relative_weight_difference"] > 0.05
+    # the step with the first-order weights lowers the target loss (the weights point the right way)
+    assert small["target_loss_drop_first_order"] > 0
+
+
+def test_training_resumes_from_its_checkpoint(tiny, tmp_path):
+    cfg, model, data = tiny
+    start = copy.deepcopy(model.state_dict())
+    batches = epoch_batches(10, 4, 3, 0)
+    full = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {})
+    reference = copy.deepcopy(model.state_dict())
+    model.load_state_dict(start)
+    ckpt = tmp_path / "ck.pt"
+    train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, ckpt, {"a": 1}, checkpoint_every=2,
+          stop_after=5)  # killed after step 5: the checkpoint holds step 4
+    model.load_state_dict(start)  # a fresh process
+    resumed = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, ckpt, {"a": 1},
+                    checkpoint_every=2)
+    assert resumed["train_loss"] == pytest.approx(full["train_loss"], rel=1e-5)
+    for k, v in reference.items():
+        assert torch.allclose(model.state_dict()[k], v, atol=1e-6)
+
+
+def test_long_samples_keep_their_answer_in_the_window():
+    cfg = InfluenceDistillationConfig(**TINY)
+    _, tok = build_model(cfg, 0)
+    rec = TuluRecord("d", "long", ({"role": "user", "content": "x" * 200}, {"role": "assistant", "content": "yes"}))
+    data = tokenize([rec], tok, 48)
+    assert data.tokens.shape[1] == 48 and data.mask[0].sum() == len("yes") + 2  # reply, eos, newline
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match="hf_model_path"):
+        InfluenceDistillationConfig(model="hf")
+    with pytest.raises(ValueError, match="jvp_blocks 3 exceeds"):
+        InfluenceDistillationConfig(jvp_blocks=3)
+    with pytest.raises(ValueError, match="include influence_distillation"):
+        InfluenceDistillationConfig(methods=["random"])

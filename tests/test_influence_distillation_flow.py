@@ -1,0 +1,61 @@
+"""The Influence Distillation flow end to end at the tiny profile: the tulu-pool stage writes the
+pool, the flow writes a metrics row per selection method with the cost ratio and the Spearman
+correlation, an MLflow parent with one child per selection method, plots as MLflow artifacts and
+DVC files, and the selected ids; the tulu-select stage writes its JSONL."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from flows.launch import run_method
+from tasks import track
+from tasks.tulu_prep import main as tulu_prep
+
+METHOD = "influence_distillation"
+
+
+def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, prefect_server):
+    assert tulu_prep(["pool", "--profile", "tiny"]) == 0
+    manifest = json.loads((project / "data" / "tulu" / "manifest.json").read_text())
+    assert manifest["pool_size"] == 120 and manifest["skipped"]["skipped"] == 0
+    run_method(METHOD, "tiny")
+    metrics = json.loads((project / "metrics" / f"{METHOD}.json").read_text())
+    tiny = yaml.safe_load((project / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]
+    methods = ["random", "rds_plus", "exact_first_order", "influence_distillation"]
+    for m in methods:
+        row = metrics[m]
+        for key in ("target_loss_mean", "target_accuracy_mean", "gsm8k_like_loss", "squad_like_token_accuracy",
+                    "mmlu_like_choice_accuracy", "selection_wall_s"):
+            assert isinstance(row[key], float), (m, key)
+    pool = 120
+    assert metrics["exact_first_order"]["selection_gradient_evaluations"] == pool + 3 * 4  # pool + targets
+    assert metrics["influence_distillation"]["selection_gradient_evaluations"] == tiny["num_landmarks"] + 3 * 4
+    assert metrics["cost_ratio_gradient_evaluations"] == (16 + 12) / (120 + 12)
+    assert metrics["cost_ratio_wall_time"] > 0
+    assert -1 <= metrics["id_vs_exact_spearman_of_target_mean"] <= 1
+    assert metrics["qp_relative_weight_difference_smallest_lr"] < metrics["qp_relative_weight_difference_largest_lr"]
+
+    selected = (project / "models" / METHOD / "selections" / "influence_distillation.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in selected]
+    assert len(rows) == tiny["select_k"] and len({r["id"] for r in rows}) == len(rows)
+    assert all(r["weight"] == 1.0 for r in rows)
+
+    pointer = json.loads((project / "runs" / METHOD / "mlflow_run.json").read_text())
+    c = track.client()
+    parent = c.get_run(pointer["run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
+    assert parent.data.tags["data_version"].startswith("sha256:")
+    children = c.search_runs([parent.info.experiment_id],
+                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(r.data.tags["variant"] for r in children) == sorted(methods)
+    assert all(r.info.status == "FINISHED" for r in children)
+    pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots") if a.path.endswith(".png")}
+    assert pngs == {p.name for p in (project / "plots" / METHOD).glob("*.png")}
+    assert {"target_accuracy.png", "propagated_vs_exact.png", "qp_first_vs_second_order.png"} <= pngs
+    assert (project / "plots" / METHOD / "target_metrics.csv").read_text().startswith("method,")
+    assert json.loads((project / "models" / METHOD / "run.json").read_text())["complete"]
+
+    assert tulu_prep(["select", "--profile", "tiny"]) == 0
+    chosen = (project / "data" / "tulu" / "selection" / "selected.jsonl").read_text().splitlines()
+    assert len(chosen) == tiny["select_k"]
