@@ -130,3 +130,34 @@ def load_method_config(
         key, value = parse_override(text)
         _set_dotted(values, key, value)
     return profile, validate(model, values, f"{source}: {method}.profiles.{profile}")
+
+
+def load_data_config(
+    model: type[ConfigT],
+    params: dict[str, Any],
+    section_name: str,
+    follows: str,
+    profile: str | None = None,
+    overrides: Iterable[str] = (),
+    source: str = "params.yaml",
+) -> tuple[str, ConfigT]:
+    """(profile, validated config) of a shared data-prep section (`wsi`, `tulu`): it holds only
+    `profiles`, and the profile is the one the method that reads the data (`follows`) names, so one
+    switch sets data and model scale together; `profile` overrides it."""
+    section = params.get(section_name)
+    if not isinstance(section, dict):
+        raise ParamsError(f"{source}: no section {section_name!r}")
+    unknown = set(section) - {"profiles"}
+    if unknown:
+        raise ParamsError(f"{source}: {section_name}.{sorted(unknown)[0]}: unknown parameter "
+                          f"(the section holds profiles; the profile is {follows}.profile)")
+    profile = profile or (params.get(follows) or {}).get("profile", "smoke")
+    if profile not in PROFILES:
+        raise ParamsError(f"{source}: {follows}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    profiles = section.get("profiles") or {}
+    if profile not in profiles:
+        raise ParamsError(f"{source}: {section_name}.profiles.{profile}: missing")
+    values = copy.deepcopy(profiles[profile] or {})
+    for text in overrides:
+        _set_dotted(values, *parse_override(text))
+    return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -56,3 +57,17 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from err
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (pinned inputs: texture slides, corpora)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def json_digest(obj: Any) -> str:
+    """16 hex digits of the sha256 of `obj` as canonical JSON: a fingerprint of a configuration."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -7,19 +7,17 @@ config, clears the directory first. DVC keeps the directory between runs (`persi
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from paperline.io import read_json, write_json
+from paperline.io import json_digest, read_json, write_json
 from tasks.paths import models_dir
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return json_digest(config)
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,12 @@ these data). Plain processes, no Prefect: DVC decides when they re-run; the flow
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from paperline.config import PROFILES, ParamsError, load_method_config, read_params
-from paperline.io import atomic_dir, read_json, write_json
+from paperline.io import atomic_dir, json_digest, read_json, write_json
 from paperline.methods.splashnet.config import SplashNetConfig
 from tasks.paths import params_path, repo_path
 
@@ -42,16 +40,12 @@ def resolve(profile: str | None = None, overrides: Sequence[str] = ()) -> tuple[
                               source=params_path().name)
 
 
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def sessions_fingerprint(cfg: SplashNetConfig) -> str:
-    return _digest({"data": cfg.data.model_dump(), "seed": cfg.seed})
+    return json_digest({"data": cfg.data.model_dump(), "seed": cfg.seed})
 
 
 def features_fingerprint(cfg: SplashNetConfig) -> str:
-    return _digest({"sessions": sessions_fingerprint(cfg), "rtn": [cfg.rtn_warmup_frames, cfg.rtn_eps]})
+    return json_digest({"sessions": sessions_fingerprint(cfg), "rtn": [cfg.rtn_warmup_frames, cfg.rtn_eps]})
 
 
 def _corpus_path(cfg: SplashNetConfig) -> Path:

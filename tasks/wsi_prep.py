@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from paperline.config import PROFILES, ParamsError, _set_dotted, parse_override, read_params, validate
+from paperline.config import PROFILES, ParamsError, load_data_config, read_params
 from paperline.data.wsi_prep import WSIPrepConfig
 from tasks.paths import params_path, repo_path
 
@@ -31,24 +31,7 @@ def raw_dir():
 
 def resolve(params: dict[str, Any], profile: str | None = None,
             overrides: Sequence[str] = ()) -> tuple[str, WSIPrepConfig]:
-    source = params_path().name
-    section = params.get(SECTION)
-    if not isinstance(section, dict):
-        raise ParamsError(f"{source}: no section {SECTION!r}")
-    unknown = set(section) - {"profiles"}
-    if unknown:
-        raise ParamsError(f"{source}: {SECTION}.{sorted(unknown)[0]}: unknown parameter "
-                          f"(the section holds profiles; the profile is {FOLLOWS}.profile)")
-    profile = profile or (params.get(FOLLOWS) or {}).get("profile", "smoke")
-    if profile not in PROFILES:
-        raise ParamsError(f"{source}: {FOLLOWS}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
-    profiles = section.get("profiles") or {}
-    if profile not in profiles:
-        raise ParamsError(f"{source}: {SECTION}.profiles.{profile}: missing")
-    values = dict(profiles[profile] or {})
-    for text in overrides:
-        _set_dotted(values, *parse_override(text))
-    return profile, validate(WSIPrepConfig, values, f"{source}: {SECTION}.profiles.{profile}")
+    return load_data_config(WSIPrepConfig, params, SECTION, FOLLOWS, profile, overrides, params_path().name)
 
 
 def main(argv: list[str] | None = None) -> int:

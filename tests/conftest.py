@@ -62,3 +62,19 @@ def project(tmp_path, monkeypatch, mlflow_template_db) -> Path:
     monkeypatch.setenv("PAPERLINE_ROOT", str(root))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
     return root
+
+
+def finished_flow_runs(project: Path, method: str, profile: str = "tiny"):
+    """(parent, children) of the MLflow run `runs/<method>/mlflow_run.json` points at, after
+    checking that the parent finished under `profile`."""
+    import json
+
+    from tasks import track
+
+    pointer = json.loads((project / "runs" / method / "mlflow_run.json").read_text())
+    client = track.client()
+    parent = client.get_run(pointer["run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == profile
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    return parent, children

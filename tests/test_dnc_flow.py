@@ -7,6 +7,7 @@ import yaml
 
 from flows.launch import run_method
 from tasks import track
+from tests.conftest import finished_flow_runs
 
 
 def _run(project, runner: str = "thread") -> dict:
@@ -30,12 +31,8 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
             assert isinstance(row[key], (int, float)), key
         assert 0 <= row["dnc_fraction"] <= 1
 
-    pointer = json.loads((project / "runs" / "dnc" / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(project, "dnc")
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
-    children = c.search_runs([parent.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(variants)
     assert all(r.info.status == "FINISHED" for r in children)
     child = children[0]

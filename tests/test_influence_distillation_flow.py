@@ -11,6 +11,7 @@ import yaml
 from flows.launch import run_method
 from tasks import track
 from tasks.tulu_prep import main as tulu_prep
+from tests.conftest import finished_flow_runs
 
 METHOD = "influence_distillation"
 
@@ -41,13 +42,9 @@ def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, pref
     assert len(rows) == tiny["select_k"] and len({r["id"] for r in rows}) == len(rows)
     assert all(r["weight"] == 1.0 for r in rows)
 
-    pointer = json.loads((project / "runs" / METHOD / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(project, METHOD)
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
     assert parent.data.tags["data_version"].startswith("sha256:")
-    children = c.search_runs([parent.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(methods)
     assert all(r.info.status == "FINISHED" for r in children)
     pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots") if a.path.endswith(".png")}

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from flows.launch import run_method
-from paperline.config import ParamsError
 from tasks import track
+from paperline.config import ParamsError
+from tests.conftest import finished_flow_runs
 
 OPTIMIZERS = ["adam", "ngn", "ngn_m", "ngn_md", "sgd", "sgdm"]
 
@@ -27,13 +28,9 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
     variants = sorted(f"{p}-{o}" for p in problems for o in OPTIMIZERS)
     assert sorted(p.name for p in (project / "models" / "ngn_m").iterdir() if p.is_dir()) == variants
 
-    pointer = json.loads((project / "runs" / "ngn_m" / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(project, "ngn_m")
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
     assert parent.data.tags["data_version"].startswith("sha256:")  # scikit-learn's bundled files
-    children = c.search_runs([parent.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(r.data.tags["variant"] for r in children) == variants
     assert all(r.info.status == "FINISHED" for r in children)
     child = next(r for r in children if r.data.tags["variant"] == "digits-ngn_m")

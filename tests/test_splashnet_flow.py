@@ -10,7 +10,7 @@ import yaml
 
 from flows.launch import run_method
 from tasks import track
-from tests.conftest import CHECKOUT
+from tests.conftest import CHECKOUT, finished_flow_runs
 
 
 def _with_corpus(project):
@@ -38,13 +38,9 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
     index = json.loads((project / "data" / "splashnet" / "features" / "index.json").read_text())
     assert len(index["sessions"]) == 6 and (project / "data" / "splashnet" / "sessions" / "manifest.json").exists()
 
-    pointer = json.loads((project / "runs" / "splashnet" / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(project, "splashnet")
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
     assert parent.data.tags["data_version"].startswith("sha256:")
-    children = c.search_runs([parent.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(tiny["variants"])
     assert all(r.info.status == "FINISHED" for r in children)
     child = children[0]

@@ -9,6 +9,7 @@ import yaml
 
 from flows.launch import run_method
 from tasks import track
+from tests.conftest import finished_flow_runs
 
 TIMING_KEYS = {"step_ms", "step_time_vs_adamw", "optimizer_time_vs_adamw"}
 
@@ -38,13 +39,9 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
     assert rows["sumo"]["state_bytes"] < rows["galore_adamw"]["state_bytes"] < rows["adamw"]["state_bytes"]
     assert metrics["ns5_error_at_kappa_1e6"] > metrics["ns5_error_at_kappa_1"]
 
-    pointer = json.loads((project / "runs" / "sumo" / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(project, "sumo")
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
     assert parent.data.tags["data_version"].startswith("sha256:")
-    children = c.search_runs([parent.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     variants = [f"{n}_lr{lr:g}" for n in tiny["optimizers"] for lr in tiny["lr_grid"][n]]
     assert sorted(r.data.tags["variant"] for r in children) == sorted(variants + ["step_time"])
     assert all(r.info.status == "FINISHED" for r in children)

@@ -9,6 +9,7 @@ import yaml
 
 from flows.launch import run_method
 from tasks import track
+from tests.conftest import finished_flow_runs
 
 VARIANTS = ["mha", "mqa", "gqa", "mla", "tpa", "tpa_kvonly"]
 
@@ -30,12 +31,9 @@ def test_tiny_flow_writes_metrics_plots_models_and_mlflow_runs(project, prefect_
     assert metrics["cache_ratio_mha_over_tpa"] == (rows["mha"]["kv_cache_formula"] / rows["tpa"]["kv_cache_formula"])
     assert (project / "data" / "text" / "shakespeare" / "tokenizer.json").exists()  # built by the flow
 
-    pointer = json.loads((project / "runs" / "tpa" / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(project, "tpa")
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["data_version"].startswith("sha256:")
-    children = c.search_runs([parent.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert parent.data.tags["data_version"].startswith("sha256:")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(VARIANTS + ["decode_time"])
     assert all(r.info.status == "FINISHED" for r in children)
     tpa_child = next(r for r in children if r.data.tags["variant"] == "tpa")

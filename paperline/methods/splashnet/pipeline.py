@@ -8,8 +8,6 @@ the settings; a killed run resumes from it, a run of other settings starts afres
 stage's weights are saved with `save_checkpoint` and reused on a resume."""
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import warnings
 from pathlib import Path
@@ -24,6 +22,7 @@ from paperline.methods.splashnet.features import SessionFeatures
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer
 from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flops, count_parameters
 from paperline.methods.splashnet.transforms import HOP
+from paperline.io import json_digest
 from paperline.train.checkpoint import load_resumable, save_checkpoint
 
 _INIT_LOCK = threading.Lock()  # model init reads the global RNG; variants train in threads
@@ -62,7 +61,7 @@ def paper_model_table(frames: int = 497) -> dict[str, dict[str, float]]:
 
 def fingerprint(cfg: SplashNetConfig, variant: str, stage: str, data: str) -> str:
     settings = {"cfg": cfg.model_dump(), "variant": variant, "stage": stage, "data": data}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return json_digest(settings)
 
 
 def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_steps: int, device: torch.device,
