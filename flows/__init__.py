@@ -46,6 +46,9 @@ METHODS: dict[str, MethodSpec] = {
                    "paperline.methods.ztsurv.config:ZTSurvConfig", "flows.ztsurv:ztsurv_flow", "pipeline"),
         MethodSpec("tpa", "TPA / T6: tensor product attention vs MHA, MQA, GQA, MLA at equal attention parameters",
                    "paperline.methods.tpa.config:TPAConfig", "flows.tpa:tpa_flow", "pipeline"),
+        MethodSpec("memory_decoder", "Memory Decoder: a small LM trained to imitate a kNN-LM datastore, mixed with base LMs of two sizes",
+                   "paperline.methods.memory_decoder.config:MemoryDecoderConfig",
+                   "flows.memory_decoder:memory_decoder_flow", "pipeline"),
     ]
 }
 
