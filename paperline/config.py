@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PROFILES = ("tiny", "smoke", "paper")
 
@@ -161,3 +161,28 @@ def load_data_config(
     for text in overrides:
         _set_dotted(values, *parse_override(text))
     return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}")
+
+
+class LMTrainConfig(StrictModel):
+    """The training budget of a language-model method (TPA, Memory Decoder, QFFT): the parameters
+    of `paperline.train.lm.train_lm`, which `LMTrainSettings.from_config` turns into its settings."""
+
+    steps: int = Field(200, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    min_lr: float = Field(3e-4, ge=0)
+    warmup_steps: int = Field(10, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    eval_every: int = Field(100, ge=1)
+    eval_windows: int = Field(32, ge=1)
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(100, ge=1)
+
+    @model_validator(mode="after")
+    def _schedule(self):
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr {self.min_lr} exceeds lr {self.lr}")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps {self.warmup_steps} ≥ steps {self.steps}")
+        return self

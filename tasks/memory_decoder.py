@@ -80,10 +80,7 @@ def lm_config(shape: ShapeConfig, vocab_size: int, block_size: int):
 def settings(t: TrainConfig, block_size: int, seed: int):
     from paperline.train.lm import LMTrainSettings
 
-    return LMTrainSettings(steps=t.steps, batch_size=t.batch_size, block_size=block_size, lr=t.lr, min_lr=t.min_lr,
-                           warmup_steps=t.warmup_steps, weight_decay=t.weight_decay, grad_clip=t.grad_clip,
-                           eval_every=t.eval_every, eval_windows=t.eval_windows, log_every=t.log_every,
-                           checkpoint_every=t.checkpoint_every, seed=seed)
+    return LMTrainSettings.from_config(t, block_size, seed)
 
 
 def _hf_dir(name: str) -> Path:

@@ -75,11 +75,7 @@ def _tokens(data: TokenData, block: int):
 def train_settings(cfg: TPAConfig, seed: int):
     from paperline.train.lm import LMTrainSettings
 
-    t = cfg.train
-    return LMTrainSettings(steps=t.steps, batch_size=t.batch_size, block_size=t.block_size, lr=t.lr, min_lr=t.min_lr,
-                           warmup_steps=t.warmup_steps, weight_decay=t.weight_decay, grad_clip=t.grad_clip,
-                           eval_every=t.eval_every, eval_windows=t.eval_windows, log_every=t.log_every,
-                           checkpoint_every=t.checkpoint_every, seed=seed)
+    return LMTrainSettings.from_config(cfg.train, cfg.train.block_size, seed)
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.

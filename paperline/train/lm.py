@@ -37,6 +37,16 @@ class LMTrainSettings:
     checkpoint_every: int = 100
     seed: int = 0
 
+    @classmethod
+    def from_config(cls, train, block_size: int, seed: int) -> "LMTrainSettings":
+        """From a `paperline.config.LMTrainConfig` (or a subclass of it)."""
+        return cls(block_size=block_size, seed=seed, **{k: getattr(train, k) for k in LM_TRAIN_FIELDS})
+
+
+# the LMTrainConfig fields that are settings one to one (block_size and seed come from elsewhere)
+LM_TRAIN_FIELDS = ("steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip",
+                   "eval_every", "eval_windows", "log_every", "checkpoint_every")
+
 
 def lr_at(step: int, s: LMTrainSettings) -> float:
     """Linear warmup to lr, then cosine to min_lr at the last step (the T6 configs' schedule)."""

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import MethodConfig, StrictModel
+from paperline.config import LMTrainConfig, MethodConfig, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -20,26 +20,7 @@ class ShapeConfig(StrictModel):
     head_dim: PositiveInt = 32
 
 
-class TrainConfig(StrictModel):
-    steps: PositiveInt = 200
-    batch_size: PositiveInt = 16
-    lr: float = Field(3e-3, gt=0)
-    min_lr: float = Field(3e-4, ge=0)
-    warmup_steps: int = Field(10, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_every: PositiveInt = 100
-    eval_windows: PositiveInt = 32
-    log_every: PositiveInt = 10
-    checkpoint_every: PositiveInt = 100
-
-    @model_validator(mode="after")
-    def _schedule(self):
-        if self.min_lr > self.lr:
-            raise ValueError(f"min_lr {self.min_lr} exceeds lr {self.lr}")
-        if self.warmup_steps >= self.steps:
-            raise ValueError(f"warmup_steps {self.warmup_steps} ≥ steps {self.steps}")
-        return self
+TrainConfig = LMTrainConfig  # the base LMs' budget: the shared LM training parameters
 
 
 class DomainConfig(StrictModel):

@@ -8,25 +8,18 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from paperline.config import MethodConfig, StrictModel
+from paperline.config import LMTrainConfig, MethodConfig, StrictModel
 from paperline.methods.tpa.formulas import ShapeConfig, Variant
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class TrainConfig(StrictModel):
+class TrainConfig(LMTrainConfig):  # spec §e's budget as defaults, plus the context length
     steps: PositiveInt = 400
     batch_size: PositiveInt = 32
     block_size: PositiveInt = 128
-    lr: float = Field(3e-3, gt=0)
-    min_lr: float = Field(3e-4, ge=0)
     warmup_steps: int = Field(20, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_every: PositiveInt = 100
     eval_windows: PositiveInt = 64
-    log_every: PositiveInt = 10
-    checkpoint_every: PositiveInt = 100
 
 
 class DataConfig(StrictModel):
