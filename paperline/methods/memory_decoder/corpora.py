@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paperline.data.text_corpus import CorpusError
+from paperline.data.text_corpus import CorpusError, decode_text
 from paperline.io import atomic_dir
 from paperline.methods.memory_decoder.config import DomainConfig
 
@@ -92,14 +92,7 @@ def read_domain_text(path: str | Path, tokenizer, val_fraction: float) -> tuple[
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such domain text file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise CorpusError(f"{path}: line {line}: not UTF-8 text (byte {err.start}: {err.reason})") from None
-    if "\x00" in text:
-        raise CorpusError(f"{path}: line {text[:text.index(chr(0))].count(chr(10)) + 1}: NUL byte (corrupt or binary)")
+    text = decode_text(path.read_bytes(), str(path))
     lines = text.splitlines(keepends=True)
     if len([ln for ln in lines if ln.strip()]) < 2:
         raise CorpusError(f"{path}: needs at least 2 non-empty lines of text (got {len(lines)})")
