@@ -49,6 +49,8 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("memory_decoder", "Memory Decoder: a small LM trained to imitate a kNN-LM datastore, mixed with base LMs of two sizes",
                    "paperline.methods.memory_decoder.config:MemoryDecoderConfig",
                    "flows.memory_decoder:memory_decoder_flow", "pipeline"),
+        MethodSpec("qfft", "QFFT: question-free fine-tuning on long-CoT responses vs SFT, with RAK, AES and noise level IV",
+                   "paperline.methods.qfft.config:QFFTConfig", "flows.qfft:qfft_flow", "pipeline"),
     ]
 }
 

@@ -163,6 +163,15 @@ def load_data_config(
     return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}")
 
 
+class LMShapeConfig(StrictModel):
+    """The shape of a small `paperline.nn.causal_lm.CausalLM` (MHA): Memory Decoder's and QFFT's."""
+
+    hidden_size: int = Field(64, ge=1)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(2, ge=1)
+    head_dim: int = Field(32, ge=1)
+
+
 class LMTrainConfig(StrictModel):
     """The training budget of a language-model method (TPA, Memory Decoder, QFFT): the parameters
     of `paperline.train.lm.train_lm`, which `LMTrainSettings.from_config` turns into its settings."""

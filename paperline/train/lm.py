@@ -67,15 +67,17 @@ def validation_windows(tokens: np.ndarray, block_size: int, count: int) -> tuple
 
 @torch.no_grad()
 def evaluate(model, windows: tuple[torch.Tensor, torch.Tensor], batch_size: int, device) -> float:
-    """Mean next-token cross-entropy (nats) over the windows."""
+    """Mean next-token cross-entropy (nats) over the windows (targets of -100 are not counted)."""
     was_training = model.training
     model.eval()
     x_all, y_all = windows
     total, count = 0.0, 0
     for i in range(0, len(x_all), batch_size):
         x, y = x_all[i:i + batch_size].to(device), y_all[i:i + batch_size].to(device)
-        total += model(x, labels=y).loss.item() * y.numel()
-        count += y.numel()
+        n = int((y != -100).sum())
+        if n:
+            total += model(x, labels=y).loss.item() * n
+            count += n
     model.train(was_training)
     return total / count
 
@@ -89,16 +91,26 @@ def make_optimizer(model, s: LMTrainSettings) -> torch.optim.AdamW:
                              lr=s.lr, betas=(s.beta1, s.beta2))
 
 
-def train_lm(model, train_tokens: np.ndarray, val_tokens: np.ndarray, s: LMTrainSettings, device,
+def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | None, s: LMTrainSettings, device,
              checkpoint_path: str | Path | None = None, fingerprint=None, progress: bool = False,
-             on_log: Callable[[int, dict], None] | None = None, description: str = "train") -> dict:
-    """Train `model` (a CausalLM) for s.steps; returns history and final validation loss/perplexity."""
+             on_log: Callable[[int, dict], None] | None = None, description: str = "train",
+             sample_batch: Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]] | None = None,
+             val_batches: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """Train `model` (a CausalLM) for s.steps; returns history and final validation loss/perplexity.
+
+    By default batches are random windows of `train_tokens` and validation uses fixed windows of
+    `val_tokens`. Example-level data (QFFT's padded, loss-masked sequences) passes
+    `sample_batch(generator) -> (inputs, targets with -100 where no loss)` and `val_batches`
+    instead; the generator is the one the checkpoint saves, so a resumed run draws the same batches."""
     from tqdm.auto import tqdm
 
     model.to(device).train()
     optimizer = make_optimizer(model, s)
     generator = torch.Generator().manual_seed(s.seed)
-    windows = validation_windows(val_tokens, s.block_size, s.eval_windows)
+    if sample_batch is None:
+        def sample_batch(g):
+            return sample_windows(train_tokens, s.batch_size, s.block_size, g)
+    windows = val_batches if val_batches is not None else validation_windows(val_tokens, s.block_size, s.eval_windows)
     history = {"step": [], "train_loss": [], "lr": []}
     eval_history = {"step": [], "val_loss": []}
     start, elapsed = 0, 0.0
@@ -124,7 +136,7 @@ def train_lm(model, train_tokens: np.ndarray, val_tokens: np.ndarray, s: LMTrain
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, s)
-        x, y = sample_windows(train_tokens, s.batch_size, s.block_size, generator)
+        x, y = sample_batch(generator)
         loss = model(x.to(device), labels=y.to(device)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -8,16 +8,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import LMTrainConfig, MethodConfig, StrictModel
+from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class ShapeConfig(StrictModel):
-    hidden_size: PositiveInt = 64
-    num_layers: PositiveInt = 2
-    num_heads: PositiveInt = 2
-    head_dim: PositiveInt = 32
+ShapeConfig = LMShapeConfig  # the bases' and the MemDec's shapes: the shared small-LM shape
 
 
 TrainConfig = LMTrainConfig  # the base LMs' budget: the shared LM training parameters

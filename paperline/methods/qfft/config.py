@@ -1,0 +1,74 @@
+"""Parameters of the QFFT pipeline: the problems (generated chain sums, or S1K/LIMO-style JSONL
+by path), the short-CoT base model (a char-level CausalLM trained here, or an HF model by path),
+the long-CoT teacher's slip rate, one fine-tuning budget shared by every variant (SFT, QFFT and
+their noise-level-IV runs: same steps, same learning rate), and the decoding of the evaluation."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, StrictModel
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class ProblemsConfig(StrictModel):
+    """reasoning-gym `chain_sum` problems: the base model's training set, the fine-tuning set
+    (the S1K stand-in, answered by the long-CoT teacher) and the evaluation set, disjoint seeds."""
+
+    base_train: PositiveInt = 4000
+    finetune: PositiveInt = 1000
+    eval: PositiveInt = 300
+    min_terms: int = Field(2, ge=2)
+    max_terms: int = Field(4, ge=2)
+    max_digits: PositiveInt = 2
+    slip_rate: float = Field(0.5, ge=0, le=1)  # share of teacher first passes with an injected slip
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _terms(self):
+        if self.max_terms < self.min_terms:
+            raise ValueError(f"max_terms {self.max_terms} < min_terms {self.min_terms}")
+        return self
+
+
+class RealDataConfig(StrictModel):
+    """Paper profile: fine-tuning responses from an S1K/LIMO JSONL, evaluation questions from
+    another (question + answer fields), relative to the project root or absolute."""
+
+    finetune_jsonl: str
+    finetune_format: Literal["limo", "s1k", "alpaca"] = "limo"
+    eval_jsonl: str
+    eval_format: Literal["limo", "s1k", "alpaca"] = "limo"
+
+
+class FinetuneConfig(LMTrainConfig):
+    epochs: float | None = Field(None, gt=0)  # set: steps = ceil(epochs · examples / batch_size) (paper: 6)
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)  # set: warmup_steps = ratio · steps (paper: 0.1)
+
+
+class DecodeConfig(StrictModel):
+    max_new_tokens: PositiveInt = 160
+    temperature: float = Field(0.0, ge=0)  # 0: greedy (smoke); the paper samples at 0.6
+    samples: PositiveInt = 1  # responses per question (paper: 16), RAK averaged over them
+    batch_size: PositiveInt = 256
+
+
+class QFFTConfig(MethodConfig):
+    problems: ProblemsConfig = ProblemsConfig()
+    real_data: RealDataConfig | None = None
+    base_model_path: str | None = None  # an HF causal LM directory (paper: Qwen2.5-7B-Instruct); None: train one
+    base: LMShapeConfig = LMShapeConfig()
+    base_train: LMTrainConfig = LMTrainConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
+    cutoff: PositiveInt = 160  # tokens per training sequence (paper: 16384)
+    decode: DecodeConfig = DecodeConfig()
+    noise_seed: int = 1
+    threads: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _sources(self):
+        if self.real_data is not None and self.base_model_path is None:
+            raise ValueError("real_data: needs base_model_path (an HF model whose tokenizer reads the text)")
+        return self

@@ -1,0 +1,42 @@
+"""Figures and the `dvc plots` table of the QFFT comparison (every figure through paperline.plots)."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from paperline.io import atomic_path
+from paperline.plots import save_figure
+
+COLUMNS = ("easy_accuracy", "hard_accuracy", "easy_long_cot_rate", "hard_long_cot_rate",
+           "all_mean_length", "rak", "aes")
+
+
+def plot_comparison(summary: dict, models, path: Path) -> Path:
+    """Per model: accuracy and long-CoT rate on easy and hard questions, and mean response length."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    x = np.arange(len(models))
+    for ax, metric, title in ((axes[0], "accuracy", "accuracy"), (axes[1], "long_cot_rate", "long-CoT rate (\"Wait\")")):
+        for offset, split, colour in ((-0.2, "easy", "tab:green"), (0.2, "hard", "tab:red")):
+            ax.bar(x + offset, [summary[m].get(f"{split}_{metric}", np.nan) for m in models], 0.4,
+                   color=colour, label=f"{split} (base {'right' if split == 'easy' else 'wrong'})")
+        ax.set_title(title)
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=8)
+    axes[2].bar(x, [summary[m]["all_mean_length"] for m in models], color="tab:blue")
+    axes[2].set_title("mean response length (tokens)")
+    for ax in axes:
+        ax.set_xticks(x, models, rotation=30, ha="right")
+    save_figure(fig, path)
+    return path
+
+
+def write_table(summary: dict, models, path: Path) -> Path:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["model", *COLUMNS])
+        for m in models:
+            writer.writerow([m, *(summary[m].get(c, "") for c in COLUMNS)])
+    return path

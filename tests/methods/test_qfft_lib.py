@@ -1,0 +1,194 @@
+"""QFFT's pieces: the chain-sum problems and the two response styles, the noise-level-IV shuffle,
+the SFT / question-free encodings, the S1K/LIMO JSONL loader and its errors, RAK and AES against
+hand-computed values, batched decoding, and the HF-model wrapper's loss."""
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from paperline.methods.qfft import data as D
+from paperline.methods.qfft import metrics as M
+
+
+def test_chain_sums_come_from_reasoning_gym_and_both_response_styles_reach_the_answer():
+    problems = D.chain_sum_problems(50, seed=3, min_terms=2, max_terms=5, max_digits=2)
+    rng = random.Random(0)
+    slipped = 0
+    for p in problems:
+        assert eval(p.question) == int(p.answer) == sum(p.terms)  # noqa: S307 - digits and +/- only
+        short = D.short_response(p)
+        assert M.extract_answer(short) == p.answer and not M.is_long_cot(short)
+        assert short.count("=") == len(p.terms) - 1  # one step per operation
+        long = D.long_response(p, rng, slip_rate=0.5)
+        assert M.is_long_cot(long) and M.extract_answer(long) == p.answer
+        first, recheck = long.split(" Wait, recheck: ")
+        assert recheck.startswith(short.rsplit(" A:", 1)[0])  # the recheck is the correct pass
+        slipped += first != short.rsplit(" A:", 1)[0]
+    assert 10 < slipped < 40  # about half the first passes carry a slip
+
+
+def test_noise_iv_pairs_every_question_with_another_response_and_leaves_qfft_data_unchanged():
+    examples = D.teacher_examples(D.chain_sum_problems(40, 1, 2, 4, 2), seed=0, slip_rate=0.5)
+    assert len({e.response for e in examples}) == len(examples)
+    noisy = D.shuffle_pairs(examples, seed=5)
+    assert [e.question for e in noisy] == [e.question for e in examples]
+    assert all(n.response != e.response for n, e in zip(noisy, examples))  # a derangement
+    tok = D.CharTokenizer()
+    # spec §f: without the question the level-IV data is the clean data (as a multiset)
+    clean = Counter(tuple(x) for x, _ in D.encode_examples(tok, examples, False, 200))
+    assert Counter(tuple(x) for x, _ in D.encode_examples(tok, noisy, False, 200)) == clean
+    assert Counter(tuple(x) for x, _ in D.encode_examples(tok, noisy, True, 200)) != Counter(
+        tuple(x) for x, _ in D.encode_examples(tok, examples, True, 200))
+
+
+def test_sft_loss_covers_the_response_only_and_qfft_never_sees_the_question():
+    tok = D.CharTokenizer()
+    x, y = D.encode_example(tok, "3+4", "3+4=7 A:7", cutoff=100)
+    prompt = [tok.bos_id] + tok.encode("3+4\n")
+    assert x[:len(prompt)] == prompt
+    targets = [t for t in y if t != D.IGNORE]
+    assert targets == tok.encode("3+4=7 A:7") + [tok.eos_id]
+    assert y[:len(prompt) - 1] == [D.IGNORE] * (len(prompt) - 1)
+    xq, yq = D.encode_example(tok, None, "3+4=7 A:7", cutoff=100)
+    assert xq == [tok.bos_id] + tok.encode("3+4=7 A:7") and D.IGNORE not in yq
+    xc, yc = D.encode_example(tok, "3+4", "3+4=7 A:7", cutoff=6)
+    assert len(xc) == len(yc) == 6
+    with pytest.raises(ValueError, match="no response token"):
+        D.encode_example(tok, "3+4+5+6", "x", cutoff=4)
+    with pytest.raises(ValueError, match="not in the char tokenizer"):
+        tok.encode("3×4")
+    bx, by = D.pad_batch([(x, y), (xq, yq)], tok.pad_id)
+    assert bx.shape == by.shape and (by[1, len(yq):] == D.IGNORE).all()
+
+
+def _write(path, lines):
+    path.write_text("".join((json.dumps(x) if not isinstance(x, str) else x) + "\n" for x in lines))
+    return path
+
+
+def test_reasoning_jsonl_reads_limo_s1k_and_alpaca_lines(tmp_path):
+    limo = _write(tmp_path / "limo.jsonl", [{"question": "What is 2+2?", "solution": "2+2=4. \\boxed{4}", "answer": "4"}])
+    s1k = _write(tmp_path / "s1k.jsonl", [{"question": "q", "deepseek_thinking_trajectory": "think", "deepseek_attempt": "att",
+                                           "solution": "7"}])
+    qfft = _write(tmp_path / "s1_qfft.jsonl", [{"instruction": "", "input": "", "output": "Wait, resp"}])
+    [e] = D.iter_reasoning_jsonl(limo, "limo")
+    assert (e.question, e.answer) == ("What is 2+2?", "4") and M.extract_answer(e.response) == "4"
+    [e] = D.iter_reasoning_jsonl(s1k, "s1k")
+    assert e.response == "think\n\natt" and e.answer == "7"
+    [e] = D.iter_reasoning_jsonl(qfft, "alpaca")
+    assert e.question == "" and e.response == "Wait, resp"
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"question": "q", "solution": ', r"line 2: not valid JSON"),
+    ('["a list"]', r"line 2: expected a JSON object"),
+    ('{"question": "q", "answer": "1"}', r"line 2: missing field 'solution'"),
+    ('{"question": "  ", "solution": "s", "answer": "1"}', r"line 2: field 'question' must be a non-empty string"),
+])
+def test_a_malformed_jsonl_line_names_the_file_line_and_field(tmp_path, line, message):
+    bad = _write(tmp_path / "bad.jsonl", [{"question": "q", "solution": "s", "answer": "1"}, line])
+    with pytest.raises(D.QFFTDataError, match=r"bad.jsonl: " + message):
+        list(D.iter_reasoning_jsonl(bad, "limo"))
+
+
+def test_rak_matches_the_hand_computed_kappa_and_sklearn():
+    from sklearn.metrics import cohen_kappa_score
+
+    solvable = [True] * 6 + [False] * 4
+    long_cot = [False, False, False, False, True, True, True, True, True, False]
+    # TP=4 FN=2 FP=1 TN=3: p_o = 0.7, p_e = (5·6 + 5·4)/100 = 0.5, κ = 0.4
+    assert M.rak(solvable, long_cot) == pytest.approx(0.4)
+    assert M.rak(solvable, long_cot) == pytest.approx(cohen_kappa_score(solvable, [not x for x in long_cot]))
+    assert M.rak([True, False], [True, True]) == 0.0  # always long: no agreement beyond chance
+    assert M.rak([True, True], [False, False]) == 0.0  # p_e = 1
+
+
+def test_aes_both_branches():
+    # shorter and more accurate: 0.1·0.5 + 0.1·0.25
+    assert M.aes(length=50, accuracy=0.5, base_length=100, base_accuracy=0.4) == pytest.approx(0.075)
+    # shorter but less accurate: 0.1·0.5 − 1.0·0.25
+    assert M.aes(length=50, accuracy=0.3, base_length=100, base_accuracy=0.4) == pytest.approx(-0.2)
+    assert M.aes(10, 0.5, 100, 0.0) is None
+
+
+def test_answer_extraction_and_long_cot_label():
+    assert M.extract_answer("so \\boxed{12} ... \\boxed{13}") == "13"
+    assert M.extract_answer("1+2=3 A:3 Wait, recheck: A:-4") == "-4"
+    assert M.extract_answer("no answer") is None
+    assert M.is_long_cot("Hmm, wait.") and not M.is_long_cot("awaited 3")
+
+
+def _tiny_lm(vocab: int):
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    torch.manual_seed(0)
+    return CausalLM(CausalLMConfig(vocab_size=vocab, hidden_size=16, num_layers=1, num_heads=2, head_dim=8,
+                                   max_position_embeddings=64)).eval()
+
+
+def test_batched_greedy_decoding_equals_one_prompt_at_a_time():
+    from paperline.methods.qfft.generate import generate_responses
+
+    tok = D.CharTokenizer()
+    model = _tiny_lm(tok.vocab_size)
+    prompts = [D.prompt_ids(tok, q) for q in ("1+2", "3-4+5", "7+8", "9-1-1-1")]
+    batched = generate_responses(model, prompts, 12, tok.eos_id, batch_size=8)
+    single = [generate_responses(model, [p], 12, tok.eos_id)[0] for p in prompts]
+    assert batched == single and all(len(r) <= 12 for r in batched)
+    with torch.no_grad():  # greedy: teacher-forcing the output reproduces it token by token
+        out = batched[1]
+        logits = model(torch.tensor([prompts[1] + out])).logits[0]
+        n = len(prompts[1])
+        predicted = logits[n - 1:].argmax(-1).tolist()
+        assert predicted[:len(out)] == out
+
+
+def test_the_hf_wrapper_gives_the_hf_models_own_loss_on_shifted_targets():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from paperline.methods.qfft.hf import trainable, unwrap
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2)).eval()
+    ids = torch.randint(3, 40, (2, 10))
+    labels = ids.clone()
+    labels[:, :4] = -100  # a question masked out, as in SFT
+    expected = hf(ids, labels=labels).loss
+    wrapped = trainable(hf)
+    shifted = labels[:, 1:]
+    assert wrapped(ids[:, :-1], labels=shifted).loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert unwrap(wrapped) is hf
+
+
+def test_train_lm_on_masked_examples_learns_and_a_killed_run_resumes_exactly(tmp_path):
+    from paperline.train.lm import LMTrainSettings, train_lm
+
+    tok = D.CharTokenizer()
+    encoded = D.encode_examples(tok, D.base_examples(D.chain_sum_problems(32, 0, 2, 2, 1)), True, 40)
+    s = LMTrainSettings(steps=6, batch_size=4, block_size=40, lr=3e-3, min_lr=3e-4, warmup_steps=1, eval_every=3,
+                        log_every=1, checkpoint_every=3)
+    val = D.pad_batch(encoded[:8], tok.pad_id)
+
+    def run(ckpt, on_log=None):
+        model = _tiny_lm(tok.vocab_size).train()
+        result = train_lm(model, None, None, s, "cpu", checkpoint_path=ckpt, on_log=on_log,
+                          sample_batch=D.example_sampler(encoded, 4, tok.pad_id), val_batches=val)
+        return model, result
+
+    full, r = run(tmp_path / "a.pt")
+    assert r["eval_history"]["val_loss"][-1] < r["eval_history"]["val_loss"][0]
+
+    def die_at_step_4(step, metrics):
+        if step == 4:
+            raise KeyboardInterrupt  # a kill after the step-3 checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "b.pt", die_at_step_4)
+    resumed, r2 = run(tmp_path / "b.pt")
+    assert r2["history"]["train_loss"] == r["history"]["train_loss"]
+    assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), resumed.state_dict().values()))
