@@ -135,7 +135,7 @@ def _evaluate(model, tok, cfg: QFFTConfig, data: QFFTData, name: str, device) ->
     from paperline.methods.qfft.metrics import score_responses
 
     questions = read_examples(data.path("eval"))
-    prompts = [prompt_ids(tok, e.question) for e in questions]
+    prompts = [prompt_ids(tok, e.question, cfg.decode.chat_template) for e in questions]
     samples, rows = [], []
     for k in range(cfg.decode.samples):
         ids = generate_responses(model, prompts, cfg.decode.max_new_tokens, tok.eos_id, cfg.decode.temperature,

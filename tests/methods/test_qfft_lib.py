@@ -192,3 +192,25 @@ def test_train_lm_on_masked_examples_learns_and_a_killed_run_resumes_exactly(tmp
     resumed, r2 = run(tmp_path / "b.pt")
     assert r2["history"]["train_loss"] == r["history"]["train_loss"]
     assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_the_paper_prompt_goes_through_the_tokenizers_chat_template_with_the_boxed_system_prompt(tmp_path):
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set("".join(chr(c) for c in range(32, 127)) + "\n"))
+    vocab = {"<unk>": 0, "<eos>": 1} | {c: i + 2 for i, c in enumerate(chars)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    hf = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", unk_token="<unk>")
+    hf.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}<assistant>{% endif %}")
+    hf.save_pretrained(tmp_path)
+    tok = D.HFTokenizer(tmp_path)
+    ids = D.prompt_ids(tok, "What is 2+2?", chat_template=True)
+    rendered = "".join(chars[i - 2] for i in ids)
+    assert rendered == f"<system>{D.EVAL_SYSTEM_PROMPT}\n<user>What is 2+2?\n<assistant>"
+    assert "\\boxed{}" in D.EVAL_SYSTEM_PROMPT
+    assert D.prompt_ids(tok, "What is 2+2?") == tok.encode("What is 2+2?\n")  # no bos token: none prepended
+    with pytest.raises(ValueError, match="no chat template"):
+        D.prompt_ids(D.CharTokenizer(), "1+1", chat_template=True)

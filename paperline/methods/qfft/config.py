@@ -53,6 +53,7 @@ class DecodeConfig(StrictModel):
     temperature: float = Field(0.0, ge=0)  # 0: greedy (smoke); the paper samples at 0.6
     samples: PositiveInt = 1  # responses per question (paper: 16), RAK averaged over them
     batch_size: PositiveInt = 256
+    chat_template: bool = False  # prompt through the tokenizer's chat template + the paper's system prompt
 
 
 class QFFTConfig(MethodConfig):

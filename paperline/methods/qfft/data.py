@@ -258,5 +258,18 @@ def example_sampler(encoded: Sequence[tuple[list[int], list[int]]], batch_size: 
     return sample
 
 
-def prompt_ids(tok, question: str) -> list[int]:
-    return ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(question + "\n")
+# the paper's evaluation prompt (spec §b): its chat template with this system message
+EVAL_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def prompt_ids(tok, question: str, chat_template: bool = False) -> list[int]:
+    """What a model is asked: `<bos> question "\n"` (the smoke format, the one SFT trained on),
+    or with `chat_template` the tokenizer's own chat template with the paper's system prompt and
+    the generation prompt (an HF tokenizer that has one)."""
+    if not chat_template:
+        return ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(question + "\n")
+    hf = getattr(tok, "tok", None)
+    if hf is None or not getattr(hf, "chat_template", None):
+        raise ValueError("decode.chat_template: this tokenizer has no chat template")
+    messages = [{"role": "system", "content": EVAL_SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    return list(hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
