@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from paperline.io import read_json, write_json
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from tasks import track
-from tasks.paths import metrics_path, models_dir, plots_dir, repo_path, run_pointer_path
+from tasks.paths import metrics_path, models_dir, plots_dir, project_path, run_pointer_path
 from tasks.runners import GPU_TAG, gpu_slot
 
 METHOD = "influence_distillation"
@@ -23,8 +23,7 @@ def with_resolved_paths(cfg: InfluenceDistillationConfig) -> InfluenceDistillati
     for key in ("pool_dir", "hf_model_path"):
         value = getattr(cfg, key)
         if value is not None:
-            p = Path(value).expanduser()
-            update[key] = str(p if p.is_absolute() else repo_path(str(p)))
+            update[key] = str(project_path(value))
     return cfg.model_copy(update=update)
 
 

@@ -19,7 +19,8 @@ from paperline.io import write_json
 from paperline.methods.memory_decoder import plots
 from paperline.methods.memory_decoder.config import MemoryDecoderConfig, ShapeConfig, TrainConfig
 from tasks import track
-from tasks.paths import metrics_path, models_dir, params_path, plots_dir, repo_path, run_pointer_path
+from tasks.paths import (metrics_path, models_dir, params_path, plots_dir, project_path,
+                         run_pointer_path)
 from tasks.runners import GPU_TAG, gpu_slot
 
 METHOD = "memory_decoder"
@@ -36,11 +37,6 @@ class MemDecData:
     version: str
 
 
-def _abs(value: str) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else repo_path(value)
-
-
 def prepare_data(cfg: MemoryDecoderConfig) -> MemDecData:
     """The general corpus (built by the text-corpus stage, or here when missing) and the domain
     corpus encoded with its tokenizer into models/memory_decoder/domain. Fails here, before any
@@ -50,14 +46,14 @@ def prepare_data(cfg: MemoryDecoderConfig) -> MemDecData:
     from tasks import text_corpus
 
     corpus_cfg = text_corpus.resolve(read_params(params_path()))
-    folder = _abs(cfg.general_corpus_dir)
+    folder = project_path(cfg.general_corpus_dir)
     if folder == text_corpus.corpus_dir(corpus_cfg):
         text_corpus.ensure(corpus_cfg)
     general = load_corpus(folder, cfg.block_size)
     tokenizer = general.tokenizer()
     if cfg.domain.text:
-        train, val = read_domain_text(_abs(cfg.domain.text), tokenizer, cfg.domain.val_fraction)
-        sources = [_abs(cfg.domain.text)]
+        train, val = read_domain_text(project_path(cfg.domain.text), tokenizer, cfg.domain.val_fraction)
+        sources = [project_path(cfg.domain.text)]
     else:
         train, val, _ = generate_domain(cfg.domain, tokenizer)
         sources = []

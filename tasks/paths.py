@@ -22,6 +22,12 @@ def repo_path(*parts: str) -> Path:
     return repo_root().joinpath(*parts)
 
 
+def project_path(value: str | os.PathLike) -> Path:
+    """A path from params.yaml: absolute as given (after ~), else relative to the project root."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else repo_path(str(path))
+
+
 def params_path() -> Path:
     return repo_path("params.yaml")
 

@@ -20,7 +20,7 @@ from paperline.io import atomic_path, write_json
 from paperline.methods.qfft import plots
 from paperline.methods.qfft.config import QFFTConfig
 from tasks import track
-from tasks.paths import metrics_path, models_dir, plots_dir, repo_path, run_pointer_path
+from tasks.paths import metrics_path, models_dir, plots_dir, project_path, run_pointer_path
 from tasks.runners import GPU_TAG, gpu_slot
 
 METHOD = "qfft"
@@ -37,11 +37,6 @@ class QFFTData:
 
     def path(self, name: str) -> Path:
         return Path(self.folder) / f"{name}.jsonl"
-
-
-def _abs(value: str) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else repo_path(value)
 
 
 def _write_examples(path: Path, examples) -> None:
@@ -80,13 +75,13 @@ def prepare_data(cfg: QFFTConfig) -> QFFTData:
         eval_set = [qdata.Example(q.question, qdata.short_response(q), q.answer) for q in evaluation]
     else:
         r = cfg.real_data
-        finetune = list(qdata.iter_reasoning_jsonl(_abs(r.finetune_jsonl), r.finetune_format))
-        eval_set = list(qdata.iter_reasoning_jsonl(_abs(r.eval_jsonl), r.eval_format))
+        finetune = list(qdata.iter_reasoning_jsonl(project_path(r.finetune_jsonl), r.finetune_format))
+        eval_set = list(qdata.iter_reasoning_jsonl(project_path(r.eval_jsonl), r.eval_format))
         missing = next((i for i, e in enumerate(eval_set) if not e.answer), None)
         if missing is not None:
             raise qdata.QFFTDataError(f"{r.eval_jsonl}: example {missing + 1} has no answer to score against")
         base = []
-        sources = [_abs(r.finetune_jsonl), _abs(r.eval_jsonl)]
+        sources = [project_path(r.finetune_jsonl), project_path(r.eval_jsonl)]
     sets = {"base_train": base, "finetune": finetune,
             "finetune_noise_iv": qdata.shuffle_pairs(finetune, cfg.noise_seed), "eval": eval_set}
     for name, examples in sets.items():
@@ -98,7 +93,7 @@ def prepare_data(cfg: QFFTConfig) -> QFFTData:
 def _tokenizer(cfg: QFFTConfig):
     from paperline.methods.qfft.data import CharTokenizer, HFTokenizer
 
-    return HFTokenizer(_abs(cfg.base_model_path)) if cfg.base_model_path else CharTokenizer()
+    return HFTokenizer(project_path(cfg.base_model_path)) if cfg.base_model_path else CharTokenizer()
 
 
 def _settings(t, cfg: QFFTConfig, examples: int):
@@ -174,7 +169,7 @@ def train_base(cfg: QFFTConfig, data: QFFTData, parent: track.Run, profile: str)
                                                        "model_path": cfg.base_model_path, "device": str(device)}) as run:
         row: dict = {}
         if cfg.base_model_path:
-            model = load_causal_lm(_abs(cfg.base_model_path)).to(device)
+            model = load_causal_lm(project_path(cfg.base_model_path)).to(device)
         else:
             torch.manual_seed(cfg.seed)
             b = cfg.base
@@ -188,8 +183,7 @@ def train_base(cfg: QFFTConfig, data: QFFTData, parent: track.Run, profile: str)
             tok.save(_hf_dir("base"))
             row = {"val_loss": result["val_loss"], "train_time_s": result["train_time_s"]}
         samples = _evaluate(model, tok, cfg, data, "base", device)
-        row["accuracy"] = sum(sum(s["correct"]) for s in samples) / sum(len(s["correct"]) for s in samples)
-        run.log_metrics(row)
+        run.log_metrics(row)  # its accuracy is logged with the others' by publish
     return {"run": run, "samples": samples, "train": row}
 
 
@@ -209,7 +203,7 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, parent: trac
     with gpu_slot() as device, track.child_run(parent, METHOD, variant, profile, data.version,
                                                params={"train": cfg.finetune.model_dump(), "with_question": with_question,
                                                        "data": source, "device": str(device)}) as run:
-        base_dir = _abs(cfg.base_model_path) if cfg.base_model_path else _hf_dir("base")
+        base_dir = project_path(cfg.base_model_path) if cfg.base_model_path else _hf_dir("base")
         model = trainable(load_causal_lm(base_dir)).train()
         examples = read_examples(data.path(source))
         result = _train(model, tok, examples, with_question, _settings(cfg.finetune, cfg, len(examples)), device,

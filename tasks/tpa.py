@@ -16,7 +16,8 @@ from paperline.methods.tpa import plots
 from paperline.methods.tpa.config import TPAConfig
 from paperline.methods.tpa.formulas import PAPER_SHAPES, attention_params, balanced_heads, cache_elements_per_token
 from tasks import track
-from tasks.paths import metrics_path, models_dir, params_path, plots_dir, repo_path, run_pointer_path
+from tasks.paths import (metrics_path, models_dir, params_path, plots_dir, project_path,
+                         run_pointer_path)
 from tasks.runners import GPU_TAG, gpu_slot
 
 METHOD = "tpa"
@@ -33,11 +34,6 @@ class TokenData:
     corpus_dir: str | None = None
 
 
-def _abs(value: str) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else repo_path(value)
-
-
 def prepare_data(cfg: TPAConfig) -> TokenData:
     """Fails here, before any work, on a missing, corrupt or mismatched corpus."""
     from paperline.data.text_corpus import load_corpus
@@ -45,7 +41,7 @@ def prepare_data(cfg: TPAConfig) -> TokenData:
 
     block = cfg.train.block_size
     if cfg.data.train_bin:
-        train, val = _abs(cfg.data.train_bin), _abs(cfg.data.val_bin)
+        train, val = project_path(cfg.data.train_bin), project_path(cfg.data.val_bin)
         for path in (train, val):
             open_tokens(path, cfg.data.vocab_size, block)  # checks size, length and ids
         import hashlib
@@ -57,7 +53,7 @@ def prepare_data(cfg: TPAConfig) -> TokenData:
     from tasks import text_corpus
 
     corpus_cfg = text_corpus.resolve(read_params(params_path()))
-    folder = _abs(cfg.data.corpus_dir)
+    folder = project_path(cfg.data.corpus_dir)
     if folder == text_corpus.corpus_dir(corpus_cfg):
         text_corpus.ensure(corpus_cfg)  # dvc repro runs the text-corpus stage first; a bare flow run builds it
     corpus = load_corpus(folder, block)
