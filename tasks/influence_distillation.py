@@ -1,6 +1,6 @@
-"""Tasks of the Influence Distillation flow: the warm-up and every selection (timed in one task, so
-the cost ratio is measured in the same process), one fine-tuning task per selection method (an
-MLflow child run each), the convex QP check, then publishing the comparison."""
+"""Tasks of the Influence Distillation flow: one fine-tuning task per selection method of the
+tulu-select stage (an MLflow child run each), the convex QP check, then publishing the comparison.
+The selections, their timings and the warm-up they start from come from data/tulu/selection."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,23 +8,14 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.io import read_json, write_json
+from paperline.io import write_json
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from tasks import track
-from tasks.paths import metrics_path, models_dir, plots_dir, project_path, run_pointer_path
+from tasks.paths import metrics_path, models_dir, plots_dir, run_pointer_path
 from tasks.runners import GPU_TAG, gpu_slot
+from tasks.tulu_prep import selection_dir
 
 METHOD = "influence_distillation"
-
-
-def with_resolved_paths(cfg: InfluenceDistillationConfig) -> InfluenceDistillationConfig:
-    """A relative pool_dir / hf_model_path is relative to the project root (where params.yaml is)."""
-    update = {}
-    for key in ("pool_dir", "hf_model_path"):
-        value = getattr(cfg, key)
-        if value is not None:
-            update[key] = str(project_path(value))
-    return cfg.model_copy(update=update)
 
 
 def data_version(cfg: InfluenceDistillationConfig) -> str:
@@ -32,48 +23,13 @@ def data_version(cfg: InfluenceDistillationConfig) -> str:
     if not (pool / "pool.jsonl").is_file():
         raise FileNotFoundError(f"{pool}/pool.jsonl: no pool; run the tulu-pool stage "
                                 "(dvc repro tulu-pool, or python -m tasks.tulu_prep pool)")
-    return track.data_version([pool / "pool.jsonl", pool / "targets"])
+    return track.data_version([pool / "pool.jsonl", pool / "targets", selection_dir()])
 
 
-def _selection_dir() -> Path:
-    return models_dir(METHOD) / "selections"
+def load_selection(cfg: InfluenceDistillationConfig) -> dict:
+    from paperline.methods.influence_distillation.pipeline import load_selection as load
 
-
-@task(name="influence-distillation-select", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def warmup_and_select(cfg: InfluenceDistillationConfig, parent: track.Run) -> dict:
-    """Warm-up (checkpointed), then every selection method timed here; writes the selections
-    (JSONL of ids and weights), the scores for the scatter plot and selection.json. A resumed run
-    whose selection finished reuses it (and its timings)."""
-    import numpy as np
-    import torch
-
-    from paperline.methods.influence_distillation import pipeline
-
-    done = models_dir(METHOD) / "selection.json"
-    if done.exists():
-        return read_json(done)
-    torch.set_num_threads(1)  # small matmuls; the flow's other task runs beside this one
-    torch.manual_seed(cfg.seed)
-    with gpu_slot() as device:
-        prep = pipeline.prepare(cfg, cfg.pool_dir)
-        prep.to(device)
-        optimizer, history = pipeline.warm_up(cfg, prep, models_dir(METHOD) / "warmup.pt")
-        parent.log_history("warmup/train_loss", history["step"], history["train_loss"])
-        before = pipeline.evaluate_targets(cfg, prep)
-        result = pipeline.select_all(cfg, prep, optimizer)
-    out = {"selections": {}, "comparison": result["comparison"], "before_finetune": before}
-    for method, sel in result["selections"].items():
-        path = pipeline.write_selection(_selection_dir() / f"{method}.jsonl", prep, sel["indices"],
-                                        result["scores"].get(method))
-        out["selections"][method] = {k: v for k, v in sel.items() if k != "indices"} | {
-            "path": str(path), **pipeline.composition(prep, sel["indices"])}
-    if "exact_first_order" in result["scores"]:
-        np.savez(models_dir(METHOD) / "scores.npz",
-                 exact=result["scores"]["exact_first_order"].mean(1).numpy(),
-                 propagated=result["scores"]["influence_distillation"].mean(1).numpy())
-    parent.log_metrics({f"selection/{k}": v for k, v in result["comparison"].items()})
-    write_json(done, out)
-    return out
+    return load(cfg, selection_dir())
 
 
 @task(name="influence-distillation-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
@@ -87,24 +43,26 @@ def finetune_variant(cfg: InfluenceDistillationConfig, method: str, selection: d
     from paperline.methods.influence_distillation import pipeline
     from paperline.train.checkpoint import load_checkpoint
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.threads)
     sel = selection["selections"][method]
+    sel_path = selection_dir() / sel["file"]
     with gpu_slot() as device, track.child_run(parent, METHOD, method, profile, data,
                                                params={"method": method, "select_k": cfg.select_k,
                                                        "device": str(device)}) as run:
         prep = pipeline.prepare(cfg, cfg.pool_dir)
         prep.to(device)
-        warm = load_checkpoint(models_dir(METHOD) / "warmup.pt")
+        warm_path = selection_dir() / pipeline.WARMUP_CHECKPOINT
+        warm = load_checkpoint(warm_path)
         if warm is None:
-            raise FileNotFoundError(f"{models_dir(METHOD) / 'warmup.pt'}: no warm-up checkpoint")
+            raise FileNotFoundError(f"{warm_path}: no warm-up checkpoint; run the tulu-select stage")
         position = {sample_id: i for i, sample_id in enumerate(prep.pool.ids)}
-        ids = [json.loads(line)["id"] for line in Path(sel["path"]).read_text().splitlines()]
+        ids = [json.loads(line)["id"] for line in sel_path.read_text().splitlines()]
         checkpoint = models_dir(METHOD) / "finetune" / f"{method}.pt"
         result = pipeline.finetune_and_evaluate(cfg, prep, warm, [position[i] for i in ids], checkpoint, method)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         row = row_of(result["eval"], sel)
         run.log_metrics(row)
-        run.log_artifact(sel["path"], "selection")
+        run.log_artifact(sel_path, "selection")
         run.log_artifact(checkpoint, "checkpoints")
     return row
 
@@ -141,6 +99,9 @@ def publish(cfg: InfluenceDistillationConfig, selection: dict, rows: dict[str, d
     summary: dict = {m: row for m, row in rows.items()}
     summary["before_finetune"] = {f"{t}_{k}": v for t, e in selection["before_finetune"].items() for k, v in e.items()}
     summary |= selection["comparison"]
+    history = selection["warmup_history"]
+    parent.log_history("warmup/train_loss", history["step"], history["train_loss"])
+    parent.log_metrics({f"selection/{k}": v for k, v in selection["comparison"].items()})
     first, last = qp["rows"][0], qp["rows"][-1]
     summary |= {"qp_relative_weight_difference_smallest_lr": first["relative_weight_difference"],
                 "qp_relative_weight_difference_largest_lr": last["relative_weight_difference"],
@@ -151,7 +112,7 @@ def publish(cfg: InfluenceDistillationConfig, selection: dict, rows: dict[str, d
              plots.write_csv(out / "target_metrics.csv", ["method", "target", "loss", "token_accuracy"],
                              [[m, t, r[f"{t}_loss"], r[f"{t}_token_accuracy"]] for m, r in rows.items() for t in targets]),
              plots.write_csv(out / "qp_check.csv", list(qp["rows"][0]), [list(r.values()) for r in qp["rows"]])]
-    scores = models_dir(METHOD) / "scores.npz"
+    scores = selection_dir() / "scores.npz"
     if scores.exists():
         s = np.load(scores)
         paths.append(plots.plot_propagated_vs_exact(s["exact"], s["propagated"],

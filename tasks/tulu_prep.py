@@ -4,10 +4,12 @@ Tulu selection data-prep stages of dvc.yaml.
 - `pool` (stage tulu-pool): parameters `tulu.profiles.<profile>` (TuluPoolConfig), the profile the
   one `influence_distillation.profile` names; writes <project>/data/tulu/ (pool.jsonl, targets/,
   manifest.json). `--skip-invalid` skips malformed lines of a real Tulu file and reports the counts.
-- `select` (stage tulu-select): Influence Distillation alone on that pool with the method's
-  parameters (`influence_distillation.profiles.<profile>`): warm-up, JVP embeddings, landmarks,
-  propagation, round-robin; writes <project>/data/tulu/selection/selected.jsonl (id, dataset,
-  weight, rank, score) and summary.json. The method's flow repeats it beside its baselines.
+- `select` (stage tulu-select): the selections on that pool with the method's parameters
+  (`influence_distillation.profiles.<profile>`): the warm-up, then Influence Distillation (JVP
+  embeddings, landmarks, propagation, round-robin) and its baselines (random, RDS+-like, exact
+  first-order), each timed in this one process; writes <project>/data/tulu/selection/
+  (<method>.jsonl of id, dataset, weight, rank, score; warmup.pt; scores.npz; selection.json).
+  The method's flow fine-tunes on each.
 
 Plain processes, no Prefect: DVC decides when they re-run.
 """
@@ -18,7 +20,7 @@ import sys
 from typing import Any, Sequence
 
 from paperline.config import PROFILES, ParamsError, load_data_config, load_method_config, read_params
-from tasks.paths import params_path, repo_path
+from tasks.paths import params_path, project_path, repo_path
 
 SECTION = "tulu"
 FOLLOWS = "influence_distillation"  # whose `profile` picks the data profile
@@ -26,6 +28,17 @@ FOLLOWS = "influence_distillation"  # whose `profile` picks the data profile
 
 def data_dir():
     return repo_path("data", "tulu")
+
+
+def selection_dir():
+    return data_dir() / "selection"
+
+
+def with_resolved_paths(cfg):
+    """A relative pool_dir / hf_model_path is relative to the project root (where params.yaml is)."""
+    update = {key: str(project_path(getattr(cfg, key))) for key in ("pool_dir", "hf_model_path")
+              if getattr(cfg, key) is not None}
+    return cfg.model_copy(update=update)
 
 
 def resolve_pool(params: dict[str, Any], profile: str | None = None, overrides: Sequence[str] = ()):
@@ -37,27 +50,14 @@ def resolve_pool(params: dict[str, Any], profile: str | None = None, overrides: 
 def run_select(profile: str | None, overrides: Sequence[str]) -> dict:
     import torch
 
-    from paperline.io import atomic_dir, write_json
     from paperline.methods.influence_distillation import pipeline
     from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
-    from tasks.influence_distillation import with_resolved_paths
 
     profile, cfg = load_method_config(InfluenceDistillationConfig, read_params(params_path()), FOLLOWS,
                                       profile, overrides, source=params_path().name)
-    cfg = with_resolved_paths(cfg.model_copy(update={"methods": ["influence_distillation"]}))
-    torch.manual_seed(cfg.seed)
-    prep = pipeline.prepare(cfg, cfg.pool_dir)
-    optimizer, _ = pipeline.warm_up(cfg, prep, None)
-    result = pipeline.select_all(cfg, prep, optimizer)
-    sel = result["selections"]["influence_distillation"]
-    with atomic_dir(data_dir() / "selection") as tmp:
-        pipeline.write_selection(tmp / "selected.jsonl", prep, sel["indices"],
-                                 result["scores"]["influence_distillation"])
-        summary = {"profile": profile, "selected": len(sel["indices"]), "pool_size": len(prep.pool),
-                   "wall_s": sel["wall_s"], "gradient_evaluations": sel["gradient_evaluations"],
-                   "forward_passes": sel["forward_passes"], **pipeline.composition(prep, sel["indices"])}
-        write_json(tmp / "summary.json", summary)
-    return summary
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    summary = pipeline.run_selection(with_resolved_paths(cfg), selection_dir(), device)
+    return summary | {"profile": profile}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{skipped['reasons'] or ''}")
         else:
             summary = run_select(args.profile, args.overrides)
-            print(f"tulu-select ({summary['profile']}): {summary['selected']} of {summary['pool_size']} "
-                  f"selected with {summary['gradient_evaluations']} gradient evaluations")
+            for method, sel in summary["selections"].items():
+                print(f"tulu-select ({summary['profile']}) {method}: {sel['wall_s']:.1f} s, "
+                      f"{sel['gradient_evaluations']} gradient evaluations, {sel['forward_passes']} forward passes")
+            print(f"  → {selection_dir()}")
     except (ParamsError, TuluFormatError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

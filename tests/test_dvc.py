@@ -35,13 +35,17 @@ def test_dvc_stages_and_flow_registry_name_the_same_methods():
 
 
 def test_each_stage_depends_on_the_code_its_flow_imports():
+    probes = {}  # one import probe per flow, all started at once (each is a fresh interpreter)
     for name in METHODS:
         probe = (f"import sys, flows.__main__, flows.launch, {METHODS[name].flow.split(':')[0]}; "
                  "print('\\n'.join(m.__file__ for m in list(sys.modules.values()) "
                  "if getattr(m, '__file__', None)))")
-        out = subprocess.run([sys.executable, "-c", probe], cwd=CHECKOUT, capture_output=True,
-                             text=True, check=True).stdout.split()
-        ours = {Path(f).resolve().relative_to(CHECKOUT).as_posix() for f in out
+        probes[name] = subprocess.Popen([sys.executable, "-c", probe], cwd=CHECKOUT, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+    for name, proc in probes.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+        ours = {Path(f).resolve().relative_to(CHECKOUT).as_posix() for f in stdout.split()
                 if Path(f).is_absolute() and Path(f).resolve().is_relative_to(CHECKOUT) and "/.venv/" not in f}
         deps = _deps(name)
         uncovered = [f for f in ours if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]

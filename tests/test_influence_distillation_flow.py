@@ -1,14 +1,19 @@
-"""The Influence Distillation flow end to end at the tiny profile: the tulu-pool stage writes the
-pool, the flow writes a metrics row per selection method with the cost ratio and the Spearman
-correlation, an MLflow parent with one child per selection method, plots as MLflow artifacts and
-DVC files, and the selected ids; the tulu-select stage writes its JSONL."""
+"""The Influence Distillation pipeline end to end at the tiny profile: the tulu-pool stage writes the
+pool, tulu-select the selected ids of every method, the flow a metrics row per selection method
+with the cost ratio and the Spearman correlation, an MLflow parent with one child per selection
+method, plots as MLflow artifacts and DVC files. A flow killed mid-fine-tuning resumes to the
+metrics of an uninterrupted run; a selection made with other parameters is refused."""
 from __future__ import annotations
 
 import json
+import shutil
 
+import pytest
 import yaml
 
 from flows.launch import run_method
+from paperline.methods.influence_distillation import pipeline
+from paperline.train.checkpoint import load_checkpoint
 from tasks import track
 from tasks.tulu_prep import main as tulu_prep
 from tests.conftest import finished_flow_runs
@@ -20,6 +25,7 @@ def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, pref
     assert tulu_prep(["pool", "--profile", "tiny"]) == 0
     manifest = json.loads((project / "data" / "tulu" / "manifest.json").read_text())
     assert manifest["pool_size"] == 120 and manifest["skipped"]["skipped"] == 0
+    assert tulu_prep(["select", "--profile", "tiny"]) == 0
     run_method(METHOD, "tiny")
     metrics = json.loads((project / "metrics" / f"{METHOD}.json").read_text())
     tiny = yaml.safe_load((project / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]
@@ -37,7 +43,7 @@ def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, pref
     assert -1 <= metrics["id_vs_exact_spearman_of_target_mean"] <= 1
     assert metrics["qp_relative_weight_difference_smallest_lr"] < metrics["qp_relative_weight_difference_largest_lr"]
 
-    selected = (project / "models" / METHOD / "selections" / "influence_distillation.jsonl").read_text().splitlines()
+    selected = (project / "data" / "tulu" / "selection" / "influence_distillation.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in selected]
     assert len(rows) == tiny["select_k"] and len({r["id"] for r in rows}) == len(rows)
     assert all(r["weight"] == 1.0 for r in rows)
@@ -53,6 +59,29 @@ def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, pref
     assert (project / "plots" / METHOD / "target_metrics.csv").read_text().startswith("method,")
     assert json.loads((project / "models" / METHOD / "run.json").read_text())["complete"]
 
-    assert tulu_prep(["select", "--profile", "tiny"]) == 0
-    chosen = (project / "data" / "tulu" / "selection" / "selected.jsonl").read_text().splitlines()
-    assert len(chosen) == tiny["select_k"]
+    # killed in the middle of one fine-tuning (after its first checkpoint), then run again
+    shutil.rmtree(project / "models" / METHOD)
+    (project / "metrics" / f"{METHOD}.json").unlink()
+    real_train = pipeline.train
+
+    def killed_mid_way(model, optimizer, data, index, batches, checkpoint_path, fingerprint, **kw):
+        if fingerprint["method"] != "exact_first_order":
+            return real_train(model, optimizer, data, index, batches, checkpoint_path, fingerprint, **kw)
+        real_train(model, optimizer, data, index, batches, checkpoint_path, fingerprint, checkpoint_every=1,
+                   stop_after=2)
+        raise RuntimeError("killed mid-way")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "train", killed_mid_way)
+        with pytest.raises(RuntimeError, match="killed mid-way"):
+            run_method(METHOD, "tiny")
+    assert not (project / "metrics" / f"{METHOD}.json").exists()
+    assert not json.loads((project / "models" / METHOD / "run.json").read_text())["complete"]
+    partial = load_checkpoint(project / "models" / METHOD / "finetune" / "exact_first_order.pt")
+    assert partial["step"] == 1 and not partial["done"]
+    run_method(METHOD, "tiny")
+    assert json.loads((project / "metrics" / f"{METHOD}.json").read_text()) == metrics
+
+    # a selection made with other parameters than the flow's is refused, naming the key
+    with pytest.raises(ValueError, match="select_k"):
+        run_method(METHOD, "tiny", ["select_k=5"])

@@ -127,6 +127,17 @@ def test_jvp_embeddings_are_directional_derivatives_of_the_first_blocks(tiny):
     assert torch.allclose(again, emb, atol=1e-5)
 
 
+def test_chunk_sizes_do_not_change_jvp_embeddings_or_per_sample_gradients(tiny):
+    # a batch is padded to its longest sample: chunking changes the padding, never the result
+    cfg, model, data = tiny
+    one_by_one = landmarks.jvp_embeddings(model, data, 1, 2, 0, seed=3, batch_size=1)
+    assert torch.allclose(landmarks.jvp_embeddings(model, data, 1, 2, 0, seed=3, batch_size=10), one_by_one,
+                          atol=1e-5)
+    names = model.down_proj_names()
+    single = per_sample_gradients(model, data, range(10), names, chunk=1)
+    assert torch.allclose(per_sample_gradients(model, data, range(10), names, chunk=32), single, atol=1e-6)
+
+
 def test_kernel_ridge_propagation_recovers_a_smooth_influence():
     g = torch.Generator().manual_seed(0)
     emb = torch.randn(400, 3, generator=g)

@@ -68,6 +68,7 @@ class InfluenceDistillationConfig(MethodConfig):
     finetune_lr: PositiveFloat = 1e-3
     eval_batch_size: PositiveInt = 32
     grad_chunk: PositiveInt = 32  # samples per vmap call (memory)
+    threads: PositiveInt = 1  # torch threads of a fine-tuning task (CPU; they run one after another)
     qp: QPCheckConfig = QPCheckConfig()
 
     @model_validator(mode="after")

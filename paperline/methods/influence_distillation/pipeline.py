@@ -1,8 +1,9 @@
-"""Influence Distillation end to end, as plain functions the flow's tasks call:
+"""Influence Distillation end to end, as plain functions:
 
-    prepare  → warm_up → select_all (random, RDS+-like, exact first-order, Influence Distillation;
-               each timed, gradient evaluations counted) → finetune_and_evaluate (each selection,
-               same budget) → summarize
+    tulu-select stage (`run_selection`): prepare → warm_up → select_all (random, RDS+-like, exact
+        first-order, Influence Distillation; each timed in this one process, gradient evaluations
+        counted) → <selection dir>: one JSONL per method, the warm-up checkpoint, selection.json
+    the flow's tasks (`load_selection`): finetune_and_evaluate (each selection, same budget)
 
 Targets are the target examples of every target set together; selection is round-robin over them
 (spec §b.5), so each target set gets its share. Cost: the exact reference computes a gradient for
@@ -21,13 +22,18 @@ import torch
 from scipy.stats import spearmanr
 
 from paperline.data.tulu_pool import load_pool_dir
-from paperline.io import atomic_path
+from paperline.io import atomic_path, read_json, write_json
 from paperline.methods.influence_distillation import baselines, landmarks
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from paperline.methods.influence_distillation.finetune import epoch_batches, evaluate, make_optimizer, train
 from paperline.methods.influence_distillation.influence import GradientFeaturizer, adam_coefficients
 from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet, build_model, tokenize
 from paperline.methods.influence_distillation.selection import round_robin
+
+SELECTION_FILE = "selection.json"  # written last: the selection directory is complete and current
+WARMUP_CHECKPOINT = "warmup.pt"
+# parameters the selection does not read (the flow may change them without a new selection)
+NOT_SELECTION_KEYS = ("pool_dir", "finetune_epochs", "finetune_lr", "qp", "threads")
 
 # sub-datasets of the embedded pool that match a target set (for the selection composition)
 MATCHING = {"gsm8k_like": "gsm_symbolic", "squad_like": "span_extraction", "mmlu_like": "multiple_choice_facts"}
@@ -192,3 +198,55 @@ def write_selection(path: Path, prep: Prepared, indices: list[int], score: torch
                 row["score"] = float(score[i].max())
             fh.write(json.dumps(row) + "\n")
     return path
+
+
+def selection_fingerprint(cfg: InfluenceDistillationConfig) -> dict:
+    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in NOT_SELECTION_KEYS}
+
+
+def run_selection(cfg: InfluenceDistillationConfig, out_dir: Path, device: str | torch.device = "cpu") -> dict:
+    """The tulu-select stage: warm-up (checkpointed to out_dir/warmup.pt, which a killed run resumes
+    and the fine-tuning starts from), then every method of `cfg.methods` timed here, so the cost
+    ratio compares two selections of one process. Writes out_dir/<method>.jsonl, scores.npz (the
+    target-mean exact and propagated influence) and, last, selection.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SELECTION_FILE).unlink(missing_ok=True)
+    torch.manual_seed(cfg.seed)
+    prep = prepare(cfg, cfg.pool_dir).to(device)
+    optimizer, history = warm_up(cfg, prep, out_dir / WARMUP_CHECKPOINT)
+    before = evaluate_targets(cfg, prep)
+    result = select_all(cfg, prep, optimizer)
+    summary = {"config": selection_fingerprint(cfg), "pool_size": len(prep.pool), "warmup_history": history,
+               "before_finetune": before, "comparison": result["comparison"], "selections": {}}
+    for method, sel in result["selections"].items():
+        write_selection(out_dir / f"{method}.jsonl", prep, sel["indices"], result["scores"].get(method))
+        summary["selections"][method] = {k: v for k, v in sel.items() if k != "indices"} | {
+            "file": f"{method}.jsonl", **composition(prep, sel["indices"])}
+    if "exact_first_order" in result["scores"]:
+        with atomic_path(out_dir / "scores.npz") as tmp, tmp.open("wb") as fh:
+            np.savez(fh, exact=result["scores"]["exact_first_order"].mean(1).numpy(),
+                     propagated=result["scores"]["influence_distillation"].mean(1).numpy())
+    write_json(out_dir / SELECTION_FILE, summary)
+    return summary
+
+
+def load_selection(cfg: InfluenceDistillationConfig, sel_dir: Path) -> dict:
+    """selection.json of `sel_dir`, checked against `cfg`: a selection made with other parameters
+    (a `--set` given to the flow but not to tulu-select) is an error naming the keys."""
+    sel_dir = Path(sel_dir)
+    path = sel_dir / SELECTION_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no finished selection; run the tulu-select stage "
+                                "(dvc repro tulu-select, or python -m tasks.tulu_prep select)")
+    summary = read_json(path)
+    wanted = selection_fingerprint(cfg)
+    differ = sorted(k for k in wanted.keys() | summary["config"].keys()
+                    if wanted.get(k) != summary["config"].get(k))
+    if differ:
+        raise ValueError(f"{path}: made with other parameters than this run's ({', '.join(differ)}); "
+                         "run tulu-select with the same profile and --set options")
+    missing = [m for m in cfg.methods if m not in summary["selections"]]
+    if missing:
+        raise ValueError(f"{path}: no selection for {missing}")
+    return summary
