@@ -203,6 +203,19 @@ def test_training_resumes_from_its_checkpoint(tiny, tmp_path):
         assert torch.allclose(model.state_dict()[k], v, atol=1e-6)
 
 
+def test_micro_batches_accumulate_to_the_whole_batch_step(tiny):
+    cfg, model, data = tiny
+    start = copy.deepcopy(model.state_dict())
+    batches = epoch_batches(10, 5, 2, 0)
+    whole = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {})
+    reference = copy.deepcopy(model.state_dict())
+    model.load_state_dict(start)
+    sliced = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {}, micro_batch_size=2)
+    assert sliced["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-5)
+    for name, value in model.state_dict().items():
+        assert torch.allclose(value, reference[name], atol=1e-5), name  # float rounding through Adam
+
+
 def test_long_samples_keep_their_answer_in_the_window():
     cfg = InfluenceDistillationConfig(**TINY)
     _, tok = build_model(cfg, 0)

@@ -48,6 +48,7 @@ class InfluenceDistillationConfig(MethodConfig):
     eps: PositiveFloat = 1e-8
     weight_decay: float = Field(0.0, ge=0)
     batch_size: PositiveInt = 16
+    micro_batch_size: PositiveInt | None = None  # rows per forward/backward within a step (accumulated)
     # ---- JVP embeddings (spec §b.2)
     jvp_blocks: PositiveInt = 1  # the first blocks of the model (the official code: 4)
     jvp_tangents: PositiveInt = 2

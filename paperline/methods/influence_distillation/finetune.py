@@ -34,8 +34,10 @@ def epoch_batches(n: int, batch_size: int, epochs: int, seed: int) -> list[torch
 
 def train(model: CausalLM, optimizer: torch.optim.Optimizer, data: TokenizedSet, index: Sequence[int],
           batches: list[torch.Tensor], checkpoint_path: Path | None, fingerprint: dict,
-          checkpoint_every: int = 50, stop_after: int | None = None) -> dict:
+          checkpoint_every: int = 50, stop_after: int | None = None, micro_batch_size: int | None = None) -> dict:
     """Run the minibatch steps `batches` (positions into `index`); returns the loss history.
+    `micro_batch_size` accumulates each step's gradient over slices of that many rows (the paper's
+    batch of 128 at length 2048 fits no GPU at once), weighted so the step equals the whole batch's.
     `stop_after` ends early without the final checkpoint (tests simulate a kill with it)."""
     index = torch.as_tensor(list(index), dtype=torch.long)
     history = {"step": [], "train_loss": []}
@@ -56,14 +58,22 @@ def train(model: CausalLM, optimizer: torch.optim.Optimizer, data: TokenizedSet,
 
     model.train()
     while step < len(batches):
-        tokens, mask = data.batch(index[batches[step]])
-        loss = masked_lm_loss(model(tokens), tokens, mask)
+        rows = index[batches[step]]
+        size = micro_batch_size or len(rows)
+        # the loss is the token mean over the whole batch: each slice's mean weighted by its share
+        total = float(data.mask[rows, 1:].sum().clamp_min(1))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_value = 0.0
+        for start in range(0, len(rows), size):
+            tokens, mask = data.batch(rows[start:start + size])
+            share = float(mask[:, 1:].sum()) / total
+            loss = masked_lm_loss(model(tokens), tokens, mask) * share
+            loss.backward()
+            loss_value += float(loss.detach())
         optimizer.step()
         step += 1
         history["step"].append(step)
-        history["train_loss"].append(float(loss.detach()))
+        history["train_loss"].append(loss_value)
         if stop_after is not None and step >= stop_after:
             return history
         if step % checkpoint_every == 0 and step < len(batches):

@@ -78,7 +78,8 @@ def warm_up(cfg: InfluenceDistillationConfig, prep: Prepared, checkpoint_path: P
     subset = baselines.random_selection(len(prep.pool), n, cfg.seed + 7)
     batches = epoch_batches(n, cfg.batch_size, -(-cfg.warmup_steps * cfg.batch_size // n), cfg.seed)[:cfg.warmup_steps]
     optimizer = make_optimizer(prep.model, cfg, cfg.lr)
-    history = train(prep.model, optimizer, prep.pool, subset, batches, checkpoint_path, warmup_fingerprint(cfg, prep))
+    history = train(prep.model, optimizer, prep.pool, subset, batches, checkpoint_path, warmup_fingerprint(cfg, prep),
+                    micro_batch_size=cfg.micro_batch_size)
     return optimizer, history
 
 
@@ -172,7 +173,8 @@ def finetune_and_evaluate(cfg: InfluenceDistillationConfig, prep: Prepared, warm
     batches = epoch_batches(len(indices), cfg.batch_size, cfg.finetune_epochs, cfg.seed + 5)
     fingerprint = {"method": method, "indices": list(indices), "warmup": warm_state["fingerprint"],
                    "finetune_lr": cfg.finetune_lr, "finetune_epochs": cfg.finetune_epochs, "batch_size": cfg.batch_size}
-    history = train(model, optimizer, prep.pool, indices, batches, checkpoint_path, fingerprint)
+    history = train(model, optimizer, prep.pool, indices, batches, checkpoint_path, fingerprint,
+                    micro_batch_size=cfg.micro_batch_size)
     return {"history": history, "eval": evaluate_targets(cfg, prep)}
 
 
