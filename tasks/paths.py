@@ -28,6 +28,15 @@ def project_path(value: str | os.PathLike) -> Path:
     return path if path.is_absolute() else repo_path(str(path))
 
 
+def committed_data_path(value: str | os.PathLike) -> Path:
+    """A path from params.yaml naming data committed to the repository (data/raw/...): as
+    project_path, but a relative one the project lacks is found in the code's checkout."""
+    path = project_path(value)
+    if not path.exists() and not Path(value).expanduser().is_absolute() and (code_root() / value).exists():
+        return code_root() / value
+    return path
+
+
 def params_path() -> Path:
     return repo_path("params.yaml")
 

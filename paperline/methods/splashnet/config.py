@@ -64,6 +64,20 @@ class DataConfig(StrictModel):
         return self
 
 
+class BeamSearchConfig(StrictModel):
+    """CTC prefix beam search with a character n-gram LM, reported beside greedy CER (emg2qwerty's
+    option: beam 50 with a 6-gram character KenLM trained on WikiText-103)."""
+
+    enabled: bool = True
+    beam_size: PositiveInt = 16
+    max_candidates: PositiveInt = 8  # labels a frame may extend a prefix by (its likeliest)
+    lm_order: PositiveInt = 4
+    lm_weight: Annotated[float, Field(ge=0)] = 0.5
+    insertion_bonus: float = 0.0
+    # a text the typed prompts are not drawn from: a file, or a folder of *.txt files
+    lm_corpus: str = "data/raw/shakespeare"
+
+
 class ModelSize(StrictModel):
     mlp_features: list[PositiveInt] = Field(min_length=1)
     block_channels: list[PositiveInt] = Field(min_length=1)
@@ -88,6 +102,7 @@ class SplashNetConfig(MethodConfig):
     finetune_max_steps: PositiveInt | None = None
     rtn_warmup_frames: PositiveInt = 125
     rtn_eps: PositiveFloat = 0.1
+    beam_search: BeamSearchConfig = BeamSearchConfig()
     checkpoint_every: PositiveInt = 200  # optimizer steps between Lightning checkpoints
 
     @model_validator(mode="after")

@@ -3,7 +3,7 @@ warm-up from 1e-8 then cosine to 1e-6, greedy CER on whole sessions."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import lightning as L
 import torch
@@ -42,6 +42,13 @@ class CTCModule(L.LightningModule):
         self.history.append((int(self.global_step), float(loss.detach())))
         return loss
 
+    # the loss history travels in Lightning's checkpoint, so a resumed run logs the whole curve
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["loss_history"] = list(self.history)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.history = [tuple(h) for h in checkpoint.get("loss_history", [])]
+
     def on_train_epoch_start(self) -> None:
         dataset = self.trainer.train_dataloader.dataset
         if hasattr(dataset, "set_epoch"):
@@ -55,19 +62,24 @@ class CTCModule(L.LightningModule):
 
 
 @torch.no_grad()
-def session_cer(model: TDSConvCTC, sessions: Sequence[SessionFeatures], device: torch.device) -> dict:
-    """Greedy CER over whole sessions (batch 1, the whole session at once, as at test time).
-    """
+def session_cer(model: TDSConvCTC, sessions: Sequence[SessionFeatures], device: torch.device,
+                beam: Callable[[torch.Tensor], list[int]] | None = None) -> dict:
+    """Greedy CER over whole sessions (batch 1, the whole session at once, as at test time), and
+    with `beam` (emissions -> labels: beam search with the character LM) its CER too."""
     model.eval()
-    pairs, loss_sum = [], 0.0
+    pairs, beam_pairs, loss_sum = [], [], 0.0
     for s in sessions:
         x = torch.from_numpy(s.features).to(device).unsqueeze(1)
         emissions = model(x)[:, 0].cpu()
         reference = s.key_label.tolist()  # every keystroke of the session
         pairs.append((reference, greedy_decode(emissions)))
+        if beam is not None:
+            beam_pairs.append((reference, beam(emissions)))
         # the held-out CTC loss per label: a continuous measure while greedy CER is saturated
         loss_sum += float(nn.functional.ctc_loss(emissions, torch.tensor(reference), (len(emissions),),
                                                  (len(reference),), blank=BLANK, reduction="sum", zero_infinity=True))
-    cer = character_error_rate(pairs)
     labels = sum(len(r) for r, _ in pairs)
-    return {"cer": cer, "labels": labels, "ctc_loss_sum": loss_sum, "pairs": pairs}
+    out = {"cer": character_error_rate(pairs), "labels": labels, "ctc_loss_sum": loss_sum, "pairs": pairs}
+    if beam is not None:
+        out |= {"beam_cer": character_error_rate(beam_pairs), "beam_pairs": beam_pairs}
+    return out

@@ -108,11 +108,27 @@ def _steps(cfg: SplashNetConfig, dataset: WindowDataset, epochs: int, cap: int |
     return max(1, total), warmup
 
 
+def beam_decoder(cfg: SplashNetConfig, lm_path: Path | None) -> Callable[[torch.Tensor], list[int]] | None:
+    """emissions -> labels by beam search with the character LM saved at lm_path (None: greedy only)."""
+    if not cfg.beam_search.enabled or lm_path is None:
+        return None
+    from functools import partial
+
+    from paperline.methods.splashnet.char_lm import CharNgramLM
+    from paperline.methods.splashnet.decoding import beam_decode
+
+    b = cfg.beam_search
+    return partial(beam_decode, lm=CharNgramLM.load(lm_path), beam_size=b.beam_size, lm_weight=b.lm_weight,
+                   insertion_bonus=b.insertion_bonus, max_candidates=b.max_candidates)
+
+
 def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFeatures],
                        finetune: dict[str, list[SessionFeatures]], test: dict[str, list[SessionFeatures]],
                        device: torch.device, out_dir: Path, data: str,
-                       log: Callable[[str, Any], None] = lambda *_: None) -> dict[str, Any]:
-    """Generic training, zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant."""
+                       log: Callable[[str, Any], None] = lambda *_: None,
+                       beam: Callable[[torch.Tensor], list[int]] | None = None) -> dict[str, Any]:
+    """Generic training, zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant
+    (greedy, and with `beam` also beam search with the character LM)."""
     spec = model_spec(cfg, variant)
     frames, left, right = window_frames(cfg, variant)
     augment = ACM_AUGMENT if VARIANT_CHANGES[variant].get("acm") else BASELINE_AUGMENT
@@ -135,26 +151,30 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
     model = module.model.to(device)
     result: dict[str, Any] = {"variant": variant, "params": count_parameters(model), "train_steps": total,
                               "train_windows": len(dataset), "history": history}
-    pairs_zero, pairs_ft = [], []
+    pairs: dict[str, list] = {"zero_shot_cer": [], "finetuned_cer": [], "zero_shot_beam_cer": [],
+                              "finetuned_beam_cer": []}
     loss = {"zero": 0.0, "ft": 0.0}
     labels = 0
     for user in sorted(test):
-        zero = session_cer(model, test[user], device)
-        pairs_zero += zero["pairs"]
+        zero = session_cer(model, test[user], device, beam)
         loss["zero"] += zero["ctc_loss_sum"]
         labels += zero["labels"]
-        result[f"zero_shot_cer/{user}"] = zero["cer"]
         ft_model = _finetune(cfg, variant, model, finetune[user], device, out_dir / f"finetune_{user}", data,
                              frames, left, right, augment, user)
-        ft = session_cer(ft_model, test[user], device)
-        pairs_ft += ft["pairs"]
+        ft = session_cer(ft_model, test[user], device, beam)
         loss["ft"] += ft["ctc_loss_sum"]
-        result[f"finetuned_cer/{user}"] = ft["cer"]
-        log(user, {"zero_shot_cer": zero["cer"], "finetuned_cer": ft["cer"]})
+        per_user = {}
+        for stage, scored in (("zero_shot", zero), ("finetuned", ft)):
+            pairs[f"{stage}_cer"] += scored["pairs"]
+            per_user[f"{stage}_cer"] = scored["cer"]
+            if beam is not None:
+                pairs[f"{stage}_beam_cer"] += scored["beam_pairs"]
+                per_user[f"{stage}_beam_cer"] = scored["beam_cer"]
+        result |= {f"{k}/{user}": v for k, v in per_user.items()}
+        log(user, per_user)
     from paperline.methods.splashnet.decoding import character_error_rate
 
-    result["zero_shot_cer"] = character_error_rate(pairs_zero)
-    result["finetuned_cer"] = character_error_rate(pairs_ft)
+    result |= {k: character_error_rate(p) for k, p in pairs.items() if p}
     result["zero_shot_ctc_loss"] = loss["zero"] / labels  # per reference label, summed over users
     result["finetuned_ctc_loss"] = loss["ft"] / labels
     tail = [v for _, v in history[-10:]]

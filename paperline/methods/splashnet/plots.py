@@ -67,12 +67,16 @@ def plot_channel_stats(stats: dict[str, Any], path: Path) -> Path:
 def plot_cer(summary: dict[str, Any], variants: list[str], path: Path) -> Path:
     x = np.arange(len(variants))
     fig, ax = plt.subplots(figsize=(8, 4))
-    zero = [summary["variants"][v]["zero_shot_cer"] for v in variants]
-    ft = [summary["variants"][v]["finetuned_cer"] for v in variants]
-    ax.bar(x - 0.2, zero, 0.4, label="zero-shot (held-out users)")
-    ax.bar(x + 0.2, ft, 0.4, label="after per-user fine-tuning")
+    bars = [(f"{stage}{decoder}", f"{label}{', beam + char LM' if decoder else ', greedy'}")
+            for decoder in ("", "_beam") for stage, label in (("zero_shot", "zero-shot (held-out users)"),
+                                                              ("finetuned", "after per-user fine-tuning"))
+            if f"{stage}{decoder}_cer" in summary["variants"][variants[0]]]
+    width = 0.8 / len(bars)
+    for i, (key, label) in enumerate(bars):
+        ax.bar(x - 0.4 + width * (i + 0.5), [summary["variants"][v][f"{key}_cer"] for v in variants], width,
+               label=label)
     ax.set_xticks(x, variants, rotation=20)
-    ax.set_ylabel("greedy CER (%)")
+    ax.set_ylabel("CER (%)")
     ax.legend()
     ax.set_title("CER per variant")
     return save_figure(fig, path)
