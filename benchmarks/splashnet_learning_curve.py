@@ -51,7 +51,7 @@ def main() -> None:
     _, cfg = load_method_config(SplashNetConfig, read_params(params_path()), "splashnet", args.profile,
                                 args.overrides)
     spec = model_spec(cfg, args.variant)
-    train, _, test = _load_split(cfg, repo_path("data", "splashnet", "features"), spec.six_bands)
+    train, _, test, _ = _load_split(cfg, repo_path("data", "splashnet", "features"), spec.six_bands)
     if args.users:
         users = sorted({s.user for s in train})[:args.users]
         train = [s for s in train if s.user in users]

@@ -203,7 +203,8 @@ def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, parent: track.
 
 
 def _splits(cfg: MemoryDecoderConfig, data: MemDecData) -> dict:
-    """Evaluation windows (x, y, fact mask of y) of the domain and general held-out text."""
+    """Evaluation windows (x, y, fact mask of y): the domain held-out text's first half (domain_dev,
+    where λ is chosen) and second half (domain, where it is reported), and the general held-out text."""
     import numpy as np
     import torch
 
@@ -213,8 +214,11 @@ def _splits(cfg: MemoryDecoderConfig, data: MemDecData) -> dict:
 
     _, dom = load_domain(data.domain_dir, data.vocab_size, cfg.block_size)
     general = np.asarray(open_tokens(Path(data.general_dir) / "val.bin", data.vocab_size, cfg.block_size))
+    domain = np.asarray(dom.tokens, dtype=np.int64)
+    half = len(domain) // 2
     out = {}
-    for name, tokens, mask in (("domain", dom.tokens, dom.fact_mask), ("general", general, None)):
+    for name, tokens, mask in (("domain_dev", domain[:half], dom.fact_mask[:half]),
+                               ("domain", domain[half:], dom.fact_mask[half:]), ("general", general, None)):
         starts = eval_windows(tokens, cfg.block_size, cfg.eval_windows)
         pos = starts[:, None] + np.arange(cfg.block_size)
         x = torch.as_tensor(np.asarray(tokens, dtype=np.int64)[pos])
@@ -321,9 +325,9 @@ def evaluate(cfg: MemoryDecoderConfig, data: MemDecData, parent: track.Run, prof
 
 
 def summarize(cfg: MemoryDecoderConfig, bases: dict, datastore: dict, memdec: dict, ev: dict) -> dict:
-    """metrics/memory_decoder.json: per base size the perplexities (λ = 0 is the base), the best λ
-    of each method chosen on domain perplexity — on the same held-out split it reports, as the
-    paper tunes λ per domain — and the general perplexity at that λ; sweeps; sizes; timing."""
+    """metrics/memory_decoder.json: per base size the perplexities (λ = 0 is the base), the λ of
+    each method chosen on the domain dev half (the paper tunes λ per domain) and the domain test
+    half's and general perplexity at that λ; sweeps; sizes; timing."""
     # headline scalars at the top level, one table row per base size (paperline.report's convention)
     out: dict = {"lambdas": list(cfg.lambdas)} | {f"datastore_{k}": v for k, v in datastore.items()} | {
         f"memdec_train_{k}": v for k, v in memdec.items()}
@@ -335,7 +339,7 @@ def summarize(cfg: MemoryDecoderConfig, bases: dict, datastore: dict, memdec: di
             row[f"base_{split}_ppl"] = sweep[0.0]
         for variant in ("knn_lm", "memdec"):
             entry = ev["results"][f"{size}/{variant}"]
-            best = min(entry["domain"], key=entry["domain"].get)
+            best = min(entry["domain_dev"], key=entry["domain_dev"].get)
             row[f"{variant}_best_lambda"] = best
             for split, sweep in entry.items():
                 row[f"{variant}_{split}_ppl"] = sweep[best]

@@ -36,7 +36,8 @@ def _load_split(cfg: SplashNetConfig, features: Path, six_bands: bool):
     def load(rs):
         return [load_session_features(features, entries[r.path], six_bands) for r in rs]
 
-    return load(split.train), {u: load(s) for u, s in split.finetune.items()}, {u: load(s) for u, s in split.test.items()}
+    return (load(split.train), {u: load(s) for u, s in split.finetune.items()},
+            {u: load(s) for u, s in split.test.items()}, load(split.val))
 
 
 @task(name="splashnet-char-lm", cache_policy=NO_CACHE)
@@ -67,13 +68,15 @@ def train_variant(cfg: SplashNetConfig, variant: str, features: Path, parent: tr
               "mlp_features": list(spec.mlp_features), "block_channels": list(spec.block_channels)}
     with gpu_slot() as device, track.child_run(parent, METHOD, variant, profile, data,
                                                params=params | {"device": str(device)}) as run:
-        train, finetune, test = _load_split(cfg, features, spec.six_bands)
+        train, finetune, test, val = _load_split(cfg, features, spec.six_bands)
         out = models_dir(METHOD) / variant
         result = train_and_evaluate(cfg, variant, train, finetune, test, device, out, data,
                                     log=lambda user, m: run.log_metrics({f"{k}/{user}": v for k, v in m.items()}),
-                                    beam=beam_decoder(cfg, lm_path))
+                                    beam=beam_decoder(cfg, lm_path), val=val)
         steps, losses = zip(*result["history"]) if result["history"] else ((), ())
         run.log_history("train_ctc_loss", steps, losses)
+        if result.get("val_history"):
+            run.log_history("val_cer", *zip(*result["val_history"]))
         run.log_metrics({k: v for k, v in result.items() if isinstance(v, (int, float))})
         run.log_artifact(out / "generic.pt", "checkpoints")
     return result
@@ -94,7 +97,8 @@ def publish(cfg: SplashNetConfig, results: list[dict], table: dict, features: Pa
     from paperline.methods.splashnet import plots
 
     variants = [r["variant"] for r in results]
-    rows = {r["variant"]: {k: v for k, v in r.items() if k not in ("history", "variant")} for r in results}
+    rows = {r["variant"]: {k: v for k, v in r.items() if k not in ("history", "val_history", "variant")}
+            for r in results}
     stats = read_json(features / "stats.json")
     summary = {"variants": rows, "paper_models": table, "feature_stats": stats["summary"],
                "decoders": ["greedy"] + (["beam_char_lm"] if cfg.beam_search.enabled else []),

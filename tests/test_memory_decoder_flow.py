@@ -20,12 +20,15 @@ def test_tiny_flow_writes_metrics_plots_models_and_mlflow_runs(project, prefect_
     assert metrics["lambdas"] == tiny["lambdas"]
     for size in ("small", "large"):
         row = metrics[size]
-        for split in ("domain", "general", "domain_facts"):
+        for split in ("domain", "general", "domain_facts", "domain_dev"):
             assert row[f"base_{split}_ppl"] > 1
             for variant in ("knn_lm", "memdec"):
                 sweep = row[f"{variant}_{split}_ppl_by_lambda"]
                 assert sweep["0.0"] == row[f"base_{split}_ppl"]  # λ = 0 is the base alone
                 assert row[f"{variant}_{split}_ppl"] == sweep[str(row[f"{variant}_best_lambda"])]
+        for variant in ("knn_lm", "memdec"):  # λ is chosen on the dev half, never on the reported one
+            dev = row[f"{variant}_domain_dev_ppl_by_lambda"]
+            assert str(row[f"{variant}_best_lambda"]) == min(dev, key=dev.get)
         assert row["knn_lm_ms_per_token"] > 0 and row["memdec_ms_per_token"] > 0
         assert row["knn_lm_over_memdec"] == row["knn_lm_ms_per_token"] / row["memdec_ms_per_token"]
     assert metrics["small"]["params"] < metrics["large"]["params"]

@@ -40,6 +40,8 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
         assert row["zero_shot_cer"] >= 0 and row["train_steps"] == tiny["max_steps"]
     assert metrics["variants"]["splashnet_mini"]["params"] < metrics["variants"]["baseline"]["params"]
     assert metrics["decoders"] == ["greedy", "beam_char_lm"]
+    for name, row in metrics["variants"].items():  # validated on the validation user's sessions
+        assert isinstance(row["best_val_cer"], float) and row["best_val_cer"] >= 0, name
     lm = json.loads((project / "models" / "splashnet" / "char_lm.json").read_text())  # counted on the checkout's
     assert lm["order"] == tiny.get("beam_search", {}).get("lm_order", 4) and lm["counts"]  # Shakespeare slice
     paper = metrics["paper_models"]
@@ -59,6 +61,8 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
     child = children[0]
     assert len(c.get_metric_history(child.info.run_id, "train_ctc_loss")) == tiny["max_steps"]
     assert any(a.path.endswith("generic.pt") for a in c.list_artifacts(child.info.run_id, "checkpoints"))
+    assert [m.step for m in c.get_metric_history(child.info.run_id, "val_cer")] == [tiny["val_every"]]
+    assert (project / "models" / "splashnet" / child.data.tags["variant"] / "lightning_generic" / "best.ckpt").is_file()
     pngs = sorted(a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")
                   if a.path.endswith(".png"))
     assert pngs == sorted(p.name for p in (project / "plots" / "splashnet").glob("*.png"))
@@ -71,11 +75,11 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
     shutil.rmtree(project / "models" / "splashnet")
     real_fit = pipeline._fit
 
-    def dies_after_a_checkpoint(module, dataset, cfg, max_steps, device, ckpt_dir, fp, seed):
+    def dies_after_a_checkpoint(module, dataset, cfg, max_steps, device, ckpt_dir, *rest):
         if ckpt_dir.name == "lightning_generic" and ckpt_dir.parent.name == "baseline":
-            real_fit(module, dataset, cfg, cfg.checkpoint_every, device, ckpt_dir, fp, seed)
+            real_fit(module, dataset, cfg, cfg.checkpoint_every, device, ckpt_dir, *rest)
             raise RuntimeError("died mid-training")
-        real_fit(module, dataset, cfg, max_steps, device, ckpt_dir, fp, seed)
+        real_fit(module, dataset, cfg, max_steps, device, ckpt_dir, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "_fit", dies_after_a_checkpoint)

@@ -185,32 +185,47 @@ def test_second_order_qp_agrees_with_first_order_at_small_learning_rates():
     assert small["target_loss_drop_first_order"] > 0
 
 
-def test_training_resumes_from_its_checkpoint(tiny, tmp_path):
+def _train_twice(tiny, batches, **second):
+    """Train from the same start twice on the 10 tiny samples: plainly, then with `second`'s
+    options (checkpoint path and fingerprint as ckpt / fp); (first history, first weights, second history)."""
     cfg, model, data = tiny
     start = copy.deepcopy(model.state_dict())
-    batches = epoch_batches(10, 4, 3, 0)
-    full = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {})
+    first = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {})
     reference = copy.deepcopy(model.state_dict())
     model.load_state_dict(start)
+    ckpt, fp = second.pop("ckpt", None), second.pop("fp", {})
+    prepare = second.pop("prepare", None)
+    if prepare is not None:
+        prepare(model, start)
+    again = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, ckpt, fp, **second)
+    return first, reference, again
+
+
+def test_training_resumes_from_its_checkpoint(tiny, tmp_path):
+    cfg, model, data = tiny
     ckpt = tmp_path / "ck.pt"
-    train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, ckpt, {"a": 1}, checkpoint_every=2,
-          stop_after=5)  # killed after step 5: the checkpoint holds step 4
-    model.load_state_dict(start)  # a fresh process
-    resumed = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, ckpt, {"a": 1},
-                    checkpoint_every=2)
+    batches = epoch_batches(10, 4, 3, 0)
+
+    steps_run = []
+
+    def killed_after_step_5(model, start):  # the checkpoint holds step 4; then a fresh process
+        train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, ckpt, {"a": 1},
+              checkpoint_every=2, stop_after=5)
+        model.load_state_dict(start)
+        real_batch = data.batch
+        data.batch = lambda index: steps_run.append(1) or real_batch(index)  # count the resumed run's steps
+
+    full, reference, resumed = _train_twice(tiny, batches, ckpt=ckpt, fp={"a": 1}, checkpoint_every=2,
+                                            prepare=killed_after_step_5)
+    assert len(steps_run) == len(batches) - 4  # it went on from the checkpoint
     assert resumed["train_loss"] == pytest.approx(full["train_loss"], rel=1e-5)
     for k, v in reference.items():
         assert torch.allclose(model.state_dict()[k], v, atol=1e-6)
 
 
 def test_micro_batches_accumulate_to_the_whole_batch_step(tiny):
-    cfg, model, data = tiny
-    start = copy.deepcopy(model.state_dict())
-    batches = epoch_batches(10, 5, 2, 0)
-    whole = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {})
-    reference = copy.deepcopy(model.state_dict())
-    model.load_state_dict(start)
-    sliced = train(model, make_optimizer(model, cfg, 1e-2), data, range(10), batches, None, {}, micro_batch_size=2)
+    model = tiny[1]
+    whole, reference, sliced = _train_twice(tiny, epoch_batches(10, 5, 2, 0), micro_batch_size=2)
     assert sliced["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-5)
     for name, value in model.state_dict().items():
         assert torch.allclose(value, reference[name], atol=1e-5), name  # float rounding through Adam

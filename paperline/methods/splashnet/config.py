@@ -104,6 +104,7 @@ class SplashNetConfig(MethodConfig):
     rtn_eps: PositiveFloat = 0.1
     beam_search: BeamSearchConfig = BeamSearchConfig()
     checkpoint_every: PositiveInt = 200  # optimizer steps between Lightning checkpoints
+    val_every: PositiveInt = 500  # optimizer steps between validations (with data.val_users > 0)
 
     @model_validator(mode="after")
     def _sizes_fit(self):

@@ -1,5 +1,6 @@
 """The Lightning module (emg2qwerty's TDSConvCTCModule): CTC loss on windows, Adam with a linear
-warm-up from 1e-8 then cosine to 1e-6, greedy CER on whole sessions."""
+warm-up from 1e-8 then cosine to 1e-6, greedy CER on whole sessions (validation: the validation
+users' sessions, logged as val_cer / val_ctc_loss, which the best checkpoint is chosen by)."""
 from __future__ import annotations
 
 import math
@@ -31,6 +32,7 @@ class CTCModule(L.LightningModule):
         self.ctc = nn.CTCLoss(blank=BLANK, zero_infinity=True)
         self.lr, self.warmup_steps, self.total_steps = lr, warmup_steps, total_steps
         self.history: list[tuple[int, float]] = []
+        self.val_history: list[tuple[int, float]] = []  # (step, validation CER)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.model(inputs)
@@ -42,12 +44,36 @@ class CTCModule(L.LightningModule):
         self.history.append((int(self.global_step), float(loss.detach())))
         return loss
 
-    # the loss history travels in Lightning's checkpoint, so a resumed run logs the whole curve
+    def on_validation_epoch_start(self) -> None:
+        self._val_pairs: list[tuple[list[int], list[int]]] = []
+        self._val_loss = 0.0
+
+    def validation_step(self, batch, batch_idx):
+        """Whole validation sessions (batch 1 each, as at test time)."""
+        emissions = self.model(batch["inputs"])
+        lengths = self.model.emission_lengths(batch["input_lengths"])
+        self._val_loss += float(nn.functional.ctc_loss(emissions, batch["targets"], lengths, batch["target_lengths"],
+                                                       blank=BLANK, reduction="sum", zero_infinity=True))
+        offset = 0
+        for i, n in enumerate(batch["target_lengths"].tolist()):
+            self._val_pairs.append((batch["targets"][offset:offset + n].tolist(),
+                                    greedy_decode(emissions[:int(lengths[i]), i])))
+            offset += n
+
+    def on_validation_epoch_end(self) -> None:
+        cer = character_error_rate(self._val_pairs)
+        self.log("val_cer", cer)
+        self.log("val_ctc_loss", self._val_loss / sum(len(r) for r, _ in self._val_pairs))
+        self.val_history.append((int(self.global_step), cer))
+
+    # the histories travel in Lightning's checkpoint, so a resumed run logs the whole curves
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["loss_history"] = list(self.history)
+        checkpoint["val_history"] = list(self.val_history)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.history = [tuple(h) for h in checkpoint.get("loss_history", [])]
+        self.val_history = [tuple(h) for h in checkpoint.get("val_history", [])]
 
     def on_train_epoch_start(self) -> None:
         dataset = self.trainer.train_dataloader.dataset

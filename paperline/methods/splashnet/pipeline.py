@@ -65,7 +65,10 @@ def fingerprint(cfg: SplashNetConfig, variant: str, stage: str, data: str) -> st
 
 
 def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_steps: int, device: torch.device,
-         ckpt_dir: Path, fp: str, seed: int) -> None:
+         ckpt_dir: Path, fp: str, seed: int, val: list[SessionFeatures] | None = None) -> None:
+    """Lightning fit for `max_steps`, resuming from ckpt_dir/last.ckpt when it was written for `fp`.
+    With validation sessions, validates every `cfg.val_every` steps and ends with the weights of
+    the best validation CER (emg2qwerty's checkpoint choice)."""
     import logging
 
     import lightning as L
@@ -84,19 +87,47 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
     if last.exists() and resume is None:
         warnings.warn(f"{last}: checkpoint is for another configuration; starting afresh")
         last.unlink()
+        for stale in ckpt_dir.glob("best*.ckpt"):
+            stale.unlink()
     marker.write_text(fp)
+    callbacks = [ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
+                                 every_n_train_steps=cfg.checkpoint_every)]
+    val_loader = None
+    if val:
+        val_loader = DataLoader(_WholeSessions(val), batch_size=1, collate_fn=collate)
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_cer", mode="min",
+                                         save_top_k=1, save_last=False))
     trainer = L.Trainer(
         max_steps=max_steps, max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=[device.index or 0] if device.type == "cuda" else 1,
-        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
-                                   every_n_train_steps=cfg.checkpoint_every)],
-        default_root_dir=str(ckpt_dir), num_sanity_val_steps=0, gradient_clip_val=None)
+        callbacks=callbacks, default_root_dir=str(ckpt_dir), num_sanity_val_steps=0, gradient_clip_val=None,
+        val_check_interval=min(cfg.val_every, max_steps) if val else None, check_val_every_n_epoch=None if val else 1)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*does not have many workers.*")
         warnings.filterwarnings("ignore", ".*number of training batches.*")
         warnings.filterwarnings("ignore", ".*LeafSpec.*")
-        trainer.fit(module, loader, ckpt_path=resume)
+        warnings.filterwarnings("ignore", ".*no `val_dataloader`.*")  # fine-tuning: no validation users
+        warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # our fingerprint file lives there
+        trainer.fit(module, loader, val_loader, ckpt_path=resume)
+    if val:
+        best = callbacks[1].best_model_path
+        if best:
+            module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
+
+
+class _WholeSessions(torch.utils.data.Dataset):
+    """Validation items: a whole session's features and every keystroke label."""
+
+    def __init__(self, sessions: list[SessionFeatures]):
+        self.sessions = sessions
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def __getitem__(self, i: int):
+        s = self.sessions[i]
+        return torch.from_numpy(s.features), torch.from_numpy(s.key_label)
 
 
 def _steps(cfg: SplashNetConfig, dataset: WindowDataset, epochs: int, cap: int | None) -> tuple[int, int]:
@@ -126,9 +157,11 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
                        finetune: dict[str, list[SessionFeatures]], test: dict[str, list[SessionFeatures]],
                        device: torch.device, out_dir: Path, data: str,
                        log: Callable[[str, Any], None] = lambda *_: None,
-                       beam: Callable[[torch.Tensor], list[int]] | None = None) -> dict[str, Any]:
-    """Generic training, zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant
-    (greedy, and with `beam` also beam search with the character LM)."""
+                       beam: Callable[[torch.Tensor], list[int]] | None = None,
+                       val: list[SessionFeatures] | None = None) -> dict[str, Any]:
+    """Generic training (validated on `val`, the validation users' sessions, when given),
+    zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant (greedy, and with
+    `beam` also beam search with the character LM)."""
     spec = model_spec(cfg, variant)
     frames, left, right = window_frames(cfg, variant)
     augment = ACM_AUGMENT if VARIANT_CHANGES[variant].get("acm") else BASELINE_AUGMENT
@@ -141,16 +174,18 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
         module = CTCModule(spec, cfg.lr, warmup, total)
     if done is None:
-        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed)
+        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed, val)
         save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
-                                       "history": module.history})
-        history = module.history
+                                       "history": module.history, "val_history": module.val_history})
+        history, val_history = module.history, module.val_history
     else:
         module.model.load_state_dict(done["state_dict"])
-        history = done["history"]
+        history, val_history = done["history"], done.get("val_history", [])
     model = module.model.to(device)
     result: dict[str, Any] = {"variant": variant, "params": count_parameters(model), "train_steps": total,
                               "train_windows": len(dataset), "history": history}
+    if val_history:
+        result |= {"val_history": val_history, "best_val_cer": min(cer for _, cer in val_history)}
     pairs: dict[str, list] = {"zero_shot_cer": [], "finetuned_cer": [], "zero_shot_beam_cer": [],
                               "finetuned_beam_cer": []}
     loss = {"zero": 0.0, "ft": 0.0}
