@@ -14,7 +14,6 @@ from paperline.methods.splashnet.config import SplashNetConfig
 from tasks import track
 from tasks.paths import committed_data_path, metrics_path, models_dir, plots_dir, run_pointer_path
 from tasks.runners import GPU_TAG, gpu_slot
-from tasks.semg_prep import require_prepared
 
 METHOD = "splashnet"
 
