@@ -53,16 +53,14 @@ def finetune_variant(cfg: InfluenceDistillationConfig, method: str, selection: d
     with gpu_slot() as device, track.child_run(parent, METHOD, method, profile, data,
                                                params={"method": method, "select_k": cfg.select_k,
                                                        "device": str(device)}) as run:
-        prep = pipeline.prepare(cfg, cfg.pool_dir)
-        prep.to(device)
+        ids = [json.loads(line)["id"] for line in sel_path.read_text().splitlines()]
+        prep = pipeline.prepare_finetune(cfg, cfg.pool_dir, ids).to(device)
         warm_path = selection_dir() / pipeline.WARMUP_CHECKPOINT
         warm = load_checkpoint(warm_path)
         if warm is None:
             raise FileNotFoundError(f"{warm_path}: no warm-up checkpoint; run the tulu-select stage")
-        position = {sample_id: i for i, sample_id in enumerate(prep.pool.ids)}
-        ids = [json.loads(line)["id"] for line in sel_path.read_text().splitlines()]
         checkpoint = models_dir(METHOD) / "finetune" / f"{method}.pt"
-        result = pipeline.finetune_and_evaluate(cfg, prep, warm, [position[i] for i in ids], checkpoint, method)
+        result = pipeline.finetune_and_evaluate(cfg, prep, warm, list(range(len(ids))), checkpoint, method)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         row = row_of(result["eval"], sel)
         run.log_metrics(row)

@@ -16,7 +16,7 @@ from paperline.methods.sumo.summary import lr_table, summarize
 from paperline.methods.sumo.theory import kappa_label, ns_error_vs_condition_number
 from paperline.methods.sumo.train import digits_step_times, train_one
 from tasks import track
-from tasks.paths import metrics_path, models_dir, plots_dir, repo_path, run_pointer_path
+from tasks.paths import metrics_path, models_dir, plots_dir, project_path, run_pointer_path
 from tasks.runners import GPU_TAG, gpu_slot
 
 METHOD = "sumo"
@@ -52,8 +52,7 @@ def with_resolved_paths(cfg: SumoConfig) -> SumoConfig:
         return cfg
     paths = {}
     for key in ("c4_dir", "tokenizer"):
-        value = Path(getattr(cfg.lm, key)).expanduser()
-        paths[key] = str(value if value.is_absolute() else repo_path(str(value)))
+        paths[key] = str(project_path(getattr(cfg.lm, key)))
     return cfg.model_copy(update={"lm": cfg.lm.model_copy(update=paths)})
 
 

@@ -44,13 +44,14 @@ class Prepared:
     model: CausalLM
     tokenizer: object
     pool: TokenizedSet
-    targets: TokenizedSet  # every target set's target examples, concatenated
+    targets: TokenizedSet | None  # every target set's target examples, concatenated (None: fine-tuning)
     target_names: list[str]  # the target set of each row of `targets`
     evals: dict[str, TokenizedSet]
 
     def to(self, device) -> "Prepared":
         self.model.to(device)
-        self.pool, self.targets = self.pool.to(device), self.targets.to(device)
+        self.pool = self.pool.to(device)
+        self.targets = self.targets.to(device) if self.targets is not None else None
         self.evals = {n: e.to(device) for n, e in self.evals.items()}
         return self
 
@@ -63,6 +64,20 @@ def prepare(cfg: InfluenceDistillationConfig, pool_dir: str | Path) -> Prepared:
     return Prepared(model, tok, tokenize(pool, tok, cfg.max_length), tokenize(target_records, tok, cfg.max_length),
                     [n for n in names for _ in target_sets[n]],
                     {n: tokenize(eval_sets[n], tok, cfg.max_length) for n in names})
+
+
+def prepare_finetune(cfg: InfluenceDistillationConfig, pool_dir: str | Path, ids: list[str]) -> Prepared:
+    """What a fine-tuning needs: the selected samples alone, tokenized in `ids`' order (row i is
+    ids[i]), and the eval splits; the rest of the pool and the target examples are never tokenized."""
+    pool, target_sets, eval_sets = load_pool_dir(pool_dir)
+    model, tok = build_model(cfg, cfg.seed)
+    by_id = {r.id: r for r in pool}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"{pool_dir}/pool.jsonl: no sample with id {missing[0]!r} of the selection "
+                         f"({len(missing)} missing); re-run tulu-select on this pool")
+    return Prepared(model, tok, tokenize([by_id[i] for i in ids], tok, cfg.max_length), None, [],
+                    {n: tokenize(eval_sets[n], tok, cfg.max_length) for n in sorted(target_sets)})
 
 
 def warmup_fingerprint(cfg: InfluenceDistillationConfig, prep: Prepared) -> dict:
@@ -171,8 +186,8 @@ def finetune_and_evaluate(cfg: InfluenceDistillationConfig, prep: Prepared, warm
     for group in optimizer.param_groups:
         group["lr"] = cfg.finetune_lr
     batches = epoch_batches(len(indices), cfg.batch_size, cfg.finetune_epochs, cfg.seed + 5)
-    fingerprint = {"method": method, "indices": list(indices), "warmup": warm_state["fingerprint"],
-                   "finetune_lr": cfg.finetune_lr, "finetune_epochs": cfg.finetune_epochs, "batch_size": cfg.batch_size}
+    fingerprint = {"method": method, "ids": [prep.pool.ids[i] for i in indices],
+                   "warmup": warm_state["fingerprint"], "finetune_lr": cfg.finetune_lr, "finetune_epochs": cfg.finetune_epochs, "batch_size": cfg.batch_size}
     history = train(model, optimizer, prep.pool, indices, batches, checkpoint_path, fingerprint,
                     micro_batch_size=cfg.micro_batch_size)
     return {"history": history, "eval": evaluate_targets(cfg, prep)}

@@ -52,12 +52,12 @@ class CTCModule(L.LightningModule):
         """Whole validation sessions (batch 1 each, as at test time)."""
         emissions = self.model(batch["inputs"])
         lengths = self.model.emission_lengths(batch["input_lengths"])
-        self._val_loss += float(nn.functional.ctc_loss(emissions, batch["targets"], lengths, batch["target_lengths"],
-                                                       blank=BLANK, reduction="sum", zero_infinity=True))
         offset = 0
         for i, n in enumerate(batch["target_lengths"].tolist()):
-            self._val_pairs.append((batch["targets"][offset:offset + n].tolist(),
-                                    greedy_decode(emissions[:int(lengths[i]), i])))
+            reference = batch["targets"][offset:offset + n].tolist()
+            hypothesis, loss = _greedy_and_ctc_loss(emissions[:int(lengths[i]), i], reference)
+            self._val_pairs.append((reference, hypothesis))
+            self._val_loss += loss
             offset += n
 
     def on_validation_epoch_end(self) -> None:
@@ -87,6 +87,15 @@ class CTCModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+def _greedy_and_ctc_loss(emissions: torch.Tensor, reference: list[int]) -> tuple[list[int], float]:
+    """One sequence's (T, C) emissions: the greedy labels and the summed CTC loss of `reference`
+    (the held-out CTC loss per label: a continuous measure while greedy CER is saturated)."""
+    targets = torch.tensor(reference, dtype=torch.long, device=emissions.device)
+    loss = nn.functional.ctc_loss(emissions, targets, (len(emissions),), (len(reference),), blank=BLANK,
+                                  reduction="sum", zero_infinity=True)
+    return greedy_decode(emissions), float(loss)
+
+
 @torch.no_grad()
 def session_cer(model: TDSConvCTC, sessions: Sequence[SessionFeatures], device: torch.device,
                 beam: Callable[[torch.Tensor], list[int]] | None = None) -> dict:
@@ -98,12 +107,11 @@ def session_cer(model: TDSConvCTC, sessions: Sequence[SessionFeatures], device: 
         x = torch.from_numpy(s.features).to(device).unsqueeze(1)
         emissions = model(x)[:, 0].cpu()
         reference = s.key_label.tolist()  # every keystroke of the session
-        pairs.append((reference, greedy_decode(emissions)))
+        hypothesis, loss = _greedy_and_ctc_loss(emissions, reference)
+        pairs.append((reference, hypothesis))
+        loss_sum += loss
         if beam is not None:
             beam_pairs.append((reference, beam(emissions)))
-        # the held-out CTC loss per label: a continuous measure while greedy CER is saturated
-        loss_sum += float(nn.functional.ctc_loss(emissions, torch.tensor(reference), (len(emissions),),
-                                                 (len(reference),), blank=BLANK, reduction="sum", zero_infinity=True))
     labels = sum(len(r) for r, _ in pairs)
     out = {"cer": character_error_rate(pairs), "labels": labels, "ctc_loss_sum": loss_sum, "pairs": pairs}
     if beam is not None:
