@@ -1,16 +1,20 @@
 """Decode latency and KV-cache memory per token against context length for MHA, MQA, GQA, MLA, TPA
 and TPA-KVonly, as ratios against MHA measured in this same process (paperline.methods.tpa.decode:
-round-robin per context, best of repeats, batch 1, one new token per step against the cache).
+round-robin per context, best of repeats, `--batch` sequences (default 1), one new token per step
+against the cache).
 
     python benchmarks/tpa_decode.py                                   # CPU: the smoke shape
     python benchmarks/tpa_decode.py --shape small --device cuda       # T6-small on a GPU (bf16)
     python benchmarks/tpa_decode.py --shape small --contexts 1024 4096 16384 65536 --out bench.json
+    python benchmarks/tpa_decode.py --shape small --batch 16 --contexts 1024 4096 16384   # memory-bound
 
 Fresh random weights (decode time and cache size do not depend on them). TPA decodes with the
 factor cache only (FlashTPA, plain torch einsums, an online softmax over blocks of cached tokens),
 so its time is that of this reference implementation, not of the authors' Triton kernel; the cache
 ratios are exact. "peak_cache_mb" is the cache held at context + tokens; on CUDA "peak_memory_mb"
-is torch's peak allocation during the timed steps (weights included).
+is torch's peak allocation during a variant's timed steps, which includes the weights and every
+variant's prefilled cache (they are held for the round-robin): compare its differences, not its totals.
+Results measured on an H200 are in benchmarks/results/ (the README's TPA section).
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--contexts", type=int, nargs="+", default=None)
     parser.add_argument("--tokens", type=int, default=16, help="decode steps timed per context")
+    parser.add_argument("--batch", type=int, default=1, help="sequences decoded side by side")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--vocab", type=int, default=50304)
@@ -66,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     positions = max(contexts) + args.tokens
     models = {v: build_model(v, shape, args.vocab, positions, seed=0).to(device=device, dtype=dtype).eval()
               for v in args.variants}
-    times = decode_step_times(models, contexts, args.tokens, args.repeats, device)
+    times = decode_step_times(models, contexts, args.tokens, args.repeats, device, batch=args.batch)
     ratios = ratios_vs(times, "mha")
     print(f"# {shape_name} shape (L={shape.num_layers}, d={shape.d_model}, d_h={shape.head_dim}), {dtype}, "
-          f"batch 1, on {hardware(device)}")
+          f"batch {args.batch}, on {hardware(device)}")
     header = f"{'variant':<11} {'context':>8} {'ms/token':>9} {'vs MHA':>7} {'cache B/token':>14} {'cache vs MHA':>13}"
     print(header)
     for v in args.variants:
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['cache_bytes_per_token']:>14.0f} {ratio['cache_vs_mha']:>13.3f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"shape": shape_name, "device": hardware(device), "dtype": str(dtype),
+        args.out.write_text(json.dumps({"shape": shape_name, "device": hardware(device), "dtype": str(dtype), "batch": args.batch,
                                         "contexts": contexts, "times": times, "ratios_vs_mha": ratios},
                                        indent=2, default=str) + "\n")
     return 0

@@ -45,11 +45,12 @@ def test_rope_on_b_factors_equals_rope_on_materialized_q_and_k():
         assert not torch.allclose(materialize(a, b), expected, atol=1e-3)  # the rotation does something
 
 
+@pytest.mark.parametrize("decode_block", [3, None])  # several online-softmax blocks; one, sized by budget
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_cached_decode_equals_full_causal_attention(variant):
+def test_cached_decode_equals_full_causal_attention(variant, decode_block):
     module = _attention(variant)
     if hasattr(module, "decode_block"):
-        module.decode_block = 3  # several online-softmax blocks over the 11 cached tokens
+        module.decode_block = decode_block
     x = torch.randn(2, 11, SHAPE.d_model, dtype=torch.float64)
     full, _ = module(x)
     prefill, cache = module(x[:, :4], 0, {})

@@ -1,7 +1,8 @@
 """Decode-time measurement: per variant and context length, the time of one cached single-token
 decode step (batch 1) after a prefill of that many tokens, and the cache it holds. Variants are
 timed round-robin within each context length (best of `repeats`), so machine noise hits them alike;
-ratios against MHA measured in the same call are what compare across machines."""
+ratios against MHA measured in the same call are what compare across machines. `batch` sequences
+decode side by side (batch 1 is launch-bound on a GPU; a larger batch lets the cache's reads show)."""
 from __future__ import annotations
 
 import time
@@ -22,21 +23,24 @@ def _copy(cache: LayerCaches) -> LayerCaches:
 
 @torch.no_grad()
 def decode_step_times(models: dict[str, torch.nn.Module], contexts: list[int], tokens: int, repeats: int,
-                      device, seed: int = 0) -> dict[str, dict[int, dict]]:
-    """{variant: {context: {ms_per_token, cache_elements_per_token_per_layer, cache_bytes_per_token,
-    peak_cache_mb (cache at context+tokens), peak_memory_mb (CUDA only)}}}."""
+                      device, seed: int = 0, batch: int = 1) -> dict[str, dict[int, dict]]:
+    """{variant: {context: {ms_per_token (one decode step of the whole batch),
+    cache_elements_per_token_per_layer, cache_bytes_per_token (one sequence's token),
+    peak_cache_mb (the batch's cache at context+tokens), peak_memory_mb (CUDA only)}}}."""
     generator = torch.Generator().manual_seed(seed)
     out: dict[str, dict[int, dict]] = {name: {} for name in models}
     for context in contexts:
         vocab = next(iter(models.values())).config.vocab_size
-        prompt = torch.randint(vocab, (1, context), generator=generator).to(device)
-        steps = torch.randint(vocab, (1, tokens), generator=generator).to(device)
+        prompt = torch.randint(vocab, (batch, context), generator=generator).to(device)
+        steps = torch.randint(vocab, (batch, tokens), generator=generator).to(device)
         prefilled = {}
         for name, model in models.items():
             model.to(device).eval()
             prefilled[name] = model(prompt, use_cache=True).cache
-        for name, model in models.items():  # warm-up: first calls of each op pay allocation and dispatch
-            model(steps[:, :1], cache=_copy(prefilled[name]), use_cache=True)
+        for name, model in models.items():  # warm-up, untimed: allocation, kernel choice, GPU clocks
+            cache = _copy(prefilled[name])
+            for i in range(tokens):
+                cache = model(steps[:, i:i + 1], cache=cache, use_cache=True).cache
         best = {name: float("inf") for name in models}
         peak = {}
         for _ in range(repeats):
@@ -59,7 +63,7 @@ def decode_step_times(models: dict[str, torch.nn.Module], contexts: list[int], t
             layers = len(cache)
             row = {"ms_per_token": 1000 * best[name], "cache_elements_per_token_per_layer": per_layer,
                    "cache_bytes_per_token": per_layer * layers * element_bytes,
-                   "peak_cache_mb": per_layer * layers * element_bytes * (context + tokens) / 2 ** 20}
+                   "peak_cache_mb": per_layer * layers * element_bytes * (context + tokens) * batch / 2 ** 20}
             if name in peak:
                 row["peak_memory_mb"] = peak[name]
             out[name][context] = row

@@ -46,11 +46,11 @@ def causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
 def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int, scale: float | None = None) -> torch.Tensor:
     """q (B, H, Tq, D), k (B, Hk, Tk, D), v (B, Hk, Tk, Dv) with H a multiple of Hk (grouped heads
     share their K/V); queries sit at positions offset..offset+Tq-1 and keys at 0..Tk-1."""
-    if k.shape[1] != q.shape[1]:
-        repeat = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    gqa = k.shape[1] != q.shape[1]  # SDPA shares the K/V heads itself: no h-fold copy of the cache
     q_len, k_len = q.shape[2], k.shape[2]
     if offset == 0 and q_len == k_len:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    if q_len == 1 and offset == k_len - 1:  # one new token: every cached key is in its past
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
     mask = causal_mask(q_len, k_len, offset, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)

@@ -25,7 +25,19 @@ from torch import nn
 
 from paperline.nn.attention.common import append_cache, causal_mask, causal_sdpa, rope_at, rotate
 
-DECODE_BLOCK = 1024  # cached tokens per online-softmax block (bounds the (M, R_Q, R_K) temporaries)
+# Elements of the largest temporary one online-softmax block may hold: a single-token decode step
+# then takes all cached tokens in one block up to long contexts (fewer, larger kernels: on a GPU the
+# per-block launches, not the arithmetic, were the cost), while a long prefill against a cache
+# still goes block by block.
+DECODE_BLOCK_ELEMENTS = 2 ** 26
+
+
+def decode_block_size(fixed: int | None, batch: int, q_len: int, elements_per_token: int) -> int:
+    """Cached tokens per online-softmax block: `fixed` when set (tests), else as many as keep a block's
+    temporaries (`elements_per_token` per cached token, query and sequence) under DECODE_BLOCK_ELEMENTS."""
+    if fixed:
+        return fixed
+    return max(1, DECODE_BLOCK_ELEMENTS // (batch * q_len * elements_per_token))
 
 
 class FactorProjection(nn.Module):
@@ -53,7 +65,7 @@ def materialize(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def factor_attention(logits_fn, a_v: torch.Tensor, b_v: torch.Tensor, q_len: int, offset: int,
-                     block: int = DECODE_BLOCK) -> torch.Tensor:
+                     block: int) -> torch.Tensor:
     """Σ_m softmax_m(logits) · (A_V⊗B_V)_m / R_V with an online softmax over blocks of the M cached
     tokens. logits_fn(start, stop) gives the scaled logits (B, h, q_len, stop-start) of that block.
     Returns (B, q_len, h, d_h)."""
@@ -69,7 +81,9 @@ def factor_attention(logits_fn, a_v: torch.Tensor, b_v: torch.Tensor, q_len: int
         new_max = block_max if running_max is None else torch.maximum(running_max, block_max)
         p = torch.exp(logits - new_max)
         p = torch.nan_to_num(p)  # rows of a block entirely in the future: exp(-inf - -inf)
-        block_out = torch.einsum("bhqm,bmrh,bmrd->bqhd", p, a_v[:, start:stop], b_v[:, start:stop])
+        # weight A_V by the probabilities, then one batched matmul over (m, r) against B_V
+        weighted = p.permute(0, 2, 3, 1).unsqueeze(3) * a_v[:, None, start:stop]  # (B, q, m, R_V, h)
+        block_out = torch.einsum("bqmrh,bmrd->bqhd", weighted, b_v[:, start:stop])
         block_sum = p.sum(dim=-1)  # (B, h, q)
         if running_max is None:
             out, running_sum = block_out, block_sum
@@ -87,7 +101,7 @@ class TensorProductAttention(nn.Module):
         d, h, hd = config.hidden_size, config.num_heads, config.head_dim
         self.num_heads, self.head_dim, self.rope_base = h, hd, config.rope_base
         self.q_rank, self.k_rank, self.v_rank = config.q_rank, config.k_rank, config.v_rank
-        self.decode_block = DECODE_BLOCK
+        self.decode_block: int | None = None  # None: sized by DECODE_BLOCK_ELEMENTS
         self.q = FactorProjection(d, h, hd, self.q_rank, contextual_a)
         self.k = FactorProjection(d, h, hd, self.k_rank, contextual_a)
         self.v = FactorProjection(d, h, hd, self.v_rank, contextual_a)
@@ -118,9 +132,13 @@ class TensorProductAttention(nn.Module):
             scale = 1.0 / (math.sqrt(self.head_dim) * self.q_rank * self.k_rank)
 
             def logits(start: int, stop: int) -> torch.Tensor:
-                # Alg. 2 step 1: P over the feature dim, (B, q, M, R_Q, R_K); step 2: weight A_Q·A_K
+                # Alg. 2 step 1: P over the feature dim, (B, q, M, R_Q, R_K); step 2: weight by A_Q
+                # (a matmul over R_Q), then by A_K (a sum over R_K)
                 p = torch.einsum("bqrd,bmsd->bqmrs", f["b_q"], cache["b_k"][:, start:stop])
-                return scale * torch.einsum("bqrh,bmsh,bqmrs->bhqm", f["a_q"], cache["a_k"][:, start:stop], p)
+                pa = torch.einsum("bqmrs,bqrh->bqmsh", p, f["a_q"])
+                return scale * (pa * cache["a_k"][:, None, start:stop]).sum(dim=3).permute(0, 3, 1, 2)
 
-            y = factor_attention(logits, cache["a_v"], cache["b_v"], T, offset, self.decode_block)
+            h, ranks = self.num_heads, self.q_rank * self.k_rank
+            block = decode_block_size(self.decode_block, B, T, ranks + h * max(self.k_rank, self.v_rank))
+            y = factor_attention(logits, cache["a_v"], cache["b_v"], T, offset, block)
         return self.o_proj(y.reshape(B, T, -1)), cache

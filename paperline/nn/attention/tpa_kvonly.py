@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from paperline.nn.attention.common import append_cache, causal_sdpa, rope_at, rotate
-from paperline.nn.attention.tpa import DECODE_BLOCK, FactorProjection, factor_attention, materialize
+from paperline.nn.attention.tpa import FactorProjection, decode_block_size, factor_attention, materialize
 
 
 class TensorProductAttentionKVOnly(nn.Module):
@@ -19,7 +19,7 @@ class TensorProductAttentionKVOnly(nn.Module):
         d, h, hd = config.hidden_size, config.num_heads, config.head_dim
         self.num_heads, self.head_dim, self.rope_base = h, hd, config.rope_base
         self.k_rank, self.v_rank = config.k_rank, config.v_rank
-        self.decode_block = DECODE_BLOCK
+        self.decode_block: int | None = None  # None: sized by tpa.DECODE_BLOCK_ELEMENTS
         self.q_proj = nn.Linear(d, h * hd, bias=False)
         self.k = FactorProjection(d, h, hd, self.k_rank)
         self.v = FactorProjection(d, h, hd, self.v_rank)
@@ -47,7 +47,9 @@ class TensorProductAttentionKVOnly(nn.Module):
 
             def logits(start: int, stop: int) -> torch.Tensor:
                 qb = torch.einsum("bqhd,bmsd->bqhms", q, cache["b_k"][:, start:stop])
-                return scale * torch.einsum("bqhms,bmsh->bhqm", qb, cache["a_k"][:, start:stop])
+                a_k = cache["a_k"][:, start:stop].permute(0, 3, 1, 2)  # (B, h, m, R_K)
+                return scale * (qb * a_k[:, None]).sum(dim=-1).transpose(1, 2)
 
-            y = factor_attention(logits, cache["a_v"], cache["b_v"], T, offset, self.decode_block)
+            block = decode_block_size(self.decode_block, B, T, self.num_heads * max(self.k_rank, self.v_rank))
+            y = factor_attention(logits, cache["a_v"], cache["b_v"], T, offset, block)
         return self.o_proj(y.reshape(B, T, -1)), cache
