@@ -10,15 +10,19 @@ measured sEMG):
   template, left-hand keys on left channels only (space: the right thumb).
 - a keystroke drives that key's motor units: action-potential trains (biphasic MUAP waveforms)
   whose units are recruited in order of threshold as the activation rises (size principle: later
-  units are larger) and fire faster with more drive; activation starts 50 ms before the press.
-- background: 1/f (pink) noise, white noise and mains hum (50 or 60 Hz and harmonics);
-  the sum is high-passed (mne.filter.filter_data) as the real recordings are.
+  units are larger) and fire faster with more drive; activation starts 50 ms before the press and
+  ends 30 ms after the release (hold times: `hold_seconds`). MUAP widths (σ 0.4–1 ms) put the
+  keystroke power at ~150–400 Hz, in spec §e's 50–400 Hz band and over several spectrogram bins.
+- background: 1/f (pink) noise, white noise and mains hum (50 or 60 Hz and harmonics), all
+  scaled by the user's noise floor (electrode contact); the sum is scaled to `scale` units and high-passed (mne.filter.filter_data) as the real recordings are.
 - per user: a gain per electrode (log-uniform in gain_range), an electrode rotation offset per
   hand (the band sits differently on the wrist), a noise floor and a typing speed, plus a 10%
   perturbation of the key templates (people differ in how they press). These are the cross-user
   shifts rolling time normalization targets.
 - typed text: prompts cut from a public-domain story (data/raw/splashnet/), lower-cased and
-  filtered to the vocabulary.
+  filtered to the vocabulary. A vocabulary of one key per finger (`distinct_fingers`; the smoke's
+  "asetnio ") gives every key its own spatial bump; keys sharing a finger differ only by the
+  row shift and the random part of their templates.
 """
 from __future__ import annotations
 
@@ -45,7 +49,16 @@ _ROWS = ["1234567890-`", "qwertyuiop[]", "asdfghjkl;'", "zxcvbnm,./", " "]
 KEY_ROW = {c: r for r, row in enumerate(_ROWS) for c in row}
 # the finger flexors' positions on the 16-electrode band (electrode index, reconstruction)
 FINGER_CENTRE = {0: 2.0, 1: 5.0, 2: 8.0, 3: 11.0, 4: 13.5}
+# MUAP width σ (s) of the first Hermite-Rodriguez function: its power peaks near 1/(2πσ), so
+# 0.4–1 ms gives ~160–400 Hz (the first version's 1–2.5 ms, 60–160 Hz, lit two or three bins)
+MUAP_SIGMA_S = (0.4e-3, 1.0e-3)
 WORLD_SEED = 1501  # fixes the key templates and motor units: the same for every user
+
+
+def distinct_fingers(vocabulary: str) -> bool:
+    """Whether every key of `vocabulary` is typed by a finger of its own."""
+    fingers = [KEY_FINGER[c] for c in vocabulary]
+    return len(set(fingers)) == len(fingers)
 
 
 class CorpusError(ValueError):
@@ -112,7 +125,7 @@ def motor_units(keys: str, units_per_key: int, seed: int = WORLD_SEED) -> MotorU
     threshold = np.sort(rng.uniform(0.05, 0.8, (len(keys), units_per_key)), axis=1)
     spatial *= (0.5 + 2.0 * threshold)[..., None]  # size principle: late units are larger
     length = 40  # 20 ms
-    waveform = np.stack([np.stack([_muap(length, rng.uniform(1.0e-3, 2.5e-3), rng) for _ in range(units_per_key)])
+    waveform = np.stack([np.stack([_muap(length, rng.uniform(*MUAP_SIGMA_S), rng) for _ in range(units_per_key)])
                          for _ in keys])
     hand = np.array([0 if KEY_FINGER[k][0] == "left" else 1 for k in keys])
     return MotorUnits(keys, hand, spatial, threshold, waveform)
@@ -151,8 +164,10 @@ def _pink_noise(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 
 
 def type_text(text: str, seconds: float, keys_per_second: float, speed: float,
-              rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
-    """Keystrokes (press/release times from session start) and the prompts typed."""
+              rng: np.random.Generator, hold_seconds: tuple[float, float] = (0.06, 0.14)
+              ) -> tuple[list[dict], list[dict]]:
+    """Keystrokes (press/release times from session start) and the prompts typed; a key is held
+    for a time uniform in `hold_seconds`."""
     keystrokes, prompts = [], []
     t = 0.5
     mean_gap = 1.0 / (keys_per_second * speed)
@@ -165,7 +180,7 @@ def type_text(text: str, seconds: float, keys_per_second: float, speed: float,
         prompt_start, typed = t, []
         for char in prompt:
             press = t + rng.gamma(4.0, mean_gap / 4.0)
-            release = press + rng.uniform(0.06, 0.14)
+            release = press + rng.uniform(*hold_seconds)
             if release + 0.3 > seconds:
                 break
             typed.append({"key": CHAR_TO_KEY[char], "start": press, "end": release})
@@ -180,7 +195,7 @@ def type_text(text: str, seconds: float, keys_per_second: float, speed: float,
 
 
 def synthesize_emg(keystrokes: list[dict], num_samples: int, units: MotorUnits, user: UserProfile,
-                   rng: np.random.Generator, highpass_hz: float) -> np.ndarray:
+                   rng: np.random.Generator, highpass_hz: float, scale: float = 1.0) -> np.ndarray:
     """(T, 2, 16) float32 sEMG of the keystrokes for this user."""
     import mne
     from scipy.signal import fftconvolve
@@ -218,11 +233,11 @@ def synthesize_emg(keystrokes: list[dict], num_samples: int, units: MotorUnits, 
     t = np.arange(num_samples) / SAMPLE_RATE
     noise = (0.08 * _pink_noise(rng, (2 * ELECTRODES, num_samples))
              + 0.03 * rng.standard_normal((2 * ELECTRODES, num_samples))) * user.noise_floor
-    hum = sum(rng.uniform(0.02, 0.1, (2 * ELECTRODES, 1)) / h
+    hum = sum(rng.uniform(0.02, 0.1, (2 * ELECTRODES, 1)) * user.noise_floor / h
               * np.sin(2 * np.pi * h * user.mains_hz * t + rng.uniform(0, 2 * np.pi, (2 * ELECTRODES, 1)))
               for h in (1, 2, 3))
     emg = emg + (noise + hum).T.reshape(num_samples, 2, ELECTRODES)
-    emg = emg * user.gain[None]  # electrode contact: scales everything that electrode records
+    emg = emg * (scale * user.gain[None])  # electrode contact: scales everything that electrode records
     for hand in (0, 1):
         emg[:, hand] = np.roll(emg[:, hand], int(user.rotation[hand]), axis=1)
     flat = emg.reshape(num_samples, 2 * ELECTRODES).T
@@ -243,8 +258,9 @@ def generate_sessions(out_dir: str | Path, gen: Any, corpus_text: str, seed: int
         for s in range(gen.sessions_per_user):
             rng = np.random.default_rng([seed, u, s, 11])
             num_samples = int(gen.session_seconds * SAMPLE_RATE)
-            keystrokes, prompts = type_text(corpus_text, gen.session_seconds, gen.keys_per_second, user.speed, rng)
-            emg = synthesize_emg(keystrokes, num_samples, units, user, rng, gen.highpass_hz)
+            keystrokes, prompts = type_text(corpus_text, gen.session_seconds, gen.keys_per_second, user.speed, rng,
+                                             tuple(gen.hold_seconds))
+            emg = synthesize_emg(keystrokes, num_samples, units, user, rng, gen.highpass_hz, gen.scale)
             t0 = 1.6e9 + 86400.0 * (u * gen.sessions_per_user + s)
             for k in keystrokes:
                 k["start"] += t0

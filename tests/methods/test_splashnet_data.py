@@ -144,3 +144,26 @@ def test_generator_structure(generated):
     assert len(raw.annotations) == len(s.keystrokes) and raw.info["sfreq"] == 2000
     powers = band_powers(s, [(0, 31.25), (31.25, 250), (250, 1000)])
     assert powers["band_fraction"][0] < 0.1 and powers["band_fraction"][1] > 0.5
+
+
+def test_smoke_typing_structure(tmp_path):
+    """The smoke's easy typing: one key per finger, holds within hold_seconds, bursts in the
+    50–400 Hz band over several bins, and `scale` scales the whole signal."""
+    from paperline.data.semg_synth import MUAP_SIGMA_S, distinct_fingers
+
+    assert distinct_fingers("asetnio ") and not distinct_fingers(GEN.vocabulary)  # t, r share the left index
+    gen = GeneratorConfig(users=1, sessions_per_user=1, session_seconds=4.0, vocabulary="asetnio ",
+                          keys_per_second=3.0, hold_seconds=(0.03, 0.05))
+    text = load_corpus(CORPUS, gen.vocabulary)
+    s = eq.read_session(generate_sessions(tmp_path / "a", gen, text, seed=0)[0])
+    holds = np.array([k["end"] - k["start"] for k in s.keystrokes])
+    assert len(holds) >= 6 and holds.min() >= 0.03 and holds.max() <= 0.05
+    assert set("".join(eq.key_to_char(k["key"]) for k in s.keystrokes)) <= set("asetnio ")
+    # every MUAP's power peaks between ~150 and ~400 Hz (the first version's peaked at 60–160 Hz)
+    wave = motor_units("asetnio ", 6).waveform.reshape(-1, 40)
+    spectrum = np.abs(np.fft.rfft(wave, n=400, axis=1)) ** 2
+    peaks = np.fft.rfftfreq(400, 1 / eq.SAMPLE_RATE)[spectrum.argmax(1)]
+    assert peaks.min() >= 120 and peaks.max() <= 450 and MUAP_SIGMA_S[1] < 1.5e-3
+    scaled = eq.read_session(generate_sessions(tmp_path / "b", gen.model_copy(update={"scale": 30.0}), text,
+                                               seed=0)[0])
+    np.testing.assert_allclose(scaled.emg, 30.0 * s.emg, rtol=1e-3, atol=1e-4 * np.abs(scaled.emg).max())

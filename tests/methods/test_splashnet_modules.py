@@ -84,3 +84,33 @@ def test_split_and_share_runs_both_hands_through_the_same_weights():
     x_left[:, :, 1] = 0
     shared(x_left).sum().backward()
     assert shared.mlp.mlp[0].weight.grad.abs().sum() > 0
+
+
+def test_ctc_blank_bias_starts_in_the_all_blank_phase():
+    from paperline.data.emg2qwerty import BLANK
+    from paperline.methods.splashnet.lightning_module import CTCModule
+
+    x = torch.randn(40, 2, 2, 16, 33)
+    spec = ModelSpec(**SMALL)
+    torch.manual_seed(0)
+    plain = CTCModule(spec, 1e-3, 0, 10).eval()
+    torch.manual_seed(0)
+    biased = CTCModule(spec, 1e-3, 0, 10, blank_bias=6.0).eval()
+    with torch.no_grad():
+        p_plain, p_biased = plain(x)[..., BLANK].exp().mean(), biased(x)[..., BLANK].exp().mean()
+    assert p_plain < 0.1 and p_biased > 0.5  # e^6 / (e^6 + 98) ≈ 0.8 at equal logits
+    # only the blank's bias moves
+    diff = (biased.model.classifier.bias - plain.model.classifier.bias).detach()
+    assert float(diff[BLANK]) == pytest.approx(6.0) and torch.count_nonzero(diff) == 1
+
+
+def test_time_mask_width_follows_the_config():
+    from paperline.methods.splashnet.config import SplashNetConfig
+    from paperline.methods.splashnet.data import ACM_AUGMENT, BASELINE_AUGMENT
+    from paperline.methods.splashnet.pipeline import augmentation
+
+    sizes = {k: {"mlp_features": [16], "block_channels": [4]} for k in ("baseline", "splashnet_mini", "splashnet")}
+    cfg = SplashNetConfig(sizes=sizes, time_mask_frames=6)
+    assert augmentation(cfg, "baseline").time_mask_param == 6 and BASELINE_AUGMENT.time_mask_param == 25
+    assert augmentation(cfg, "rtn").n_time_masks == 3 and augmentation(cfg, "rtn").freq_mask_param == 4
+    assert augmentation(cfg, "acm") == ACM_AUGMENT and augmentation(cfg, "splashnet") == ACM_AUGMENT

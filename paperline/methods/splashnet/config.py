@@ -39,10 +39,14 @@ class GeneratorConfig(StrictModel):
     session_seconds: PositiveFloat = 60.0
     vocabulary: str = "etaoinshrdlcumwfgyp "  # spec §e: a 20-character vocabulary
     keys_per_second: PositiveFloat = 4.0
+    hold_seconds: tuple[PositiveFloat, PositiveFloat] = (0.06, 0.14)  # press to release, uniform
     motor_units_per_key: PositiveInt = 6
     gain_range: tuple[PositiveFloat, PositiveFloat] = (0.3, 3.0)  # per-user, per-electrode gain ×
     max_rotation: Annotated[int, Field(ge=0, le=8)] = 2  # per-user electrode offset in {-r..r}
     noise_floor_range: tuple[PositiveFloat, PositiveFloat] = (0.5, 2.0)  # per-user noise scale
+    # signal units: ×30 puts the background's log10 power near 0, so SpecAugment's zero-valued
+    # masks read as background rather than as a burst (ours; real recordings carry their own units)
+    scale: PositiveFloat = 1.0
     highpass_hz: PositiveFloat = 40.0  # the real recordings are already high-passed
 
 
@@ -100,6 +104,13 @@ class SplashNetConfig(MethodConfig):
     max_steps: PositiveInt | None = None  # a cap on optimizer steps (smoke: the time budget)
     finetune_epochs: Annotated[int, Field(ge=0)] = 150
     finetune_max_steps: PositiveInt | None = None
+    finetune_lr: PositiveFloat | None = None  # the per-user fine-tuning's peak lr (None: lr, as emg2qwerty)
+    # SpecAugment's time-mask width (emg2qwerty: ≤ 25 frames of a 4 s, 500-frame window; a smoke
+    # with 1 s windows scales it to the window). ACM has no time masks.
+    time_mask_frames: Annotated[int, Field(ge=0)] = 25
+    # initial bias of the classifier's blank logit (0: PyTorch's default init, as emg2qwerty); a
+    # positive value starts CTC in its all-blank phase instead of spending the first steps reaching it
+    ctc_blank_bias: float = 0.0
     rtn_warmup_frames: PositiveInt = 125
     rtn_eps: PositiveFloat = 0.1
     beam_search: BeamSearchConfig = BeamSearchConfig()

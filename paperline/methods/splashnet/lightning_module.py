@@ -26,9 +26,12 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, lr: float, sta
 
 
 class CTCModule(L.LightningModule):
-    def __init__(self, spec: ModelSpec, lr: float, warmup_steps: int, total_steps: int):
+    def __init__(self, spec: ModelSpec, lr: float, warmup_steps: int, total_steps: int, blank_bias: float = 0.0):
         super().__init__()
         self.model = TDSConvCTC(spec)
+        if blank_bias:  # start in CTC's all-blank phase (config `ctc_blank_bias`)
+            with torch.no_grad():
+                self.model.classifier.bias[BLANK] += blank_bias
         self.ctc = nn.CTCLoss(blank=BLANK, zero_infinity=True)
         self.lr, self.warmup_steps, self.total_steps = lr, warmup_steps, total_steps
         self.history: list[tuple[int, float]] = []

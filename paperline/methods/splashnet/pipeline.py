@@ -8,6 +8,7 @@ the settings; a killed run resumes from it, a run of other settings starts afres
 stage's weights are saved with `save_checkpoint` and reused on a resume."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from paperline.methods.splashnet.config import VARIANT_CHANGES, VARIANT_SIZE, SplashNetConfig
-from paperline.methods.splashnet.data import ACM_AUGMENT, BASELINE_AUGMENT, WindowDataset, collate
+from paperline.methods.splashnet.data import ACM_AUGMENT, BASELINE_AUGMENT, Augment, WindowDataset, collate
 from paperline.methods.splashnet.features import SessionFeatures
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer
 from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flops, count_parameters
@@ -35,6 +36,13 @@ def model_spec(cfg: SplashNetConfig, variant: str) -> ModelSpec:
                      kernel_width=cfg.kernel_width, six_bands=changes.get("six_bands", False),
                      rtn=changes.get("rtn", False), share_hand_weights=changes.get("share", False),
                      rtn_warmup=cfg.rtn_warmup_frames, rtn_eps=cfg.rtn_eps)
+
+
+def augmentation(cfg: SplashNetConfig, variant: str) -> Augment:
+    """The variant's train-time SpecAugment: ACM's, or the baseline's with `time_mask_frames`."""
+    if VARIANT_CHANGES[variant].get("acm"):
+        return ACM_AUGMENT
+    return dataclasses.replace(BASELINE_AUGMENT, time_mask_param=cfg.time_mask_frames)
 
 
 def window_frames(cfg: SplashNetConfig, variant: str) -> tuple[int, int, int]:
@@ -164,7 +172,7 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
     `beam` also beam search with the character LM)."""
     spec = model_spec(cfg, variant)
     frames, left, right = window_frames(cfg, variant)
-    augment = ACM_AUGMENT if VARIANT_CHANGES[variant].get("acm") else BASELINE_AUGMENT
+    augment = augmentation(cfg, variant)
     fp = fingerprint(cfg, variant, "generic", data)
     generic_path = out_dir / "generic.pt"
     done = load_resumable(generic_path, fp)
@@ -172,7 +180,7 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
         torch.manual_seed(cfg.seed)
         dataset = WindowDataset(train, frames, left, right, augment, cfg.seed)
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
-        module = CTCModule(spec, cfg.lr, warmup, total)
+        module = CTCModule(spec, cfg.lr, warmup, total, cfg.ctc_blank_bias)
     if done is None:
         _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed, val)
         save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
@@ -226,7 +234,7 @@ def _finetune(cfg: SplashNetConfig, variant: str, generic: TDSConvCTC, sessions:
     with _INIT_LOCK:
         dataset = WindowDataset(sessions, frames, left, right, augment, cfg.seed + 1)
         total, warmup = _steps(cfg, dataset, cfg.finetune_epochs, cfg.finetune_max_steps)
-        module = CTCModule(generic.spec, cfg.lr, warmup, total)
+        module = CTCModule(generic.spec, cfg.finetune_lr or cfg.lr, warmup, total)
     module.model.load_state_dict(generic.state_dict())
     done = load_resumable(path, fp)
     if done is not None:
