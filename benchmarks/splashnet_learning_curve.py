@@ -5,7 +5,7 @@ prepared smoke data (`python -m tasks.semg_prep sessions && python -m tasks.semg
     python benchmarks/splashnet_learning_curve.py --variant rtn --steps 500 --no-augment --users 1
 
 One model trained as the flow trains it: the flow's CTCModule (loss, Adam, warm-up + cosine
-schedule, `ctc_blank_bias`) fitted by a Lightning Trainer, on the same windows and augmentation
+schedule over `schedule_horizon`, `ctc_blank_bias`) fitted by a Lightning Trainer, on the same windows and augmentation
 (`pipeline.augmentation`), with the profile's batch size and lr unless `--set` overrides them.
 Every `--eval-every` steps a callback prints the mean training CTC loss, the greedy CER on the
 first three training sessions and on each held-out user's test sessions. It answers what the smoke
@@ -27,7 +27,8 @@ from paperline.config import load_method_config, read_params  # noqa: E402
 from paperline.methods.splashnet.config import VARIANT_CHANGES, SplashNetConfig  # noqa: E402
 from paperline.methods.splashnet.data import WindowDataset, collate  # noqa: E402
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer  # noqa: E402
-from paperline.methods.splashnet.pipeline import _steps, augmentation, model_spec, window_frames  # noqa: E402
+from paperline.methods.splashnet.pipeline import (_steps, augmentation, model_spec, schedule_horizon,  # noqa: E402
+                                                  window_frames)
 from tasks.paths import params_path, repo_path  # noqa: E402
 from tasks.splashnet import _load_split  # noqa: E402
 
@@ -60,7 +61,7 @@ def main() -> None:
     dataset = WindowDataset(train, frames, left, right, None if args.no_augment else augmentation(cfg, args.variant),
                             cfg.seed)
     total, warmup = _steps(cfg, dataset, cfg.epochs, args.steps)  # the flow's step and warm-up rule
-    module = CTCModule(spec, cfg.lr, warmup, total, cfg.ctc_blank_bias)
+    module = CTCModule(spec, cfg.lr, warmup, schedule_horizon(cfg, total), cfg.ctc_blank_bias)
     loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate,
                                          drop_last=True, generator=torch.Generator().manual_seed(cfg.seed))
     print(f"{args.variant}: {len(dataset)} training windows of {len({s.user for s in train})} users, "

@@ -114,3 +114,17 @@ def test_time_mask_width_follows_the_config():
     assert augmentation(cfg, "baseline").time_mask_param == 6 and BASELINE_AUGMENT.time_mask_param == 25
     assert augmentation(cfg, "rtn").n_time_masks == 3 and augmentation(cfg, "rtn").freq_mask_param == 4
     assert augmentation(cfg, "acm") == ACM_AUGMENT and augmentation(cfg, "splashnet") == ACM_AUGMENT
+
+
+def test_a_capped_run_is_the_start_of_the_longer_schedule():
+    from paperline.methods.splashnet.config import SplashNetConfig
+    from paperline.methods.splashnet.lightning_module import warmup_cosine
+    from paperline.methods.splashnet.pipeline import schedule_horizon
+
+    sizes = {k: {"mlp_features": [16], "block_channels": [4]} for k in ("baseline", "splashnet_mini", "splashnet")}
+    capped = SplashNetConfig(sizes=sizes, max_steps=240, schedule_steps=600)
+    assert schedule_horizon(capped, 240) == 600 and schedule_horizon(capped, 800) == 800
+    assert schedule_horizon(SplashNetConfig(sizes=sizes), 240) == 240
+    # the last trained step's lr: still high on the long horizon, at the floor when squeezed
+    assert warmup_cosine(239, 0, schedule_horizon(capped, 240), 1e-2) > 6e-3
+    assert warmup_cosine(239, 0, 240, 1e-2) < 1e-5

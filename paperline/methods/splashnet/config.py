@@ -102,6 +102,9 @@ class SplashNetConfig(MethodConfig):
     warmup_epochs: Annotated[int, Field(ge=0)] = 10
     epochs: PositiveInt = 150
     max_steps: PositiveInt | None = None  # a cap on optimizer steps (smoke: the time budget)
+    # the generic model's cosine horizon in steps, when longer than the steps trained: a capped
+    # run is then the start of this longer schedule, not a whole schedule squeezed into the cap
+    schedule_steps: PositiveInt | None = None
     finetune_epochs: Annotated[int, Field(ge=0)] = 150
     finetune_max_steps: PositiveInt | None = None
     finetune_lr: PositiveFloat | None = None  # the per-user fine-tuning's peak lr (None: lr, as emg2qwerty)

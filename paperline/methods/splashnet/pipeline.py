@@ -147,6 +147,12 @@ def _steps(cfg: SplashNetConfig, dataset: WindowDataset, epochs: int, cap: int |
     return max(1, total), warmup
 
 
+def schedule_horizon(cfg: SplashNetConfig, steps: int) -> int:
+    """The steps the generic model's warm-up + cosine schedule spans: `schedule_steps` when that is
+    longer than the `steps` trained (training stops early on a still-high lr), else `steps`."""
+    return max(steps, cfg.schedule_steps or 0)
+
+
 def beam_decoder(cfg: SplashNetConfig, lm_path: Path | None) -> Callable[[torch.Tensor], list[int]] | None:
     """emissions -> labels by beam search with the character LM saved at lm_path (None: greedy only)."""
     if not cfg.beam_search.enabled or lm_path is None:
@@ -180,7 +186,7 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
         torch.manual_seed(cfg.seed)
         dataset = WindowDataset(train, frames, left, right, augment, cfg.seed)
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
-        module = CTCModule(spec, cfg.lr, warmup, total, cfg.ctc_blank_bias)
+        module = CTCModule(spec, cfg.lr, warmup, schedule_horizon(cfg, total), cfg.ctc_blank_bias)
     if done is None:
         _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed, val)
         save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
