@@ -61,7 +61,7 @@ def train_variant(cfg: SplashNetConfig, variant: str, features: Path, parent: tr
 
     from paperline.methods.splashnet.pipeline import beam_decoder, model_spec, train_and_evaluate
 
-    torch.set_num_threads(1)  # small convolutions; the other variant's task runs beside this one
+    torch.set_num_threads(cfg.threads)
     spec = model_spec(cfg, variant)
     params = {"variant": variant, "rtn": spec.rtn, "six_bands": spec.six_bands, "share_hand_weights": spec.share_hand_weights,
               "mlp_features": list(spec.mlp_features), "block_channels": list(spec.block_channels)}

@@ -114,6 +114,9 @@ class SplashNetConfig(MethodConfig):
     # initial bias of the classifier's blank logit (0: PyTorch's default init, as emg2qwerty); a
     # positive value starts CTC in its all-blank phase instead of spending the first steps reaching it
     ctc_blank_bias: float = 0.0
+    # torch threads a variant's task uses: on a CPU the variants hold the one `gpu` slot in turn, so
+    # a smoke can give each all the cores; 1 where tasks run side by side (GPUs, a Dask cluster)
+    threads: PositiveInt = 1
     rtn_warmup_frames: PositiveInt = 125
     rtn_eps: PositiveFloat = 0.1
     beam_search: BeamSearchConfig = BeamSearchConfig()
