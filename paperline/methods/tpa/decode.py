@@ -1,5 +1,5 @@
 """Decode-time measurement: per variant and context length, the time of one cached single-token
-decode step (batch 1) after a prefill of that many tokens, and the cache it holds. Variants are
+decode step (of `batch` sequences) after a prefill of that many tokens, and the cache it holds. Variants are
 timed round-robin within each context length (best of `repeats`), so machine noise hits them alike;
 ratios against MHA measured in the same call are what compare across machines. `batch` sequences
 decode side by side (batch 1 is launch-bound on a GPU; a larger batch lets the cache's reads show)."""
