@@ -4,26 +4,16 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.launch import resolve
-from tasks import track
-from tasks.dnc import METHOD, publish, train_group
-from tasks.resume import open_run_dir
-from tasks.runners import ensure_gpu_limit, submit_gpu
+from flows.skeleton import method_run
+from tasks.dnc import METHOD, report, train_group
+from tasks.runners import submit_gpu
 
 
 @flow(name="dnc", log_prints=True)
 def dnc_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
-    profile, cfg = resolve(METHOD, profile, overrides or [])
-    ensure_gpu_limit()
-    run_dir = open_run_dir(METHOD, {"profile": profile, **cfg.model_dump()})
-    if run_dir.resumed and track.fail_if_running(run_dir.previous_parent_run):
-        print(f"previous run {run_dir.previous_parent_run} died; resuming from its checkpoints")
-    data = track.data_version()  # no input files: the features are free parameters
-    with track.parent_run(METHOD, profile, {"profile": profile, **cfg.model_dump()}, data) as parent:
-        run_dir.record_parent(parent.run_id)
-        futures = [submit_gpu(train_group, cfg, K, L, parent, profile, data)
-                   for K in cfg.classes for L in cfg.depths]
+    # no data: the features are free parameters of the model
+    with method_run(METHOD, profile, overrides) as run:
+        futures = [submit_gpu(train_group, run.cfg, K, L, run.context)
+                   for K in run.cfg.classes for L in run.cfg.depths]
         results = [result for future in futures for result in future.result()]
-        summary = publish(cfg, results, parent)
-    run_dir.mark_complete()
-    return summary
+        return run.publish(report.submit(run.cfg, results, run.context))

@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 from flows import METHODS, get_method
 from paperline.config import load_method_config, read_params, validate
-from tasks.paths import params_path
+from tasks.paths import params_path, repo_root
 from tasks.runners import RuntimeConfig, make_task_runner
 
 
@@ -17,7 +17,7 @@ def resolve(method: str, profile: str | None = None, overrides: Sequence[str] = 
     """(profile, config) of a method from params.yaml; raises ParamsError naming the key."""
     spec = get_method(method)
     return load_method_config(spec.load_config_model(), read_params(params_path()), method,
-                              profile, overrides, source=params_path().name)
+                              profile, overrides, source=params_path().name, root=repo_root())
 
 
 def run_method(method: str, profile: str | None = None, overrides: Sequence[str] = ()) -> Any:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Annotated, Any, Iterable, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 PROFILES = ("tiny", "smoke", "paper")
 
@@ -28,8 +28,22 @@ class ParamsError(ValueError):
     """Invalid parameters; the message names the file and the key."""
 
 
+def _against_root(value: str, info: ValidationInfo) -> str:
+    root = (info.context or {}).get("root")
+    if root is None:
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else Path(root) / path)
+
+
+# A path in params.yaml: relative ones are relative to the project root (where params.yaml is),
+# made absolute when the config is validated with that root (flows.launch.resolve does), so every
+# task of a run reads the same file wherever its process runs.
+ProjectPath = Annotated[str, AfterValidator(_against_root)]
+
+
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True)
 
 
 class MethodConfig(StrictModel):
@@ -84,9 +98,10 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
     target[parts[-1]] = value
 
 
-def validate(model: type[ConfigT], values: dict[str, Any], where: str) -> ConfigT:
+def validate(model: type[ConfigT], values: dict[str, Any], where: str, root: str | Path | None = None) -> ConfigT:
+    """`values` as `model`; ParamsError names each bad key. `root` resolves ProjectPath fields."""
     try:
-        return model.model_validate(values)
+        return model.model_validate(values, context={"root": root})
     except ValidationError as err:
         lines = []
         for e in err.errors():
@@ -116,6 +131,7 @@ def load_method_config(
     profile: str | None = None,
     overrides: Iterable[str] = (),
     source: str = "params.yaml",
+    root: str | Path | None = None,
 ) -> tuple[str, ConfigT]:
     """Resolve (profile, validated config) for `method` from a parsed params mapping."""
     section = method_section(params, method, source)
@@ -129,7 +145,7 @@ def load_method_config(
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(values, key, value)
-    return profile, validate(model, values, f"{source}: {method}.profiles.{profile}")
+    return profile, validate(model, values, f"{source}: {method}.profiles.{profile}", root)
 
 
 def load_data_config(
@@ -140,6 +156,7 @@ def load_data_config(
     profile: str | None = None,
     overrides: Iterable[str] = (),
     source: str = "params.yaml",
+    root: str | Path | None = None,
 ) -> tuple[str, ConfigT]:
     """(profile, validated config) of a shared data-prep section (`wsi`, `tulu`): it holds only
     `profiles`, and the profile is the one the method that reads the data (`follows`) names, so one
@@ -160,7 +177,7 @@ def load_data_config(
     values = copy.deepcopy(profiles[profile] or {})
     for text in overrides:
         _set_dotted(values, *parse_override(text))
-    return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}")
+    return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}", root)
 
 
 class LMShapeConfig(StrictModel):

@@ -71,3 +71,48 @@ def sha256_file(path: str | os.PathLike) -> str:
 def json_digest(obj: Any) -> str:
     """16 hex digits of the sha256 of `obj` as canonical JSON: a fingerprint of a configuration."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+CACHE_MIN_BYTES = 16 << 20
+
+
+def files_digest(paths, root: str | os.PathLike, cache: str | os.PathLike | None = None) -> str:
+    """sha256 over the contents of `paths` (files, or folders taken recursively, in sorted order),
+    each file named by its path relative to `root`. A path that does not exist is an error: a run
+    whose inputs are missing must not get a version. With `cache` (a JSON file), each file's own
+    digest is remembered by (path, size, mtime), so multi-GB token shards are read once, not on
+    every run (DVC keeps the same kind of state for the same reason). Files under CACHE_MIN_BYTES are
+    always read: cheap to hash, and a same-size rewrite within the filesystem's timestamp
+    granularity (a few ms) would fool the stamp."""
+    root = Path(root)
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files += [p for p in path.rglob("*") if p.is_file()]
+        else:
+            raise FileNotFoundError(f"{path}: input missing (no such file or folder)")
+    known: dict[str, Any] = {}
+    if cache is not None and Path(cache).is_file():
+        try:
+            known = json.loads(Path(cache).read_text())
+        except json.JSONDecodeError:
+            known = {}  # a cache is only a shortcut: a damaged one is rebuilt
+    digest = hashlib.sha256()
+    changed = False
+    for f in sorted(files):
+        stat = f.stat()
+        key = str(f.resolve())
+        stamp = [stat.st_size, stat.st_mtime_ns]
+        entry = known.get(key) if stat.st_size >= CACHE_MIN_BYTES else None
+        if entry is None or entry[:2] != stamp:
+            entry = stamp + [sha256_file(f)]
+            if stat.st_size >= CACHE_MIN_BYTES:
+                known[key] = entry
+                changed = True
+        digest.update(str(f.relative_to(root) if f.is_relative_to(root) else f).encode())
+        digest.update(entry[2].encode())
+    if cache is not None and changed:
+        write_json(cache, known)
+    return digest.hexdigest()[:16]

@@ -1,24 +1,36 @@
 """MLflow tracking: one experiment per method, a parent run per flow run, a child run per variant.
 
-Runs go to `sqlite:///<repo>/mlflow.db` with artifacts in `<repo>/mlartifacts/` unless
-MLFLOW_TRACKING_URI says otherwise. Everything goes through `MlflowClient` with explicit run ids:
-the fluent API keeps its active run per thread, which breaks inside threaded tasks.
+Runs go to `sqlite:///<repo>/mlflow.db` with artifacts in `mlartifacts/` beside that database
+unless MLFLOW_TRACKING_URI says otherwise. Everything goes through `MlflowClient` with explicit run
+ids: the fluent API keeps its active run per thread, which breaks inside threaded tasks.
+
+Every run is tagged `method`, `variant`, `profile`, `git_commit`, `git_dirty`, `data_version`, and
+carries its data version as a logged dataset (the runs table's Dataset column). Experiments are
+created as "custom model development" experiments, so the MLflow UI opens them on the training-runs
+view rather than the GenAI traces page.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
+import json
 import os
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from paperline.io import files_digest
 from tasks.paths import code_root, repo_path, repo_root
 
 STEP_BATCH = 1000  # MLflow accepts at most 1000 metrics per log_batch call
+# MLflow 3's UI picks an experiment's landing page from this tag (its JS enum ExperimentKind)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# DVC outputs a run rewrites (and params.yaml under `dvc exp run`): not what makes code dirty
+_NOT_CODE = ("metrics", "plots", "runs", "reports", "dvc.lock", "params.yaml")
 
 
 def tracking_uri() -> str:
@@ -37,44 +49,68 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=code_root(), capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {code_root()}: {out.stderr.strip()}")
+    return out.stdout
+
+
+@functools.lru_cache(maxsize=1)
+def git_state() -> dict[str, str]:
+    """`git_commit` and `git_dirty` (uncommitted changes to tracked code; DVC outputs and params.yaml,
+    which runs rewrite, do not count). A checkout that is not a git repository says so in both tags
+    rather than failing a run: a source tarball is a legitimate way to get the code."""
+    if not (code_root() / ".git").exists():
+        return {"git_commit": "not a git checkout", "git_dirty": "unknown"}
+    commit = _git("rev-parse", "HEAD").strip()
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 *[f":(exclude){p}" for p in _NOT_CODE]).splitlines()
+    state = {"git_commit": commit, "git_dirty": str(bool(dirty)).lower()}
+    if dirty:
+        state["git_dirty_paths"] = ", ".join(line[3:] for line in dirty[:20])
+    return state
+
+
 def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=code_root(), capture_output=True,
-                             text=True, timeout=10, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return git_state()["git_commit"]
 
 
 def data_version(paths: Iterable[str | os.PathLike] = ()) -> str:
-    """sha256 over the input files (sorted, recursive); 'generated' when a method reads no files
-    (its data is made in-process from the config, which is logged as parameters)."""
-    files = sorted(p for path in map(Path, paths)
-                   for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
-    if not files:
+    """sha256 over the input files' contents (sorted, recursive); 'generated' when a method reads no
+    files (its data is made in-process from the config, which is logged as parameters). A missing
+    input is an error naming it."""
+    paths = list(paths)
+    if not paths:
         return "generated"
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(str(f.relative_to(repo_root()) if f.is_relative_to(repo_root()) else f).encode())
-        digest.update(f.read_bytes())
-    return "sha256:" + digest.hexdigest()[:16]
+    return "sha256:" + files_digest(paths, repo_root(), cache=repo_path(".cache", "file_digests.json"))
+
+
+def _artifact_root() -> Path | None:
+    """Artifacts beside a SQLite tracking database (`<dir>/mlartifacts`), wherever the run's code
+    runs: a `dvc exp run --temp` copy of the project must not own artifacts it deletes. None for a
+    tracking server, which has its own artifact store."""
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):]).parent / "mlartifacts"
 
 
 def experiment_id(method: str) -> str:
     c = client()
     exp = c.get_experiment_by_name(method)
-    if exp is not None:
-        return exp.experiment_id
-    kwargs = {}
-    if tracking_uri().startswith("sqlite:"):
-        kwargs["artifact_location"] = repo_path("mlartifacts", method).as_uri()
-    try:
-        return c.create_experiment(method, **kwargs)
-    except Exception:  # created meanwhile by another process
-        exp = c.get_experiment_by_name(method)
-        if exp is None:
-            raise
-        return exp.experiment_id
+    if exp is None:
+        root = _artifact_root()
+        kwargs = {"artifact_location": (root / method).as_uri()} if root else {}
+        try:
+            return c.create_experiment(method, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}, **kwargs)
+        except Exception:  # created meanwhile by another process
+            exp = c.get_experiment_by_name(method)
+            if exp is None:
+                raise
+    if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # one made before this tag existed
+        c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
 def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
@@ -126,8 +162,16 @@ class Run:
 
 
 def _tags(method: str, variant: str, profile: str, data: str) -> dict[str, str]:
-    return {"method": method, "variant": variant, "profile": profile,
-            "git_commit": git_commit(), "data_version": data}
+    return {"method": method, "variant": variant, "profile": profile, "data_version": data, **git_state()}
+
+
+def _log_dataset(run: Run, method: str, data: str) -> None:
+    """The data version as an MLflow dataset input: the runs table's Dataset column shows it."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    dataset = Dataset(name=f"{method}-inputs", digest=data.split(":")[-1][:36], source_type="local",
+                      source=json.dumps({"uri": repo_root().as_uri(), "data_version": data}))
+    client().log_inputs(run.run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")])])
 
 
 @contextlib.contextmanager
@@ -147,21 +191,41 @@ def parent_run(method: str, profile: str, params: Mapping[str, Any], data: str) 
     created = client().create_run(exp, run_name=f"{method}-{profile}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   tags=_tags(method, "all", profile, data))
     run = Run(created.info.run_id, exp)
-    run.log_params(params)
     with _terminating(run):
-        yield run
-
-
-@contextlib.contextmanager
-def child_run(parent: Run, method: str, variant: str, profile: str, data: str,
-              params: Mapping[str, Any] | None = None) -> Iterator[Run]:
-    tags = _tags(method, variant, profile, data) | {"mlflow.parentRunId": parent.run_id}
-    created = client().create_run(parent.experiment_id, run_name=variant, tags=tags)
-    run = Run(created.info.run_id, parent.experiment_id)
-    if params:
         run.log_params(params)
-    with _terminating(run):
+        _log_dataset(run, method, data)
         yield run
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a task needs to record its part of a flow run (picklable): the method, the profile,
+    the data version and the parent MLflow run its child runs hang under."""
+
+    method: str
+    profile: str
+    data_version: str
+    parent: Run
+
+    @contextlib.contextmanager
+    def child(self, variant: str, params: Mapping[str, Any] | None = None, parent: Run | None = None) -> Iterator[Run]:
+        """A child run of the flow's parent run (or of `parent`, for runs nested one level deeper)."""
+        parent = parent or self.parent
+        tags = _tags(self.method, variant, self.profile, self.data_version) | {"mlflow.parentRunId": parent.run_id}
+        created = client().create_run(parent.experiment_id, run_name=variant, tags=tags)
+        run = Run(created.info.run_id, parent.experiment_id)
+        with _terminating(run):
+            if params:
+                run.log_params(params)
+            _log_dataset(run, self.method, self.data_version)
+            yield run
+
+
+def child_runs(parent: Run) -> dict[str, str]:
+    """variant tag -> run id of the parent's direct children."""
+    runs = client().search_runs([parent.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}'",
+                                max_results=5000)
+    return {r.data.tags.get("variant", r.info.run_name): r.info.run_id for r in runs}
 
 
 def run_pointer(run: Run, method: str) -> dict[str, str]:
@@ -171,20 +235,28 @@ def run_pointer(run: Run, method: str) -> dict[str, str]:
 
 
 def fail_if_running(run_id: str | None) -> bool:
-    """Mark a run that died without ending (SIGKILL, power loss) FAILED, with its children."""
+    """Mark a run that died without ending (SIGKILL, power loss) FAILED, with its children; True
+    when it did. A run this tracking store does not know (the store was moved or replaced) is
+    warned about; any other error propagates."""
     if not run_id:
         return False
+    from mlflow.exceptions import MlflowException
+
     c = client()
     try:
         run = c.get_run(run_id)
-    except Exception:
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        warnings.warn(f"the previous run {run_id} is not in the tracking store {tracking_uri()}; "
+                      "it cannot be marked FAILED there")
         return False
     if run.info.status != "RUNNING":
         return False
-    children = c.search_runs([run.info.experiment_id],
-                             filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
+    children = c.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
+                             max_results=5000)
     for child in children:
         if child.info.status == "RUNNING":
-            c.set_terminated(child.info.run_id, "FAILED")
+            fail_if_running(child.info.run_id)  # and its own children (ZTSurv's folds)
     c.set_terminated(run_id, "FAILED")
     return True

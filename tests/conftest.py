@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -78,3 +82,92 @@ def finished_flow_runs(project: Path, method: str, profile: str = "tiny"):
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     return parent, children
+
+
+# DVC outputs a clone must make itself (a fresh clone's `dvc repro` writes them)
+OUTPUT_DIRS = ("metrics/", "runs/", "reports/", "plots/")
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_clone(dest: Path, profile: str | None = "tiny") -> Path:
+    """A fresh clone of the working tree as `git clone` of a commit of it would give (tracked and
+    untracked-but-not-ignored files, the committed DVC outputs left out), every method and data
+    section at `profile`, committed in a new git repository (DVC experiments need one)."""
+    import yaml
+
+    from flows import METHODS
+
+    _git(CHECKOUT, "worktree", "prune")
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=CHECKOUT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if (CHECKOUT / f).is_file() and not f.startswith(OUTPUT_DIRS):
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(CHECKOUT / f, dest / f)
+    if profile:
+        params = yaml.safe_load((dest / "params.yaml").read_text())
+        for name in METHODS:
+            params[name]["profile"] = profile
+        (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _git(dest, "init", "-q")
+    _git(dest, "add", "-A")
+    _git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone")
+    return dest
+
+
+def clone_env(clone: Path) -> dict[str, str]:
+    """The environment of a command run in a clone as `make run` runs it: the venv first on PATH,
+    the clone's own mlflow.db (the default), and the session's Prefect server (every stage reports
+    to it rather than starting a temporary server: ~8 s a stage on 2 cores)."""
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().api.url
+    assert api, "the prefect_server fixture sets the API URL"
+    env = {k: v for k, v in os.environ.items() if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI")}
+    return env | {"PATH": str(Path(sys.executable).parent) + os.pathsep + env["PATH"],
+                  "PREFECT_API_URL": str(api)}
+
+
+@dataclass(frozen=True)
+class TinyDag:
+    root: Path
+    seconds: float
+    output: str
+
+
+@pytest.fixture(scope="session")
+def tiny_dag(prefect_server, tmp_path_factory) -> TinyDag:
+    """The whole DAG, run once per test session: `dvc repro` on a fresh clone at the tiny profile.
+    Each method's flow test checks its outputs here instead of running its flow again."""
+    clone = make_clone(tmp_path_factory.mktemp("tiny-dag") / "clone")
+    dvc = str(Path(sys.executable).parent / "dvc")
+    started = time.monotonic()
+    run = subprocess.run([dvc, "repro"], cwd=clone, env=clone_env(clone), capture_output=True, text=True,
+                         timeout=1200)
+    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-20000:]
+    return TinyDag(clone, time.monotonic() - started, run.stdout)
+
+
+@pytest.fixture
+def dag(tiny_dag, monkeypatch) -> Path:
+    """The tiny DAG's clone as the project of a test (read its outputs, query its MLflow runs)."""
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tiny_dag.root))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tiny_dag.root / 'mlflow.db'}")
+    return tiny_dag.root
+
+
+def report_rows(project: Path, method: str) -> list[str]:
+    """The first cells of the rows of `method`'s comparison table in the project's report."""
+    text = (project / "reports" / "results.md").read_text()
+    section = text.split(f"## {method}:", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| variant |"))
+    rows = []
+    for line in lines[start + 2:]:  # after the header and its |---| line
+        if not line.startswith("|"):
+            break
+        rows.append(line.split("|")[1].strip().removesuffix(" (baseline)"))
+    return rows

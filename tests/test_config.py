@@ -88,3 +88,19 @@ def test_a_nested_override_leaves_the_parsed_params_untouched():
 
     _, cfg = load_method_config(Nested, params, "m", "tiny", ["grid.a=2"])
     assert cfg.grid == {"a": 2} and params["m"]["profiles"]["tiny"]["grid"] == {"a": 1}
+
+
+def test_project_paths_are_made_absolute_against_the_root_even_as_defaults(tmp_path):
+    from paperline.config import ProjectPath, StrictModel, validate
+
+    class Inner(StrictModel):
+        shards: ProjectPath
+
+    class Cfg(StrictModel):
+        pool: ProjectPath = "data/pool"
+        model: ProjectPath | None = None
+        inner: Inner
+
+    cfg = validate(Cfg, {"inner": {"shards": "c4"}, "model": "/models/m"}, "params.yaml: x", root=tmp_path)
+    assert (cfg.pool, cfg.inner.shards, cfg.model) == (str(tmp_path / "data/pool"), str(tmp_path / "c4"), "/models/m")
+    assert validate(Cfg, {"inner": {"shards": "c4"}}, "params.yaml: x").pool == "data/pool"  # no root: as given

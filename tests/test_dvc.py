@@ -2,8 +2,6 @@
 flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from flows import METHODS
-from tests.conftest import CHECKOUT
+from tests.conftest import CHECKOUT, clone_env
 
 DVC_YAML = yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())
 DATA_PREP_STAGES: set[str] = {"tulu-pool", "tulu-select", "wsi-cohort", "wsi-downsample", "til-maps", "text-corpus", "semg-sessions", "semg-normalize"}  # shared data-prep stages
@@ -56,49 +54,26 @@ def test_each_stage_depends_on_the_code_its_flow_imports():
         assert not missing, f"stage {name} depends on paths that do not exist: {missing}"
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def test_dvc_repro_on_a_fresh_clone_then_a_no_op(tmp_path, prefect_server):
-    clone = tmp_path / "clone"
-    _git(CHECKOUT, "worktree", "prune")
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                           cwd=CHECKOUT, capture_output=True, text=True, check=True).stdout.split()
-    for f in files:
-        if (CHECKOUT / f).is_file() and not f.startswith(("metrics/", "runs/", "reports/", "plots/")):
-            (clone / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(CHECKOUT / f, clone / f)
-    params = yaml.safe_load((clone / "params.yaml").read_text())
-    for name in METHODS:
-        params[name]["profile"] = "tiny"
-    (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _git(clone, "init", "-q")
-    _git(clone, "add", "-A")
-    _git(clone, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone")
-
-    bin_dir = str(Path(sys.executable).parent)
-    env = {k: v for k, v in os.environ.items() if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI")}
-    env |= {"PATH": bin_dir + os.pathsep + env["PATH"], "PREFECT_HOME": str(tmp_path / "prefect")}
-    # every flow reports to the session's Prefect server (as under `make ui`) rather than starting
-    # a temporary one per stage: ~8 s a flow on 2 cores, a minute and a half over the pipeline
-    from prefect.settings import get_current_settings
-
-    assert get_current_settings().api.url, "the prefect_server fixture sets the API URL"
-    env["PREFECT_API_URL"] = str(get_current_settings().api.url)
-    dvc = [str(Path(bin_dir) / "dvc"), "repro"]
-    first = subprocess.run(dvc, cwd=clone, env=env, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stdout + first.stderr
+def test_dvc_repro_on_a_fresh_clone_then_a_no_op(tiny_dag):
+    """The whole DAG at the tiny profile (the session's one run, see tests/conftest.py), then a
+    second `dvc repro` that re-runs nothing."""
+    clone = tiny_dag.root
     for name in METHODS:
         assert (clone / "metrics" / f"{name}.json").exists()
         assert (clone / "runs" / name / "mlflow_run.json").exists()
     report = (clone / "reports" / "results.md").read_text()
     assert all(f"## {name}" in report for name in METHODS) and "_not run yet_" not in report
     assert (clone / "mlflow.db").exists()  # the default tracking URI, inside the project
+    print(f"tiny dvc repro of the whole DAG: {tiny_dag.seconds:.0f} s")
 
+    dvc = [str(Path(sys.executable).parent / "dvc")]
     started = time.monotonic()
-    second = subprocess.run(dvc, cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    second = subprocess.run(dvc + ["repro"], cwd=clone, env=clone_env(clone), capture_output=True, text=True,
+                            timeout=120)
     elapsed = time.monotonic() - started
     assert second.returncode == 0, second.stdout + second.stderr
     assert "Running stage" not in second.stdout, second.stdout
+    status = subprocess.run(dvc + ["status", "--json"], cwd=clone, env=clone_env(clone), capture_output=True,
+                            text=True, timeout=120)
+    assert status.returncode == 0 and status.stdout.strip() in ("{}", ""), status.stdout
     print(f"no-op dvc repro: {elapsed:.2f} s")

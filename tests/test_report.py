@@ -1,30 +1,55 @@
+"""The metrics record's one shape (validated when written and read) and the report it renders."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from paperline.report import method_table, write_report
+from paperline.metrics import MethodMetrics, MetricsError, validate_metrics
+from paperline.report import method_section, write_report
 
 
-def test_rows_become_a_table_and_scalars_a_list():
-    text = method_table({"cost_ratio": 0.25, "K4_L1": {"a": 1.0, "b": 2, "nested": {"x": 1}},
-                         "K4_L2": {"a": 0.5, "c": True}})
-    assert "- cost_ratio: 0.25" in text
-    assert "| | a | b | c |" in text
-    assert "| K4_L2 | 0.5 |  | true |" in text
-    assert "nested" not in text
+def _record(**changes) -> dict:
+    record = {"method": "tpa", "profile": "tiny", "headline": {"cache_ratio": 3.9, "claim": True},
+              "baseline": "mha", "primary_metric": "val_loss",
+              "rows": {"mha": {"val_loss": 4.0, "heads": 4}, "tpa": {"val_loss": 3.0, "heads": 5, "note": "x|y"}},
+              "tables": {"paper shapes": {"small": {"mha": 1536, "tpa": 392}}}}
+    return record | changes
+
+
+def test_rows_become_the_comparison_table_with_the_ratio_to_the_baseline():
+    text = method_section(MethodMetrics.model_validate(_record()))
+    assert "- cache_ratio: 3.9" in text and "- claim: true" in text
+    assert "| variant | val_loss | val_loss_vs_baseline | heads | note |" in text
+    assert "| mha (baseline) | 4 | 1 | 4 |  |" in text
+    assert "| tpa | 3 | 0.75 | 5 | x\\|y |" in text  # a cell's | is escaped
+    assert "**paper shapes**" in text and "| small | 1536 | 392 |" in text
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rows": {}}, "rows: Value error, the comparison table has no rows"),
+    ({"baseline": "gqa"}, "baseline 'gqa' is not a row"),
+    ({"primary_metric": "val_ppl"}, "primary metric 'val_ppl' missing from rows"),
+    ({"rows": {"mha": {"val_loss": {"nested": 1}}}}, "rows.mha.val_loss"),
+    ({"headlines": {}}, "headlines: Extra inputs are not permitted"),
+])
+def test_a_record_of_another_shape_is_refused_naming_the_key(change, message):
+    with pytest.raises(MetricsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_metrics(_record(**change), "metrics/tpa.json")
 
 
 def test_report_marks_missing_methods_and_names_a_malformed_file(tmp_path):
     metrics = tmp_path / "metrics"
     metrics.mkdir()
-    (metrics / "dnc.json").write_text(json.dumps({"K4_L1": {"dnc_objective": 0.1}}))
+    (metrics / "tpa.json").write_text(json.dumps(_record()))
     out = tmp_path / "reports" / "results.md"
-    text = write_report(metrics, out, {"dnc": "Deep NC", "other": "Other"})
+    text = write_report(metrics, out, {"tpa": "TPA", "other": "Other"})
     assert out.read_text() == text
-    assert "| K4_L1 | 0.1 |" in text and "_not run yet_" in text
-    (metrics / "dnc.json").write_text("{not json")
-    with pytest.raises(ValueError, match="dnc.json: line 1"):
-        write_report(metrics, out, {"dnc": "Deep NC"})
-    assert "K4_L1" in out.read_text()  # the failed write left the previous report whole
+    assert "## tpa: TPA" in text and "| tpa | 3 |" in text and "_not run yet_" in text
+    (metrics / "tpa.json").write_text(json.dumps({"K4_L1": {"dnc_objective": 0.1}}))
+    with pytest.raises(MetricsError, match="tpa.json: method: Field required"):
+        write_report(metrics, out, {"tpa": "TPA"})
+    (metrics / "tpa.json").write_text("{not json")
+    with pytest.raises(ValueError, match="tpa.json: line 1"):
+        write_report(metrics, out, {"tpa": "TPA"})
+    assert "| tpa | 3 |" in out.read_text()  # the failed writes left the previous report whole

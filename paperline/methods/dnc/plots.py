@@ -165,3 +165,17 @@ def write_plot_tables(summary: dict, directory: Path) -> list[Path]:
                 writer.writerow([L, *(value(int(col.split("K")[-1]), L, f) for col, f in columns.items())])
         paths.append(path)
     return paths
+
+
+def write_all(cfg, summary: dict, results: list[UFMGroupResult], directory: Path) -> list[Path]:
+    """Every figure and table of a run, into `directory`."""
+    directory = Path(directory)
+    paths = [plot_rank_vs_depth(summary, directory / "rank_vs_depth.png"),
+             plot_gap_vs_depth(summary, directory / "objective_gap_vs_depth.png"),
+             plot_dnc_fraction_vs_width(summary, directory / "dnc_fraction_vs_width.png")]
+    for K in cfg.classes:
+        of_K = [r for r in results if r.K == K]
+        paths += [plot_z_spectra(of_K, K, directory / f"z_spectra_K{K}.png"),
+                  plot_layer_spectra(of_K, K, directory / f"layer_spectra_K{K}.png"),
+                  plot_nc_by_layer(of_K, K, directory / f"nc_by_layer_K{K}.png")]
+    return paths + write_plot_tables(summary, directory)

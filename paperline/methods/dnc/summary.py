@@ -1,10 +1,11 @@
 """Per-(K, L) summary of a trained grid: theory against the best trained seed, and how often
-training ends at DNC. This dict is what metrics/<method>.json holds."""
+training ends at DNC, and the metrics record of a run (`method_metrics`)."""
 from __future__ import annotations
 
 from collections import defaultdict
 
 from paperline.methods.dnc import theory
+from paperline.metrics import MethodMetrics
 from paperline.methods.dnc.config import DNCConfig
 from paperline.methods.dnc.ufm import UFMGroupResult, json_safe
 
@@ -74,3 +75,16 @@ def claims(summary: dict, K_deep: int = 10, L_deep: int = 4, tol: float = 1e-3) 
         f"dnc_persistence_where_beaten_K{K_deep}": (sum(beaten_deep) / len(beaten_deep)
                                                    if beaten_deep else None),
     }
+
+
+def method_metrics(cfg: DNCConfig, summary: dict, profile: str) -> MethodMetrics:
+    """metrics/dnc.json: the claims as headline figures, a row per (K, L) with the share of seeds
+    at DNC per width multiple (d = m·K) as columns of its own. No baseline variant: each row is
+    compared with its own closed forms f_DNC* and f_cos*."""
+    rows = {}
+    for variant, entry in summary.items():
+        K = int(variant.split("_")[0][1:])
+        rows[variant] = {k: v for k, v in entry.items() if k != "dnc_fraction_by_width"} | {
+            f"dnc_fraction_width_{int(d) // K}K": f for d, f in entry["dnc_fraction_by_width"].items()}
+    return MethodMetrics(method="dnc", profile=profile, headline=claims(summary),
+                         primary_metric="best_trained_objective", rows=rows)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import MethodConfig, StrictModel
+from paperline.config import MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -34,10 +34,10 @@ class QPCheckConfig(StrictModel):
 
 
 class InfluenceDistillationConfig(MethodConfig):
-    pool_dir: str = "data/tulu"  # written by the tulu-pool stage
+    pool_dir: ProjectPath = "data/tulu"  # written by the tulu-pool stage
     model: Literal["llama", "hf"] = "llama"
     llama: SmallLlama = SmallLlama()
-    hf_model_path: str | None = None  # model: hf — a local folder AutoModelForCausalLM reads
+    hf_model_path: ProjectPath | None = None  # model: hf — a local folder AutoModelForCausalLM reads
     max_length: PositiveInt = 256  # tokens per sample after the Tulu template
     dtype: Literal["float32", "bfloat16"] = "float32"
     # ---- warm-up (spec §b.1): AdamW on a random subset; its moments are kept for the Adam influence

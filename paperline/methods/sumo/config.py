@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import MethodConfig, StrictModel
+from paperline.config import MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -24,8 +24,8 @@ class LlamaC4Config(StrictModel):
     """GaLore's C4 protocol (torchrun_main.py and scripts/benchmark_c4/*.sh)."""
 
     model_size: Literal["tiny", "60m", "130m", "350m", "1b"]  # paperline.nn.llama.LLAMA_SIZES
-    c4_dir: str  # folder of c4-train.*.json.gz and c4-validation.*.json.gz shards
-    tokenizer: str  # a tokenizer.json (GaLore: t5-base's)
+    c4_dir: ProjectPath  # folder of c4-train.*.json.gz and c4-validation.*.json.gz shards
+    tokenizer: ProjectPath  # a tokenizer.json (GaLore: t5-base's)
     pad_token: str = "<pad>"
     vocab_size: PositiveInt | None = None  # default: the model size's (32,000)
     max_length: PositiveInt = 256

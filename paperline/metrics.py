@@ -1,0 +1,111 @@
+"""The one shape of `metrics/<method>.json`, validated when it is written.
+
+    {"method": "tpa", "profile": "smoke",
+     "headline": {"tpa_val_loss_vs_mha": 0.888, ...},       # the figures a reader looks at first
+     "baseline": "mha", "primary_metric": "val_loss", "higher_is_better": false,
+     "rows": {"mha": {"val_loss": 4.09, ...}, "tpa": {...}}, # the comparison: one row per variant
+     "tables": {"paper_models": {"baseline": {...}}},       # further tables, rendered under a title
+     "details": {...}}                                      # anything else (curves, sweeps, settings)
+
+Rows are keyed by variant name, the same name the variant's MLflow child run carries, so a row's
+columns land on that run under the same metric names and the MLflow chart view lines variants up.
+With a baseline and a primary metric, every row gets `<primary>_vs_baseline` (its value over the
+baseline's), computed here so no method computes it its own way.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from paperline.config import StrictModel
+
+Scalar = bool | int | float | str | None
+Row = dict[str, Scalar]
+
+
+class MetricsError(ValueError):
+    """A metrics record that does not have the shape above; the message names the key."""
+
+
+class MethodMetrics(StrictModel):
+    method: str
+    profile: str
+    headline: dict[str, Scalar] = Field(default_factory=dict)
+    baseline: str | None = None
+    primary_metric: str | None = None
+    higher_is_better: bool = False
+    rows: dict[str, Row]
+    tables: dict[str, dict[str, Row]] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("rows")
+    @classmethod
+    def _some_rows(cls, rows: dict[str, Row]) -> dict[str, Row]:
+        if not rows:
+            raise ValueError("the comparison table has no rows")
+        return rows
+
+    @model_validator(mode="after")
+    def _baseline_and_primary(self):
+        if self.baseline is not None and self.baseline not in self.rows:
+            raise ValueError(f"baseline {self.baseline!r} is not a row (rows: {', '.join(self.rows)})")
+        if self.primary_metric is not None:
+            lacking = [name for name, row in self.rows.items() if self.primary_metric not in row]
+            if lacking:
+                raise ValueError(f"primary metric {self.primary_metric!r} missing from rows {lacking}")
+        return self
+
+    def vs_baseline(self) -> dict[str, float]:
+        """Each row's primary metric over the baseline's (rows with a non-numeric value are left out)."""
+        if self.baseline is None or self.primary_metric is None:
+            return {}
+        base = self.rows[self.baseline][self.primary_metric]
+        if not _is_number(base) or base == 0:
+            return {}
+        return {name: row[self.primary_metric] / base for name, row in self.rows.items()
+                if _is_number(row[self.primary_metric])}
+
+    def with_ratios(self) -> "MethodMetrics":
+        """A copy whose rows carry `<primary>_vs_baseline`."""
+        ratios = self.vs_baseline()
+        if not ratios:
+            return self
+        key = f"{self.primary_metric}_vs_baseline"
+        rows = {}
+        for name, row in self.rows.items():  # the ratio right after the primary metric's column
+            rows[name] = {}
+            for column, value in row.items():
+                rows[name][column] = value
+                if column == self.primary_metric and name in ratios:
+                    rows[name][key] = ratios[name]
+        return self.model_copy(update={"rows": rows})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def table_columns(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The columns of a table of rows, in order of first appearance."""
+    columns: dict[str, None] = {}
+    for row in rows.values():
+        columns.update(dict.fromkeys(row))
+    return list(columns)
+
+
+def numeric(row: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a row (what MLflow can chart)."""
+    return {k: float(v) for k, v in row.items() if _is_number(v)}
+
+
+def validate_metrics(record: dict[str, Any], where: str) -> MethodMetrics:
+    """A parsed metrics file as MethodMetrics; MetricsError names the file and the key."""
+    from pydantic import ValidationError
+
+    try:
+        return MethodMetrics.model_validate(record)
+    except ValidationError as err:
+        lines = [f"{where}: {'.'.join(str(p) for p in e['loc']) or '<record>'}: {e['msg']}" for e in err.errors()]
+        raise MetricsError("invalid metrics:\n  " + "\n  ".join(lines)) from None
