@@ -27,10 +27,9 @@ from paperline.config import load_method_config, read_params  # noqa: E402
 from paperline.methods.splashnet.config import VARIANT_CHANGES, SplashNetConfig  # noqa: E402
 from paperline.methods.splashnet.data import WindowDataset, collate  # noqa: E402
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer  # noqa: E402
-from paperline.methods.splashnet.pipeline import (_steps, augmentation, model_spec, schedule_horizon,  # noqa: E402
-                                                  window_frames)
+from paperline.methods.splashnet.pipeline import (_steps, augmentation, load_split, model_spec,  # noqa: E402
+                                                  schedule_horizon, window_frames)
 from tasks.paths import params_path, repo_path  # noqa: E402
-from tasks.splashnet import _load_split  # noqa: E402
 
 
 def main() -> None:
@@ -52,7 +51,7 @@ def main() -> None:
     _, cfg = load_method_config(SplashNetConfig, read_params(params_path()), "splashnet", args.profile,
                                 args.overrides)
     spec = model_spec(cfg, args.variant)
-    train, _, test, _ = _load_split(cfg, repo_path("data", "splashnet", "features"), spec.six_bands)
+    train, _, test, _ = load_split(cfg, repo_path("data", "splashnet", "features"), spec.six_bands)
     if args.users:
         users = sorted({s.user for s in train})[:args.users]
         train = [s for s in train if s.user in users]

@@ -4,27 +4,18 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.launch import resolve
-from tasks import track
-from tasks.ngn_m import METHOD, check_data, data_version, publish, sweep
-from tasks.resume import open_run_dir
-from tasks.runners import ensure_gpu_limit, submit_gpu
+from flows.skeleton import method_run
+from tasks.ngn_m import METHOD, data_version, optimizer_runs, report, sweep
+from tasks.runners import submit_gpu
 
 
 @flow(name="ngn_m", log_prints=True)
 def ngn_m_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
-    profile, cfg = resolve(METHOD, profile, overrides or [])
-    check_data(cfg)  # real-data paths of the paper profile, before any work
-    ensure_gpu_limit()
-    run_dir = open_run_dir(METHOD, {"profile": profile, **cfg.model_dump()})
-    if run_dir.resumed and track.fail_if_running(run_dir.previous_parent_run):
-        print(f"previous run {run_dir.previous_parent_run} died; resuming from its finished runs")
-    data = data_version(cfg)
-    with track.parent_run(METHOD, profile, {"profile": profile, **cfg.model_dump()}, data) as parent:
-        run_dir.record_parent(parent.run_id)
-        futures = [submit_gpu(sweep, cfg, problem, optimizer, parent, profile, data)
-                   for problem in cfg.problems for optimizer in cfg.optimizers_for(problem)]
-        variants = [future.result() for future in futures]
-        summary = publish(cfg, variants, parent)
-    run_dir.mark_complete()
-    return summary
+    # data_version fails on a real-data problem's missing files before any work
+    with method_run(METHOD, profile, overrides, data=data_version) as run:
+        cfg = run.cfg
+        with optimizer_runs(cfg, run.context) as optimizers:
+            futures = [submit_gpu(sweep, cfg, problem, optimizer, run.context, optimizers[optimizer])
+                       for problem in cfg.problems for optimizer in cfg.optimizers_for(problem)]
+            variants = [future.result() for future in futures]
+        return run.publish(report.submit(cfg, variants, run.context))

@@ -8,11 +8,13 @@
 
 `method_run`, in this order:
 1. resolves and validates the parameters (a bad key fails here, before any work);
-2. sizes the `gpu` concurrency limit to the visible GPUs;
-3. opens `models/<method>/`: a run of the same configuration that died resumes from its
+2. prepares or checks the method's data (`data(cfg)`, returning the data object the tasks take, with
+   a `version`; no `data` means the method makes its data from the config: version "generated"), so
+   a refused input fails before the run directory below is touched (a changed configuration would
+   clear it: the previous run's checkpoints, a DVC output);
+3. sizes the `gpu` concurrency limit to the visible GPUs;
+4. opens `models/<method>/`: a run of the same configuration that died resumes from its
    checkpoints (its MLflow runs, left RUNNING, are marked FAILED), anything else starts afresh;
-4. prepares or checks the method's data (`data(cfg)`, returning the data object the tasks take, with
-   a `version`; no `data` means the method makes its data from the config: version "generated");
 5. opens the parent MLflow run (params, tags, data version as a dataset) and records it in the run
    directory;
 then the flow body runs its tasks and must call `run.publish(report)` (tasks.publish): leaving the
@@ -66,13 +68,13 @@ def method_run(method: str, profile: str | None, overrides: Sequence[str] | None
     """`run_config(cfg)`: what identifies the run for resuming and is logged as parameters, when it
     is more than the method's own config (ZTSurv adds the WSI prep parameters)."""
     profile, cfg = resolve(method, profile, list(overrides or []))
+    prepared = data(cfg) if data else None
+    version = _version(prepared)
     ensure_gpu_limit()
     config = {"profile": profile, **(run_config(cfg) if run_config else cfg.model_dump())}
     run_dir = open_run_dir(method, config)
     if run_dir.resumed and track.fail_if_running(run_dir.previous_parent_run):
         print(f"previous run {run_dir.previous_parent_run} died; resuming from its checkpoints")
-    prepared = data(cfg) if data else None
-    version = _version(prepared)
     with track.parent_run(method, profile, config, version) as parent:
         run_dir.record_parent(parent.run_id)
         run = MethodRun(method, profile, cfg, prepared, track.RunContext(method, profile, version, parent), run_dir)

@@ -5,30 +5,19 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.launch import resolve
-from tasks import track
-from tasks.resume import open_run_dir
-from tasks.runners import ensure_gpu_limit, submit_gpu
-from tasks.sumo import (METHOD, data_version, publish, step_time, theory, train_variant,
-                        with_resolved_paths)
+from flows.skeleton import method_run
+from tasks.runners import submit_gpu
+from tasks.sumo import METHOD, data_version, optimizer_runs, report, step_time, theory, train_variant
 
 
 @flow(name="sumo", log_prints=True)
 def sumo_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
-    profile, cfg = resolve(METHOD, profile, overrides or [])
-    cfg = with_resolved_paths(cfg)
-    data = data_version(cfg)  # a missing C4 folder or tokenizer fails here, before any work
-    ensure_gpu_limit()
-    run_dir = open_run_dir(METHOD, {"profile": profile, **cfg.model_dump()})
-    if run_dir.resumed and track.fail_if_running(run_dir.previous_parent_run):
-        print(f"previous run {run_dir.previous_parent_run} died; resuming from its checkpoints")
-    with track.parent_run(METHOD, profile, {"profile": profile, **cfg.model_dump()}, data) as parent:
-        run_dir.record_parent(parent.run_id)
-        theory_future = theory.submit(cfg, parent)
-        futures = [submit_gpu(train_variant, cfg, name, lr, parent, profile, data)
-                   for name in cfg.optimizers for lr in cfg.lr_grid[name]]
-        timing_future = submit_gpu(step_time, cfg, parent, profile, data)
-        runs = [result for future in futures for result in future.result()]
-        summary = publish(cfg, runs, theory_future.result(), timing_future.result(), parent)
-    run_dir.mark_complete()
-    return summary
+    with method_run(METHOD, profile, overrides, data=data_version) as run:
+        cfg = run.cfg
+        theory_future = theory.submit(cfg)
+        with optimizer_runs(cfg, run.context) as optimizers:
+            futures = [submit_gpu(train_variant, cfg, name, lr, run.context, optimizers[name])
+                       for name in cfg.optimizers for lr in cfg.lr_grid[name]]
+            timing_future = submit_gpu(step_time, cfg, run.context)
+            runs = [result for future in futures for result in future.result()]
+        return run.publish(report.submit(cfg, runs, theory_future.result(), timing_future.result(), run.context))

@@ -220,6 +220,14 @@ class RunContext:
             _log_dataset(run, self.method, self.data_version)
             yield run
 
+    @contextlib.contextmanager
+    def children(self, params: Mapping[str, Mapping[str, Any]]) -> Iterator[dict[str, Run]]:
+        """A child run per variant (`params`: variant -> its parameters), open for the block: the
+        variant's units of work, tasks running side by side, record nested runs under it with
+        `child(..., parent=runs[variant])`; its comparison row lands on it when the flow publishes."""
+        with contextlib.ExitStack() as stack:
+            yield {variant: stack.enter_context(self.child(variant, p)) for variant, p in params.items()}
+
 
 def child_runs(parent: Run) -> dict[str, str]:
     """variant tag -> run id of the parent's direct children."""

@@ -1,5 +1,5 @@
 """Tasks of the ZTSurv flow: slides -> graphs, compute accounting, cross-validated training of each
-method (an MLflow child run per method, nested runs per fold), publish."""
+method (an MLflow child run per method, nested runs per fold), the report."""
 from __future__ import annotations
 
 import sys
@@ -8,26 +8,34 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.io import read_json, write_json
+from paperline.config import read_params
+from paperline.data.wsi_prep import WSIPrepConfig
 from paperline.methods.ztsurv import plots
 from paperline.methods.ztsurv.config import ZTSurvConfig
-from paperline.methods.ztsurv.summary import (median_split, method_row, segmentation_scores, summarize,
-                                              truth_on_thumbnail)
-from paperline.methods.ztsurv.train import (FoldResult, c_index, composition_cox_fold, load_fold, make_folds,
-                                            out_of_fold, save_fold, train_neural_fold)
+from paperline.methods.ztsurv.pipeline import load_cohort_graphs
+from paperline.methods.ztsurv.summary import generator_truth, method_metrics, method_row
+from paperline.methods.ztsurv.train import (FoldResult, composition_cox_fold, load_fold, make_folds, save_fold,
+                                            train_neural_fold)
 from tasks import track
-from tasks.paths import metrics_path, models_dir, plots_dir, run_pointer_path
+from tasks.paths import models_dir, params_path, plots_dir
+from tasks.publish import Report
 from tasks.runners import GPU_TAG, gpu_slot
 from tasks.wsi_prep import data_dir
+from tasks.wsi_prep import resolve as resolve_wsi
 
 METHOD = "ztsurv"
 NEURAL = ("mean_pool", "abmil", "gcn", "ztsurv")
 
 
-def data_inputs() -> list[Path]:
-    """What the flow reads (the data version MLflow records): the cohort table and the prep outputs."""
+def wsi_config(profile: str | None) -> WSIPrepConfig:
+    """The WSI prep parameters of `profile` (None: the one ztsurv.profile names), which made the data."""
+    return resolve_wsi(read_params(params_path()), profile)[1]
+
+
+def data_version(cfg: ZTSurvConfig) -> str:
+    """The version of what the flow reads, which MLflow records: the cohort table and the prep outputs."""
     d = data_dir()
-    return [d / "cohort" / "cohort.csv", d / "thumbnails", d / "til"]
+    return track.data_version([d / "cohort" / "cohort.csv", d / "thumbnails", d / "til"])
 
 
 def graphs_path() -> Path:
@@ -41,46 +49,28 @@ def build_graphs(cfg: ZTSurvConfig) -> Path:
     resumed run reuses it)."""
     import torch
 
-    from paperline.methods.ztsurv.pipeline import build_cohort_graphs
-    from paperline.train.checkpoint import save_checkpoint
+    from paperline.methods.ztsurv.pipeline import build_cohort_graphs, save_cohort_graphs
 
     path = graphs_path()
     if not path.exists():
         torch.set_num_threads(cfg.threads)
-        save_checkpoint(path, build_cohort_graphs(data_dir(), cfg, progress=sys.stderr.isatty()).__dict__)
+        save_cohort_graphs(path, build_cohort_graphs(data_dir(), cfg, progress=sys.stderr.isatty()))
     return path
 
 
-def load_graphs(path: Path):
-    from paperline.methods.ztsurv.pipeline import CohortGraphs
-    from paperline.train.checkpoint import load_checkpoint
-
-    return CohortGraphs(**load_checkpoint(path))
-
-
 @task(name="ztsurv-compute", cache_policy=NO_CACHE)
-def compute_accounting(cfg: ZTSurvConfig, downsample: float, til_tile_um: float) -> dict | None:
+def compute_accounting(cfg: ZTSurvConfig, wsi: WSIPrepConfig) -> dict | None:
     """Pixels and wall time: the 50x pipeline against 20x patch tiling on the first slides."""
-    from paperline.data.wsi import read_cohort_csv
-    from paperline.methods.ztsurv.compute import compare_pipelines
+    from paperline.methods.ztsurv.compute import cohort_slides, compare_pipelines
 
     if cfg.compute_slides == 0:
         return None
-    thumbs = read_json(data_dir() / "thumbnails" / "index.json")["slides"]
-    rows = [r for r in read_cohort_csv(data_dir() / "cohort" / "cohort.csv") if r.patient_id in thumbs]
-    slides = [(r.slide_path, r.til_map_path) for r in rows[:cfg.compute_slides]]
-    return compare_pipelines(slides, cfg, downsample, til_tile_um)
+    return compare_pipelines(cohort_slides(data_dir(), cfg.compute_slides), cfg, wsi.downsample, wsi.til_tile_um)
 
 
-def _log_fold(run: track.Run, result: FoldResult) -> None:
-    run.log_metrics({"c_index": result.c_index})
-    if result.loss_history:
-        run.log_history("train_cox_loss", range(len(result.loss_history)), result.loss_history)
-
-
-def _fold_results(method: str, cfg: ZTSurvConfig, cohort, run: track.Run, profile: str, data: str,
+def _fold_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext, run: track.Run,
                   train_one) -> list[FoldResult]:
-    """Each fold: resume its saved result or train it, then log it to a nested MLflow run."""
+    """Each fold: resume its saved result or train it, then log it to a run nested under the method's."""
     results = []
     for k, (tr, te) in enumerate(make_folds(cohort.event, cfg.folds, cfg.seed)):
         path = models_dir(METHOD) / method / f"fold{k}.pt"
@@ -88,9 +78,11 @@ def _fold_results(method: str, cfg: ZTSurvConfig, cohort, run: track.Run, profil
         if result is None:
             result = train_one(tr, te, k)
             save_fold(path, result)
-        with track.child_run(run, METHOD, f"{method}/fold{k}", profile, data,
-                             params={"fold": k, "train": len(tr), "test": len(te)}) as fold_run:
-            _log_fold(fold_run, result)
+        with ctx.child(f"{method}/fold{k}", params={"fold": k, "train": len(tr), "test": len(te)},
+                       parent=run) as fold_run:
+            fold_run.log_metrics({"c_index": result.c_index})
+            if result.loss_history:
+                fold_run.log_history("train_cox_loss", range(len(result.loss_history)), result.loss_history)
             if result.state_dict is not None:
                 fold_run.log_artifact(path, "checkpoints")
         result.state_dict = None  # the checkpoint is on disk; keep task results small
@@ -99,100 +91,33 @@ def _fold_results(method: str, cfg: ZTSurvConfig, cohort, run: track.Run, profil
 
 
 @task(name="ztsurv-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, parent: track.Run, profile: str,
-                 data: str) -> list[FoldResult]:
+def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> list[FoldResult]:
     """One neural method over every fold: an MLflow child run, a nested run and checkpoint per fold."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    cohort = load_graphs(graphs)
-    with gpu_slot() as device, track.child_run(parent, METHOD, method, profile, data,
-                                               params={"method": method, "device": str(device)}) as run:
+    cohort = load_cohort_graphs(graphs)
+    with gpu_slot() as device, ctx.child(method, params={"method": method, "device": str(device)}) as run:
         train_one = lambda tr, te, k: train_neural_fold(method, cohort.graphs, tr, te, cfg, k, device,
                                                          progress=sys.stderr.isatty())
-        results = _fold_results(method, cfg, cohort, run, profile, data, train_one)
-        run.log_metrics(method_row(results, cohort.time, cohort.event))
-    return results
+        return _fold_results(method, cfg, cohort, ctx, run, train_one)
 
 
 @task(name="ztsurv-composition-cox", cache_policy=NO_CACHE)
-def fit_composition_cox(cfg: ZTSurvConfig, graphs: Path, parent: track.Run, profile: str,
-                        data: str) -> list[FoldResult]:
-    cohort = load_graphs(graphs)
-    with track.child_run(parent, METHOD, "composition_cox", profile, data,
-                         params={"method": "composition_cox"}) as run:
+def fit_composition_cox(cfg: ZTSurvConfig, graphs: Path, ctx: track.RunContext) -> list[FoldResult]:
+    cohort = load_cohort_graphs(graphs)
+    with ctx.child("composition_cox", params={"method": "composition_cox"}) as run:
         train_one = lambda tr, te, k: composition_cox_fold(cohort.compositions, cohort.time, cohort.event, tr, te, k)
-        results = _fold_results("composition_cox", cfg, cohort, run, profile, data, train_one)
-        run.log_metrics(method_row(results, cohort.time, cohort.event))
-    return results
+        return _fold_results("composition_cox", cfg, cohort, ctx, run, train_one)
 
 
-def _truth(cohort) -> tuple[dict, dict]:
-    """The embedded cohort's generator facts and label maps on the thumbnail grid ({} otherwise)."""
-    import numpy as np
-    from PIL import Image
-
-    from paperline.data.wsi_prep import THUMB_DIR
-
-    gen_path = data_dir() / "cohort" / "generator.json"
-    if not gen_path.exists():
-        return {}, {}
-    gen = read_json(gen_path)
-    facts = {p["patient_id"]: p for p in gen["patients"]}
-    thumbs = read_json(data_dir() / THUMB_DIR / "index.json")["slides"]
-    truth = {}
-    for pid in cohort.patient_ids:
-        t = np.asarray(Image.open(data_dir() / "cohort" / "truth" / f"{pid}.png"))
-        e = thumbs[pid]
-        truth[pid] = truth_on_thumbnail(t, cohort.labels[pid].shape, tuple(e["base_size"]), e["mpp"], gen["design_um"])
-    return facts, truth
-
-
-@task(name="ztsurv-publish", cache_policy=NO_CACHE)
-def publish(cfg: ZTSurvConfig, results: dict[str, list[FoldResult]], graphs: Path, compute: dict | None,
-            parent: track.Run) -> dict:
-    """metrics/ztsurv.json, the plots (PNG for MLflow and DVC, CSV for `dvc plots`), mlflow_run.json."""
-    import numpy as np
-
-    from paperline.data.wsi_prep import THUMB_DIR, load_thumbnail
-
-    cohort = load_graphs(graphs)
-    time, event = cohort.time, cohort.event
-    rows = {m: method_row(r, time, event) for m, r in results.items()}
-    facts, truth = _truth(cohort)
-    oracle = None
-    if facts:
-        eta = np.array([facts[p]["eta"] for p in cohort.patient_ids])
-        contact = np.array([facts[p]["tl_contact"] for p in cohort.patient_ids])
-        oracle = {"c_index_generator_eta": c_index(event, time, eta),  # the ceiling the images encode
-                  "c_index_generator_contact": c_index(event, time, -contact)}
-    summary = summarize(rows, len(time), int(event.sum()), cohort.failed, compute,
-                        segmentation_scores(cohort.labels, truth) if truth else None, oracle, cohort.til_sources)
-
-    out = plots_dir(METHOD)
-    thumbs = read_json(data_dir() / THUMB_DIR / "index.json")["slides"]
-    order = np.argsort([facts[p]["risk_rank"] for p in cohort.patient_ids]) if facts else np.arange(len(time))
-    picks = list(dict.fromkeys([*order[:(cfg.overlay_slides + 1) // 2], *order[::-1][:cfg.overlay_slides // 2]]))
-    items = []
-    for i in picks:
-        pid = cohort.patient_ids[i]
-        thumb, _ = load_thumbnail(data_dir(), pid, thumbs[pid])
-        note = f"risk rank {facts[pid]['risk_rank']:.2f}, T-L contact {facts[pid]['tl_contact']:.2f}" if facts else ""
-        items.append({"patient_id": pid, "rgb": thumb.rgb, "labels": cohort.labels[pid], "truth": truth.get(pid),
-                      "note": note})
-    first = cohort.patient_ids[picks[0]]
-    paths = [plots.plot_overlays(items, out / "segmentation_overlays.png"),
-             plots.plot_graph(items[0]["rgb"], cohort.graphs[picks[0]], cfg.cell_px, out / "graph_one_slide.png",
-                              title=f"graph of {first}"),
-             plots.plot_km({m: {"high": median_split(out_of_fold(r, len(time))), "logrank_p": rows[m]["logrank_p"]}
-                            for m, r in results.items()}, time, event, out / "km_risk_groups.png"),
-             plots.plot_c_index(rows, {m: [f.c_index for f in r] for m, r in results.items()},
-                                out / "c_index_by_method.png"),
-             plots.write_c_index_csv(rows, out / "c_index.csv")]
-    for path in paths:
-        parent.log_artifact(path, "plots")
-    parent.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float)) and v is not None})
-    parent.log_metrics({f"{m}/{k}": v for m, row in rows.items() for k, v in row.items() if v is not None})
-    write_json(metrics_path(METHOD), summary)
-    write_json(run_pointer_path(METHOD), track.run_pointer(parent, METHOD))
-    return summary
+@task(name="ztsurv-report", cache_policy=NO_CACHE)
+def report(cfg: ZTSurvConfig, results: dict[str, list[FoldResult]], graphs: Path, compute: dict | None,
+           ctx: track.RunContext) -> Report:
+    """The comparison (scored against the generator's truth on the embedded cohort) and the plots
+    (PNG for MLflow and DVC, CSV for `dvc plots`)."""
+    cohort = load_cohort_graphs(graphs)
+    rows = {m: method_row(r, cohort.time, cohort.event) for m, r in results.items()}
+    facts, truth = generator_truth(data_dir(), cohort)
+    return Report(method_metrics(rows, cohort, compute, facts, truth, ctx.profile),
+                  plots.write_all(cfg, cohort, results, rows, facts, truth, data_dir(), plots_dir(METHOD)))

@@ -1,8 +1,8 @@
-"""The SplashNet flow end to end at the tiny profile: the data stages' outputs, a metrics row per
-variant with zero-shot and fine-tuned CER (greedy and beam search with the character LM), the
-paper parameter/FLOP table, an MLflow parent with a child per variant, plots as MLflow artifacts
-and DVC files; a run that died mid-training resumes from its Lightning checkpoint; features of
-other data parameters are refused; and the prep CLI's errors."""
+"""The SplashNet flow: its outputs in the tiny DAG (the data stages' outputs, a row per variant on
+that variant's MLflow run with zero-shot and fine-tuned CER, greedy and beam search with the
+character LM, the paper parameter/FLOP table, plots as MLflow artifacts and DVC files); a run that
+died mid-training resumes from its Lightning checkpoint; missing features, and features of other
+data parameters, are refused before any work; and the prep CLI's errors."""
 from __future__ import annotations
 
 import json
@@ -12,67 +12,81 @@ import pytest
 import yaml
 
 from flows.launch import run_method
+from paperline.metrics import validate_metrics
 from paperline.methods.splashnet import pipeline
 from tasks import track
-from tests.conftest import finished_flow_runs
+from tests.conftest import finished_flow_runs, report_rows
 
 
-def _prepare(*overrides: str) -> None:
-    from tasks import semg_prep
-
-    sets = [a for o in overrides for a in ("--set", o)]
-    assert semg_prep.main(["sessions", "--profile", "tiny", *sets]) == 0
-    assert semg_prep.main(["normalize", "--profile", "tiny", *sets]) == 0
+def _tiny(project) -> dict:
+    return yaml.safe_load((project / "params.yaml").read_text())["splashnet"]["profiles"]["tiny"]
 
 
-def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server):
-    with pytest.raises(FileNotFoundError, match="manifest.json: not prepared; run the semg stages"):
-        run_method("splashnet", "tiny")
-    _prepare()
-    run_method("splashnet", "tiny")
-    metrics = json.loads((project / "metrics" / "splashnet.json").read_text())
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["splashnet"]["profiles"]["tiny"]
-    assert sorted(metrics["variants"]) == sorted(tiny["variants"])
-    for name, row in metrics["variants"].items():
-        for key in ("zero_shot_cer", "finetuned_cer", "params", "zero_shot_cer_vs_baseline", "zero_shot_ctc_loss",
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / "splashnet.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    tiny, rows = _tiny(dag), metrics.rows
+    assert sorted(rows) == sorted(tiny["variants"]) == sorted(report_rows(dag, "splashnet"))
+    assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("baseline", "zero_shot_cer", False)
+    for name, row in rows.items():
+        for key in ("zero_shot_cer", "finetuned_cer", "params", "zero_shot_cer_minus_baseline", "zero_shot_ctc_loss",
                     "finetuned_ctc_loss", "final_train_ctc_loss", "zero_shot_beam_cer", "finetuned_beam_cer"):
             assert isinstance(row[key], (int, float)), (name, key)
         assert row["zero_shot_cer"] >= 0 and row["train_steps"] == tiny["max_steps"]
-    assert metrics["variants"]["splashnet_mini"]["params"] < metrics["variants"]["baseline"]["params"]
-    assert metrics["decoders"] == ["greedy", "beam_char_lm"]
-    for name, row in metrics["variants"].items():  # validated on the validation user's sessions
-        assert isinstance(row["best_val_cer"], float) and row["best_val_cer"] >= 0, name
-    lm = json.loads((project / "models" / "splashnet" / "char_lm.json").read_text())  # counted on the checkout's
+        assert isinstance(row["best_val_cer"], float) and row["best_val_cer"] >= 0, name  # the validation user's
+    assert rows["splashnet_mini"]["params"] < rows["baseline"]["params"]
+    if rows["baseline"]["zero_shot_cer"]:
+        assert metrics.headline["splashnet_mini_zero_shot_cer_vs_baseline"] == pytest.approx(
+            rows["splashnet_mini"]["zero_shot_cer"] / rows["baseline"]["zero_shot_cer"])
+    assert metrics.details["decoders"] == ["greedy", "beam_char_lm"]
+    user = metrics.details["test_users"][0]
+    assert metrics.details["per_user"]["baseline"][f"zero_shot_cer/{user}"] >= 0
+    lm = json.loads((dag / "models" / "splashnet" / "char_lm.json").read_text())  # counted on the checkout's
     assert lm["order"] == tiny.get("beam_search", {}).get("lm_order", 4) and lm["counts"]  # Shakespeare slice
-    paper = metrics["paper_models"]
+    paper = metrics.tables["paper_models"]
     assert round(paper["splashnet_mini"]["params_vs_baseline"], 2) == 0.26
     assert 0.55 < paper["splashnet_mini"]["flops_vs_baseline"] < 0.65
     assert 1.05 < paper["splashnet"]["flops_vs_baseline"] < 1.2
-    stats = metrics["feature_stats"]
-    assert stats["rtn_cross_user_std_of_channel_means"] < stats["raw_cross_user_std_of_channel_means"]
-    index = json.loads((project / "data" / "splashnet" / "features" / "index.json").read_text())
-    assert len(index["sessions"]) == 6 and (project / "data" / "splashnet" / "sessions" / "manifest.json").exists()
+    headline = metrics.headline
+    assert headline["rtn_cross_user_std_of_channel_means"] < headline["raw_cross_user_std_of_channel_means"]
+    index = json.loads((dag / "data" / "splashnet" / "features" / "index.json").read_text())
+    assert len(index["sessions"]) == 6 and (dag / "data" / "splashnet" / "sessions" / "manifest.json").exists()
 
-    parent, children = finished_flow_runs(project, "splashnet")
+    parent, children = finished_flow_runs(dag, "splashnet")
     c = track.client()
     assert parent.data.tags["data_version"].startswith("sha256:")
+    assert not any("/" in k for k in parent.data.metrics)  # headline figures only
     assert sorted(r.data.tags["variant"] for r in children) == sorted(tiny["variants"])
     assert all(r.info.status == "FINISHED" for r in children)
+    for child in children:  # each variant's run carries its row, under the same names
+        row = rows[child.data.tags["variant"]]
+        assert child.data.metrics["zero_shot_cer"] == row["zero_shot_cer"]
+        assert child.data.metrics["finetuned_cer_minus_baseline"] == row["finetuned_cer_minus_baseline"]
+        assert f"zero_shot_cer/{user}" in child.data.metrics  # per user, as the user is evaluated
     child = children[0]
     assert len(c.get_metric_history(child.info.run_id, "train_ctc_loss")) == tiny["max_steps"]
     assert any(a.path.endswith("generic.pt") for a in c.list_artifacts(child.info.run_id, "checkpoints"))
     assert [m.step for m in c.get_metric_history(child.info.run_id, "val_cer")] == [tiny["val_every"]]
-    assert (project / "models" / "splashnet" / child.data.tags["variant"] / "lightning_generic" / "best.ckpt").is_file()
+    assert (dag / "models" / "splashnet" / child.data.tags["variant"] / "lightning_generic" / "best.ckpt").is_file()
     pngs = sorted(a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")
                   if a.path.endswith(".png"))
-    assert pngs == sorted(p.name for p in (project / "plots" / "splashnet").glob("*.png"))
+    assert pngs == sorted(p.name for p in (dag / "plots" / "splashnet").glob("*.png"))
     assert {"cer_per_variant.png", "loss_curves.png", "channel_stats.png", "session_traces.png",
             "band_powers.png"} <= set(pngs)
-    assert (project / "plots" / "splashnet" / "cer.csv").read_text().startswith("variant,")
-    assert json.loads((project / "models" / "splashnet" / "run.json").read_text())["complete"]
+    assert (dag / "plots" / "splashnet" / "cer.csv").read_text().startswith("variant,")
+    assert json.loads((dag / "models" / "splashnet" / "run.json").read_text())["complete"]
 
-    # dies after the generic model's first checkpoint (step 2 of 3), then runs again
-    shutil.rmtree(project / "models" / "splashnet")
+
+def test_a_run_that_died_resumes_and_other_features_are_refused(dag, project, prefect_server):
+    """The baseline alone, on the DAG's features: it dies after the generic model's first
+    checkpoint (step 2 of 3), then runs again from it; features missing or made with other data
+    parameters are refused before any work."""
+    only_baseline = ["variants=[baseline]"]
+    with pytest.raises(FileNotFoundError, match="manifest.json: not prepared; run the semg stages"):
+        run_method("splashnet", "tiny", only_baseline)
+    assert not (project / "models" / "splashnet").exists()
+    shutil.copytree(dag / "data" / "splashnet", project / "data" / "splashnet")
+    tiny = _tiny(project)
     real_fit = pipeline._fit
 
     def dies_after_a_checkpoint(module, dataset, cfg, max_steps, device, ckpt_dir, *rest):
@@ -84,19 +98,19 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "_fit", dies_after_a_checkpoint)
         with pytest.raises(RuntimeError, match="died mid-training"):
-            run_method("splashnet", "tiny")
+            run_method("splashnet", "tiny", only_baseline)
     assert (project / "models" / "splashnet" / "baseline" / "lightning_generic" / "last.ckpt").is_file()
-    run_method("splashnet", "tiny")
-    resumed = json.loads((project / "metrics" / "splashnet.json").read_text())["variants"]["baseline"]
+    run_method("splashnet", "tiny", only_baseline)
+    resumed = json.loads((project / "metrics" / "splashnet.json").read_text())["rows"]["baseline"]
     parent, children = finished_flow_runs(project, "splashnet")
-    baseline = next(r for r in children if r.data.tags["variant"] == "baseline")
-    steps = [m.step for m in c.get_metric_history(baseline.info.run_id, "train_ctc_loss")]
+    steps = [m.step for m in track.client().get_metric_history(children[0].info.run_id, "train_ctc_loss")]
     assert steps == list(range(tiny["max_steps"]))  # the steps before the checkpoint came back with it
     assert resumed["train_steps"] == tiny["max_steps"]
 
-    # features of other data parameters are refused, naming the folder
+    # features of other data parameters are refused, naming the folder, and the run above is kept
     with pytest.raises(ValueError, match="sessions: prepared with other data parameters"):
-        run_method("splashnet", "tiny", ["data.generator.users=4"])
+        run_method("splashnet", "tiny", [*only_baseline, "data.generator.users=4"])
+    assert json.loads((project / "models" / "splashnet" / "run.json").read_text())["complete"]
 
 
 def test_prep_cli_names_a_missing_session_folder(project, capsys):

@@ -1,34 +1,38 @@
-"""The SUMO flow end to end at the tiny profile: a metrics row per optimizer, an MLflow parent with
-a child per (optimizer, lr) and one for the step times, plots as MLflow artifacts and DVC files,
-the same metrics from the same seed (timings aside)."""
+"""The SUMO flow: its outputs in the tiny DAG (a row per optimizer at its best lr, on that
+optimizer's MLflow run with its lr runs nested under it, the step-time run, plots as MLflow
+artifacts and DVC files); the same seed gives the DAG's metrics again (one optimizer, timings
+aside); the paper's LLaMA-on-C4 task through the same flow, and a missing C4 folder named first."""
 from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
-from flows.launch import run_method
+from flows.launch import resolve, run_method
+from paperline.metrics import validate_metrics
 from tasks import track
-from tests.conftest import finished_flow_runs
+from tasks.sumo import data_version
+from tests.conftest import finished_flow_runs, report_rows
 
 TIMING_KEYS = {"step_ms", "step_time_vs_adamw", "optimizer_time_vs_adamw"}
 
 
-def _run(project) -> dict:
-    run_method("sumo", "tiny")
-    return json.loads((project / "metrics" / "sumo.json").read_text())
+def _tiny(project) -> dict:
+    return yaml.safe_load((project / "params.yaml").read_text())["sumo"]["profiles"]["tiny"]
 
 
-def _without_timings(metrics: dict) -> dict:
-    return {k: ({c: v for c, v in row.items() if c not in TIMING_KEYS} if isinstance(row, dict) else row)
-            for k, row in metrics.items()}
+def _metrics(project):
+    path = project / "metrics" / "sumo.json"
+    return validate_metrics(json.loads(path.read_text()), str(path))
 
 
-def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server):
-    metrics = _run(project)
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["sumo"]["profiles"]["tiny"]
-    rows = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    assert sorted(rows) == sorted(tiny["optimizers"])
+def test_tiny_dag_outputs(dag):
+    metrics, tiny = _metrics(dag), _tiny(dag)
+    assert sorted(metrics.rows) == sorted(tiny["optimizers"]) == sorted(report_rows(dag, "sumo"))
+    assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("galore_adamw", "mean_train_loss",
+                                                                                   False)
+    rows = metrics.rows
     for name, row in rows.items():
         assert row["best_lr"] in tiny["lr_grid"][name]
         assert row["state_floats"] == row["state_floats_formula"]
@@ -37,64 +41,78 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
             assert isinstance(row[key], float), (name, key)
     assert rows["adamw"]["step_time_vs_adamw"] == 1.0
     assert rows["sumo"]["state_bytes"] < rows["galore_adamw"]["state_bytes"] < rows["adamw"]["state_bytes"]
-    assert metrics["ns5_error_at_kappa_1e6"] > metrics["ns5_error_at_kappa_1"]
+    assert metrics.headline["sumo_over_galore_mean_train_loss"] == pytest.approx(
+        rows["sumo"]["mean_train_loss"] / rows["galore_adamw"]["mean_train_loss"])
+    assert metrics.headline["ns5_error_at_kappa_1e6"] > metrics.headline["ns5_error_at_kappa_1"]
+    assert list(metrics.tables["newton_schulz_vs_svd"]) == ["kappa_1", "kappa_1000", "kappa_1e6"]
+    assert sorted(metrics.details["by_lr"]["adamw"]) == ["0.001", "0.01"]
 
-    parent, children = finished_flow_runs(project, "sumo")
+    parent, children = finished_flow_runs(dag, "sumo")
     c = track.client()
     assert parent.data.tags["data_version"].startswith("sha256:")
-    variants = [f"{n}_lr{lr:g}" for n in tiny["optimizers"] for lr in tiny["lr_grid"][n]]
-    assert sorted(r.data.tags["variant"] for r in children) == sorted(variants + ["step_time"])
+    assert not any("/" in k for k in parent.data.metrics)  # headline figures only
+    by_variant = {r.data.tags["variant"]: r for r in children}
+    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time"])
     assert all(r.info.status == "FINISHED" for r in children)
-    sumo_child = next(r for r in children if r.data.tags["variant"].startswith("sumo_lr"))
-    curve = c.get_metric_history(sumo_child.info.run_id, "train_loss/seed0")
+    for name, row in rows.items():  # each optimizer's run carries its row, under the same names
+        assert by_variant[name].data.metrics["mean_train_loss"] == row["mean_train_loss"]
+        assert by_variant[name].data.metrics["best_lr"] == row["best_lr"]
+    nested = c.search_runs([parent.info.experiment_id],
+                           filter_string=f"tags.mlflow.parentRunId = '{by_variant['adamw'].info.run_id}'")
+    assert sorted(r.data.tags["variant"] for r in nested) == ["adamw_lr0.001", "adamw_lr0.01"]
+    lr_run = next(r for r in nested if r.data.tags["variant"] == "adamw_lr0.01")
+    curve = c.get_metric_history(lr_run.info.run_id, "train_loss/seed0")
     assert len(curve) > 2 and curve[-1].value < curve[0].value
-    assert any(a.path.endswith(".pt") for a in c.list_artifacts(sumo_child.info.run_id, "checkpoints"))
+    assert any(a.path.endswith(".pt") for a in c.list_artifacts(lr_run.info.run_id, "checkpoints"))
     pngs = [a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")
             if a.path.endswith(".png")]
-    assert sorted(pngs) == sorted(p.name for p in (project / "plots" / "sumo").glob("*.png"))
+    assert sorted(pngs) == sorted(p.name for p in (dag / "plots" / "sumo").glob("*.png"))
     assert {"loss_curves.png", "ns_error_vs_kappa.png", "lr_sweep.png", "state_and_step_time.png"} <= set(pngs)
-    assert (project / "plots" / "sumo" / "loss_curves.csv").read_text().startswith("step,")
-    assert json.loads((project / "models" / "sumo" / "run.json").read_text())["complete"]
+    assert (dag / "plots" / "sumo" / "loss_curves.csv").read_text().startswith("step,")
+    assert json.loads((dag / "models" / "sumo" / "run.json").read_text())["complete"]
 
-    again = _run(project)  # a completed run is not resumed: this trains again from scratch
-    assert _without_timings(again) == _without_timings(metrics)
+
+def test_the_same_seed_gives_the_dag_metrics_again(dag, project, prefect_server):
+    """AdamW alone (its whole lr grid), against the DAG's record: every number but the timings and
+    the ratio to the baseline (GaLore's in the DAG, AdamW's own here)."""
+    expected = _metrics(dag)
+
+    def comparable(row):
+        return {k: v for k, v in row.items() if k not in TIMING_KEYS and not k.endswith("_vs_baseline")}
+
+    run_method("sumo", "tiny", ["optimizers=[adamw]"])
+    again = _metrics(project)
+    assert comparable(again.rows["adamw"]) == comparable(expected.rows["adamw"])
+    assert again.details["by_lr"]["adamw"] == expected.details["by_lr"]["adamw"]
+    assert again.tables == expected.tables  # the theory check: the same seed, the same moments
 
 
 def test_llama_c4_path_runs_by_path_through_the_flow(project, prefect_server):
-    """The paper profile's task (LLaMA on C4) through the same flow, on C4-format files written here."""
+    """The paper profile's task (LLaMA on C4) through the same flow, on C4-format files written here;
+    before they exist, the flow's data check names the missing folder, then the tokenizer."""
     from paperline.data.c4 import write_c4_shard, write_word_level_tokenizer
+
+    overrides = ["task=llama_c4", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
+                 "adamw_part_lr=null", "lm.model_size=tiny", "lm.c4_dir=c4", "lm.tokenizer=c4/tokenizer.json",
+                 "lm.max_length=24", "lm.micro_batch_size=4", "lm.dtype=float32", "lm.eval_every=3",
+                 "lm.eval_tokens=200", "lm.shuffle_buffer=20"]  # relative paths: to the project root
+    _, cfg = resolve("sumo", "tiny", overrides)
+    with pytest.raises(FileNotFoundError, match=f"{project / 'c4'}: no such C4 folder"):
+        data_version(cfg)  # what the flow checks first
 
     words = "the a model learns low rank moment subspace optimizer gradient step loss".split()
     texts = [" ".join(words[(i + j) % len(words)] for j in range(5 + i % 20)) for i in range(200)]
     c4 = project / "c4"
     write_c4_shard(c4 / "c4-train.00000-of-01024.json.gz", texts)
     write_c4_shard(c4 / "c4-validation.00000-of-00008.json.gz", texts[::7])
-    write_word_level_tokenizer(c4 / "tokenizer.json", texts)
-    overrides = ["task=llama_c4", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
-                 "adamw_part_lr=null", "lm.model_size=tiny", "lm.c4_dir=c4", "lm.tokenizer=c4/tokenizer.json",
-                 "lm.max_length=24", "lm.micro_batch_size=4", "lm.dtype=float32", "lm.eval_every=3",
-                 "lm.eval_tokens=200", "lm.shuffle_buffer=20"]  # relative paths: to the project root
-    run_method("sumo", "tiny", overrides)
-    metrics = json.loads((project / "metrics" / "sumo.json").read_text())
-    assert sorted(k for k, v in metrics.items() if isinstance(v, dict)) == ["adamw", "sumo"]
-    for row in (metrics["adamw"], metrics["sumo"]):
-        assert row["val_perplexity"] > 1 and row["state_floats"] == row["state_floats_formula"]
-    assert metrics["sumo"]["state_bytes_vs_adamw"] < 1
-    pointer = json.loads((project / "runs" / "sumo" / "mlflow_run.json").read_text())
-    parent = track.client().get_run(pointer["run_id"])
-    assert parent.data.tags["data_version"].startswith("c4-sha256:")
-
-
-def test_a_missing_c4_folder_or_tokenizer_is_named_before_any_work(project, tmp_path):
-    import pytest
-
-    from paperline.methods.sumo.config import SumoConfig
-    from tasks.sumo import data_version, with_resolved_paths
-
-    lm = {"model_size": "tiny", "c4_dir": "no/c4", "tokenizer": "no/tokenizer.json", "micro_batch_size": 8,
-          "max_length": 32}
-    cfg = with_resolved_paths(SumoConfig(task="llama_c4", lm=lm, optimizers=["adamw"], lr_grid={"adamw": [1e-3]},
-                                         batch_size=8, rank=4))
-    assert cfg.lm.c4_dir == str(project / "no" / "c4")
-    with pytest.raises(FileNotFoundError, match="no/c4: no such C4 folder"):
+    with pytest.raises(FileNotFoundError, match="tokenizer.json: no such tokenizer file"):
         data_version(cfg)
+    write_word_level_tokenizer(c4 / "tokenizer.json", texts)
+    run_method("sumo", "tiny", overrides)
+    metrics = _metrics(project)
+    assert sorted(metrics.rows) == ["adamw", "sumo"] and metrics.baseline == "adamw"
+    for row in metrics.rows.values():
+        assert row["val_perplexity"] > 1 and row["state_floats"] == row["state_floats_formula"]
+    assert metrics.rows["sumo"]["state_bytes_vs_adamw"] < 1
+    parent, _ = finished_flow_runs(project, "sumo")
+    assert parent.data.tags["data_version"].startswith("c4-sha256:")

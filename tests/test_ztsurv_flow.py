@@ -1,5 +1,6 @@
-"""The ZTSurv pipeline end to end at the tiny profile: the three WSI prep stages as DVC runs them,
-then the flow: metrics, plots, MLflow runs per method and fold, checkpoints; and parameter errors."""
+"""The ZTSurv pipeline: the three WSI prep stages and the flow as the tiny DAG ran them (metrics,
+a row per method on that method's MLflow run with its fold runs nested under it, plots,
+checkpoints); and parameter errors."""
 from __future__ import annotations
 
 import json
@@ -9,46 +10,53 @@ import yaml
 
 from flows.launch import run_method
 from paperline.config import ParamsError, read_params
+from paperline.metrics import validate_metrics
 from tasks import track, wsi_prep
+from tests.conftest import finished_flow_runs, report_rows
 
 METHODS = ["composition_cox", "mean_pool", "abmil", "gcn", "ztsurv"]
 
 
-def test_tiny_prep_stages_then_flow(project, prefect_server):
-    for stage in ("cohort", "downsample", "til-maps"):
-        assert wsi_prep.main([stage, "--profile", "tiny"]) == 0
-    index = json.loads((project / "data" / "wsi" / "thumbnails" / "index.json").read_text())
+def test_tiny_dag_outputs(dag):
+    index = json.loads((dag / "data" / "wsi" / "thumbnails" / "index.json").read_text())
     assert len(index["slides"]) == 16 and index["failed"] == []
 
-    run_method("ztsurv", "tiny")
-    metrics = json.loads((project / "metrics" / "ztsurv.json").read_text())
-    for m in METHODS:
-        row = metrics[m]
+    path = dag / "metrics" / "ztsurv.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    rows, headline = metrics.rows, metrics.headline
+    assert sorted(rows) == sorted(METHODS) == sorted(report_rows(dag, "ztsurv"))
+    for row in rows.values():
         assert 0 <= row["c_index_mean"] <= 1 and 0 <= row["c_index_oof"] <= 1 and row["c_index_std"] >= 0
-    assert metrics["patients"] == 16 and metrics["failed_slides"] == 0
-    assert metrics["gain_over_best_pooling"] == pytest.approx(
-        metrics["ztsurv"]["c_index_mean"] - max(metrics["mean_pool"]["c_index_mean"], metrics["abmil"]["c_index_mean"]))
-    assert metrics["compute_pixel_ratio_processed"] > 100  # 20x tiles against a 50x thumbnail
-    assert metrics["compute_time_ratio"] > 0
-    assert 0 <= metrics["segmentation_dice_tumour"] <= 1
+    best_pooling = max(("mean_pool", "abmil"), key=lambda m: rows[m]["c_index_mean"])
+    assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == (best_pooling, "c_index_mean", True)
+    assert metrics.details["cohort"]["patients"] == 16 and metrics.details["cohort"]["failed_slides"] == 0
+    assert headline["gain_over_best_pooling"] == pytest.approx(
+        rows["ztsurv"]["c_index_mean"] - rows[best_pooling]["c_index_mean"])
+    assert headline["compute_pixel_ratio_processed"] > 100  # 20x tiles against a 50x thumbnail
+    assert headline["compute_time_ratio"] > 0
+    assert 0 <= headline["segmentation_dice_tumour"] <= 1
+    compute = metrics.tables["compute_accounting"]
+    assert compute["patch_tiles_20x"]["pixels_processed_per_slide"] == pytest.approx(
+        headline["compute_pixel_ratio_processed"] * compute["pipeline_50x"]["pixels_processed_per_slide"])
 
-    pointer = json.loads((project / "runs" / "ztsurv" / "mlflow_run.json").read_text())
+    parent, children = finished_flow_runs(dag, "ztsurv")
     c = track.client()
-    parent = c.get_run(pointer["run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["profile"] == "tiny"
-    runs = c.search_runs([parent.info.experiment_id])
-    by_variant = {r.data.tags["variant"]: r for r in runs if r.info.run_id != parent.info.run_id}
-    folds = yaml.safe_load((project / "params.yaml").read_text())["ztsurv"]["profiles"]["tiny"]["folds"]
-    assert set(by_variant) == set(METHODS) | {f"{m}/fold{k}" for m in METHODS for k in range(folds)}
-    for m in METHODS:
-        assert by_variant[m].data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert by_variant[f"{m}/fold0"].data.tags["mlflow.parentRunId"] == by_variant[m].info.run_id
-    assert c.get_metric_history(by_variant["ztsurv/fold0"].info.run_id, "train_cox_loss")
+    assert not any("/" in k for k in parent.data.metrics)  # headline figures only
+    by_variant = {r.data.tags["variant"]: r for r in children}
+    assert sorted(by_variant) == sorted(METHODS)
+    folds = yaml.safe_load((dag / "params.yaml").read_text())["ztsurv"]["profiles"]["tiny"]["folds"]
+    for m, run in by_variant.items():  # each method's run carries its row, its folds nested under it
+        assert run.info.status == "FINISHED" and run.data.metrics["c_index_mean"] == rows[m]["c_index_mean"]
+        nested = c.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        assert sorted(r.data.tags["variant"] for r in nested) == [f"{m}/fold{k}" for k in range(folds)]
+        if m == "ztsurv":
+            fold0 = next(r for r in nested if r.data.tags["variant"] == "ztsurv/fold0")
+            assert c.get_metric_history(fold0.info.run_id, "train_cox_loss")
     pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
     assert {"segmentation_overlays.png", "graph_one_slide.png", "km_risk_groups.png"} <= pngs
-    assert all((project / "plots" / "ztsurv" / p).exists() for p in pngs)
-    assert (project / "models" / "ztsurv" / "ztsurv" / "fold0.pt").exists()
-    assert json.loads((project / "models" / "ztsurv" / "run.json").read_text())["complete"]
+    assert all((dag / "plots" / "ztsurv" / p).exists() for p in pngs)
+    assert (dag / "models" / "ztsurv" / "ztsurv" / "fold0.pt").exists()
+    assert json.loads((dag / "models" / "ztsurv" / "run.json").read_text())["complete"]
 
 
 def test_bad_parameters_fail_before_any_work_naming_the_key(project):

@@ -13,7 +13,7 @@ from paperline.data.cifar import load_cifar, write_batch
 from paperline.data.tokens import open_tokens, sample_windows
 from paperline.methods.ngn_m.config import NGNMConfig
 from paperline.methods.ngn_m.problems import build_problem
-from paperline.methods.ngn_m.summary import band_decades, summarize
+from paperline.methods.ngn_m.summary import TRACE_POINTS, band_decades, method_metrics, summarize, thin, variant_curves
 from paperline.methods.ngn_m.sweep import RunResult, VariantResult, run_variant, train_run
 
 SMALL = {"least_squares": {"kind": "least_squares", "batch_size": 16, "epochs": 2},
@@ -47,12 +47,32 @@ def test_summary_rows_are_optimizers_with_per_problem_columns():
                 for i, (c, loss) in enumerate(zip([0.01, 0.1, 1.0], losses)) for s in (0, 1)]
         return VariantResult("least_squares", "least_squares", opt, [0.01, 0.1, 1.0], runs)
 
-    summary = summarize([variant("sgd", [0.5, 0.3, 9.0], diverged={2}), variant("ngn_m", [0.32, 0.3, 0.31])], 0.1)
-    assert summary["band"] == 0.1 and summary["grid_decades"] == pytest.approx(2.0)
-    assert summary["sgd"]["least_squares_decades"] == 0.0 and summary["sgd"]["diverged_c_points"] == 1
-    assert summary["ngn_m"]["least_squares_decades"] == pytest.approx(2.0)
-    assert summary["ngn_m"]["least_squares_best_loss"] == pytest.approx(0.3)
-    assert summary["ngn_m"]["mean_decades"] == pytest.approx(2.0)
+    variants = [variant("sgd", [0.5, 0.3, 9.0], diverged={2}), variant("ngn_m", [0.32, 0.3, 0.31]),
+                variant("sgdm", [0.3, 0.5, 9.0], diverged={2})]
+    rows = summarize(variants, 0.1)
+    assert rows["sgd"]["least_squares_decades"] == 0.0 and rows["sgd"]["diverged_c_points"] == 1
+    assert rows["ngn_m"]["least_squares_decades"] == pytest.approx(2.0)
+    assert rows["ngn_m"]["least_squares_best_loss"] == pytest.approx(0.3)
+    assert rows["ngn_m"]["mean_decades"] == pytest.approx(2.0)
+
+    metrics = method_metrics(rows, variants, 0.1, "tiny")  # validated
+    assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("sgdm", "mean_decades", True)
+    assert metrics.headline == {"ngn_m_minus_sgdm_mean_decades": pytest.approx(2.0), "ngn_family_diverged_c_points": 0,
+                                "sgd_sgdm_diverged_c_points": 2, "grid_decades": pytest.approx(2.0)}
+    assert metrics.details == {"band": 0.1}
+
+
+def test_mlflow_curves_of_a_sweep_are_thinned_and_keyed_by_c():
+    trace = list(range(0, 2000, 2))
+    runs = [RunResult("digits", "ngn_m", c, 0, {"loss": 0.1, "accuracy": 0.9}, False, 2000, 0.0,
+                      trace_steps=trace, loss=[1.0] * len(trace), gamma=[0.5] * len(trace)) for c in (1e-3, 10.0)]
+    curves = variant_curves(VariantResult("digits", "digits", "ngn_m", [1e-3, 10.0], runs))
+    assert sorted(curves) == ["diverged_seeds_by_c_index", "final_accuracy_by_c_index", "final_loss_by_c_index",
+                              "gamma/c_1.0e-03", "gamma/c_1.0e01", "train_loss/c_1.0e-03", "train_loss/c_1.0e01"]
+    assert curves["final_accuracy_by_c_index"] == ([0, 1], [0.9, 0.9])
+    steps, values = curves["gamma/c_1.0e01"]
+    assert len(steps) == TRACE_POINTS and steps[:2] == [0, 4] and values[0] == 0.5
+    assert thin([0, 1, 2], [1.0, None, 3.0]) == ([0, 2], [1.0, 3.0])
 
 
 # ---------------------------------------------------------------- problems and runs

@@ -9,7 +9,7 @@ import torch
 from paperline.config import ParamsError, load_method_config
 from paperline.methods.sumo.config import SumoConfig
 from paperline.methods.sumo.data import digits_file, load_digits_split
-from paperline.methods.sumo.summary import best_lr, summarize
+from paperline.methods.sumo.summary import best_lr, method_metrics, summarize
 from paperline.methods.sumo.train import digits_step_times, lr_factor, train_one
 
 
@@ -95,15 +95,22 @@ def test_summary_picks_the_lr_with_the_lowest_loss_curve_and_skips_diverged():
                 "state_floats": 10, "state_floats_formula": 10, "state_bytes": 40 if name == "adamw" else 10,
                 "limiter_fraction": None}
     runs = [run("adamw", 1e-3, 0.5), run("adamw", 1e-2, 0.2), run("adamw", 1e-1, 0.0, diverged=True),
-            run("sumo", 0.1, 0.3), run("sumo", 0.3, 0.4)]
-    theory = {"kappa": [1.0, 1e6], "svd_error_max": [1e-7, 1e-2], "svd_error_mean": [1e-7, 1e-2],
-              "ns5_error_mean": [0.3, 0.7]}
-    summary = summarize(runs, theory, None, ["adamw", "sumo"])
-    assert summary["adamw"]["best_lr"] == 1e-2 and summary["adamw"]["diverged_runs"] == 1
-    assert summary["sumo"]["best_lr"] == 0.1 and summary["sumo"]["lr_at_grid_edge"]
-    assert summary["sumo"]["state_bytes_vs_adamw"] == 0.25
-    assert summary["ns5_error_at_kappa_1e6"] == 0.7
+            run("sumo", 0.1, 0.3), run("sumo", 0.3, 0.4), run("muon", 0.1, 0.0, diverged=True)]
+    theory = {"kappa": [1.0, 1e6], "rank": 4, "cols": 32, "svd_error_max": [1e-7, 1e-2],
+              "svd_error_mean": [1e-7, 1e-2], "ns5_error_mean": [0.3, 0.7]}
+    rows = summarize(runs, None, ["adamw", "sumo", "muon"])
+    assert rows["adamw"]["best_lr"] == 1e-2 and rows["adamw"]["diverged_runs"] == 1
+    assert rows["sumo"]["best_lr"] == 0.1 and rows["sumo"]["lr_at_grid_edge"]
+    assert rows["sumo"]["state_bytes_vs_adamw"] == 0.25
     assert best_lr({0.1: {"diverged": 1}}) is None
+
+    metrics = method_metrics(rows, runs, theory, "tiny")  # validated: a muon that always diverged is a null row
+    assert metrics.baseline == "adamw" and metrics.primary_metric == "mean_train_loss"
+    assert metrics.rows["muon"]["best_lr"] is None and metrics.rows["muon"]["mean_train_loss"] is None
+    assert metrics.headline["ns5_error_at_kappa_1e6"] == 0.7
+    assert metrics.tables["newton_schulz_vs_svd"]["kappa_1e6"] == {"kappa": 1e6, "svd_error_max": 1e-2,
+                                                                   "svd_error_mean": 1e-2, "ns5_error_mean": 0.7}
+    assert metrics.details["by_lr"]["adamw"]["0.1"]["diverged"] == 1
 
 
 @pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])

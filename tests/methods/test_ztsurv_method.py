@@ -183,3 +183,37 @@ def test_slide_graph_runs_segmentation_then_graph():
     labels, table, graph = slide_graph(rgb, tissue, til, ZTSurvConfig(cell_px=6))
     assert labels.shape == tissue.shape and table["present"].shape == (8, 8, 3)
     assert graph["lymphocyte"].num_nodes >= 4 and graph["tumour"].num_nodes >= 16
+
+
+def test_metrics_record_rows_baseline_headline_and_compute_table():
+    from paperline.methods.ztsurv.pipeline import CohortGraphs
+    from paperline.methods.ztsurv.summary import method_metrics
+
+    def row(c):
+        return {"c_index_mean": c, "c_index_std": 0.1, "c_index_min": c - 0.1, "c_index_max": c + 0.1,
+                "c_index_oof": c, "logrank_p": None}
+
+    rows = {"composition_cox": row(0.5), "mean_pool": row(0.6), "abmil": row(0.55), "ztsurv": row(0.7)}
+    labels = {"p0": np.full((4, 4), TUMOUR), "p1": np.full((4, 4), STROMA)}
+    cohort = CohortGraphs(["p0", "p1"], np.array([3.0, 5.0]), np.array([1, 0]), [], np.zeros((2, 3)), labels,
+                          {"p0": "til-map", "p1": "stand-in"}, [{"patient_id": "p2"}])
+    facts = {"p0": {"eta": 1.0, "tl_contact": 0.9}, "p1": {"eta": 0.0, "tl_contact": 0.1}}
+    compute = {"slides": 2, "pixels_read_per_slide_50x": 10.0, "pixels_read_per_slide_20x": 1000.0,
+               "pixels_processed_per_slide_50x": 5.0, "pixels_processed_per_slide_20x": 2000.0,
+               "tiles_per_slide_20x": 3.0, "seconds_per_slide_50x": 0.1, "seconds_per_slide_20x": 2.0,
+               "pixel_ratio_read": 100.0, "pixel_ratio_processed": 400.0, "time_ratio": 20.0}
+    metrics = method_metrics(rows, cohort, compute, facts, {"p0": labels["p0"]}, "tiny")
+    assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("mean_pool", "c_index_mean", True)
+    assert metrics.headline["gain_over_best_pooling"] == pytest.approx(0.1)
+    assert metrics.headline["gain_over_composition_cox"] == pytest.approx(0.2)
+    assert metrics.headline["c_index_generator_eta"] == 1.0 and metrics.headline["segmentation_dice_tumour"] == 1.0
+    assert metrics.headline["compute_time_ratio"] == 20.0
+    assert metrics.tables["compute_accounting"] == {
+        "pipeline_50x": {"slides": 2, "pixels_read_per_slide": 10.0, "pixels_processed_per_slide": 5.0,
+                         "seconds_per_slide": 0.1},
+        "patch_tiles_20x": {"slides": 2, "pixels_read_per_slide": 1000.0, "pixels_processed_per_slide": 2000.0,
+                            "tiles_per_slide": 3.0, "seconds_per_slide": 2.0}}
+    assert metrics.details["cohort"] == {"patients": 2, "events": 1, "failed_slides": 1, "til_maps_real": 1,
+                                         "til_maps_stand_in": 1}
+    without = method_metrics({"composition_cox": row(0.5), "ztsurv": row(0.6)}, cohort, None, {}, {}, "tiny")
+    assert without.baseline == "composition_cox" and without.tables == {} and "c_index_generator_eta" not in without.headline

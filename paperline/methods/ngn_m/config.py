@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from paperline.config import MethodConfig, StrictModel
+from paperline.config import MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 OptimizerName = Literal["sgd", "sgdm", "adam", "ngn", "ngn_m", "ngn_md"]
@@ -99,7 +99,7 @@ class CifarConfig(ProblemConfig):
 
     kind: Literal["cifar"]
 
-    data_dir: str
+    data_dir: ProjectPath
     dataset: Literal["cifar10", "cifar100"] = "cifar10"
     depth: Annotated[int, Field(ge=8)] = 20
     epochs: PositiveInt = 50
@@ -122,7 +122,7 @@ class TextLMConfig(ProblemConfig):
 
     kind: Literal["text_lm"]
 
-    data_dir: str
+    data_dir: ProjectPath
     vocab_size: PositiveInt = 50304  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
     n_layer: PositiveInt = 6
     n_head: PositiveInt = 6

@@ -125,3 +125,11 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
         writer.writerow(header)
         writer.writerows([["" if x is None else x for x in row] for row in rows])
     return path
+
+
+def write_all(variants: list[VariantResult], directory: Path) -> list[Path]:
+    """Every figure and table of a run, into `directory`."""
+    directory = Path(directory)
+    gamma = plot_gamma_trace(variants, directory / "gamma_trace.png")
+    return [plot_sweep(variants, directory / "final_vs_c.png"), *([gamma] if gamma else []),
+            *write_tables(variants, directory)]

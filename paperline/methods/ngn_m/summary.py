@@ -1,8 +1,8 @@
 """Robustness to the step size: per optimizer and problem, how many decades of c keep the final
-result within `band` (10%) of that optimizer's best, plus the best result. This dict is what
-metrics/ngn_m.json holds (rows: optimizers; columns: <problem>_decades, <problem>_best_<metric>,
-<problem>_best_c, mean_decades over the problems, and diverged_c_points: grid points, over all
-problems, where some seed diverged).
+result within `band` (10%) of that optimizer's best, plus the best result: the rows of
+metrics/ngn_m.json (`method_metrics`; a row per optimizer, columns <problem>_decades,
+<problem>_best_<metric>, <problem>_best_c, mean_decades over the problems, and diverged_c_points:
+grid points, over all problems, where some seed diverged).
 
 The result at one c is the mean over seeds; a c where any seed diverged counts as outside the
 band. The band is relative: loss ≤ (1 + band)·best, accuracy ≥ (1 − band)·best. Decades are
@@ -15,8 +15,12 @@ import math
 
 import numpy as np
 
+from paperline.methods.ngn_m.optimizers import NGN_FAMILY
 from paperline.methods.ngn_m.problems import PRIMARY_METRIC
 from paperline.methods.ngn_m.sweep import VariantResult, json_safe
+from paperline.metrics import MethodMetrics
+
+TRACE_POINTS = 500  # a γ_k / loss curve is thinned to at most this many points for MLflow
 
 
 def seed_mean(variant: VariantResult, metric: str) -> np.ndarray:
@@ -44,7 +48,8 @@ def band_decades(c_values: list[float], values: np.ndarray, higher_is_better: bo
             "best_c": float(c_values[best_i]), "points_in_band": int(inside.sum())}
 
 
-def summarize(variants: list[VariantResult], band: float) -> dict:
+def summarize(variants: list[VariantResult], band: float) -> dict[str, dict]:
+    """{optimizer: row} over every problem it ran."""
     rows: dict[str, dict] = {}
     for v in variants:
         metric, higher = PRIMARY_METRIC[v.kind]
@@ -60,9 +65,56 @@ def summarize(variants: list[VariantResult], band: float) -> dict:
     for row in rows.values():
         decades = [value for key, value in row.items() if key.endswith("_decades")]
         row["mean_decades"] = float(np.mean(decades))
-    head = {"band": band,
+    return json_safe(rows)
+
+
+def headline(rows: dict[str, dict], variants: list[VariantResult]) -> dict:
+    """The claim in numbers: NGN-M's decades over SGDM's (its baseline), divergences of the NGN
+    family against SGD and SGDM, and the widest grid (the most decades a row can have)."""
+    def diverged(names):
+        present = [rows[n]["diverged_c_points"] for n in names if n in rows]
+        return sum(present) if present else None
+
+    gain = (rows["ngn_m"]["mean_decades"] - rows["sgdm"]["mean_decades"]) if {"ngn_m", "sgdm"} <= set(rows) else None
+    return {"ngn_m_minus_sgdm_mean_decades": gain, "ngn_family_diverged_c_points": diverged(NGN_FAMILY),
+            "sgd_sgdm_diverged_c_points": diverged(("sgd", "sgdm")),
             "grid_decades": max(math.log10(v.c_values[-1] / v.c_values[0]) for v in variants)}
-    return json_safe(head | rows)
+
+
+def method_metrics(rows: dict[str, dict], variants: list[VariantResult], band: float, profile: str) -> MethodMetrics:
+    """metrics/ngn_m.json from `summarize`'s rows: a row per optimizer (its MLflow run, under which
+    its per-problem sweeps nest), SGDM the baseline, the primary metric the decades of c within the
+    band averaged over the problems (higher: more robust to the step size)."""
+    return MethodMetrics(method="ngn_m", profile=profile, headline=headline(rows, variants),
+                         baseline="sgdm" if "sgdm" in rows else None, primary_metric="mean_decades",
+                         higher_is_better=True, rows=rows, details={"band": band})
+
+
+def c_tag(c: float) -> str:
+    """c as an MLflow-safe key part: 1.0e-03, 3.2e01."""
+    return f"{c:.1e}".replace("+", "")
+
+
+def thin(steps: list[int], values: list, points: int = TRACE_POINTS) -> tuple[list[int], list[float]]:
+    """At most about `points` of a curve, evenly strided, its missing values dropped."""
+    keep = [(s, v) for s, v in zip(steps, values) if v is not None]
+    stride = max(1, len(keep) // points)
+    keep = keep[::stride]
+    return [s for s, _ in keep], [float(v) for _, v in keep]
+
+
+def variant_curves(result: VariantResult) -> dict[str, tuple[list, list]]:
+    """The curves of one (problem, optimizer) sweep, {key: (steps, values)}: final metrics against
+    the c index, and the first seed's minibatch loss and γ_k against the step at every c."""
+    index = list(range(len(result.c_values)))
+    curves = {"diverged_seeds_by_c_index": (index, [int(n) for n in result.diverged()])}
+    for m in dict.fromkeys(["loss", PRIMARY_METRIC[result.kind][0]]):
+        curves[f"final_{m}_by_c_index"] = (index, [float(x) for x in seed_mean(result, m)])
+    for r in result.first_seed_runs():
+        curves[f"train_loss/c_{c_tag(r.c)}"] = thin(r.trace_steps, r.loss)
+        if result.optimizer in NGN_FAMILY:
+            curves[f"gamma/c_{c_tag(r.c)}"] = thin(r.trace_steps, r.gamma)
+    return curves
 
 
 def sweep_table(variants: list[VariantResult], problem: str) -> tuple[list[str], list[list]]:

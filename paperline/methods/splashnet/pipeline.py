@@ -29,6 +29,23 @@ from paperline.train.checkpoint import load_resumable, save_checkpoint
 _INIT_LOCK = threading.Lock()  # model init reads the global RNG; variants train in threads
 
 
+def load_split(cfg: SplashNetConfig, features: Path, six_bands: bool):
+    """(training sessions, {held-out user: fine-tuning sessions}, {held-out user: test sessions},
+    validation sessions) of the prepared features, split by user as the config says."""
+    from paperline.data.emg2qwerty import SessionRef, user_split
+    from paperline.methods.splashnet.features import load_session_features, read_index
+
+    entries = {e["name"]: e for e in read_index(features)["sessions"]}
+    refs = [SessionRef(name, e["user"], name) for name, e in entries.items()]
+    split = user_split(refs, cfg.data.test_users, cfg.data.val_users, cfg.data.test_sessions_per_user)
+
+    def load(rs):
+        return [load_session_features(features, entries[r.path], six_bands) for r in rs]
+
+    return (load(split.train), {u: load(s) for u, s in split.finetune.items()},
+            {u: load(s) for u, s in split.test.items()}, load(split.val))
+
+
 def model_spec(cfg: SplashNetConfig, variant: str) -> ModelSpec:
     changes = VARIANT_CHANGES[variant]
     size = cfg.sizes[VARIANT_SIZE.get(variant, "baseline")]

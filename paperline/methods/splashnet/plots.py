@@ -3,6 +3,7 @@ tables `dvc plots` draws."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,17 +65,17 @@ def plot_channel_stats(stats: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_cer(summary: dict[str, Any], variants: list[str], path: Path) -> Path:
+def plot_cer(rows: dict[str, dict[str, Any]], path: Path) -> Path:
+    variants = list(rows)
     x = np.arange(len(variants))
     fig, ax = plt.subplots(figsize=(8, 4))
     bars = [(f"{stage}{decoder}", f"{label}{', beam + char LM' if decoder else ', greedy'}")
             for decoder in ("", "_beam") for stage, label in (("zero_shot", "zero-shot (held-out users)"),
                                                               ("finetuned", "after per-user fine-tuning"))
-            if f"{stage}{decoder}_cer" in summary["variants"][variants[0]]]
+            if f"{stage}{decoder}_cer" in rows[variants[0]]]
     width = 0.8 / len(bars)
     for i, (key, label) in enumerate(bars):
-        ax.bar(x - 0.4 + width * (i + 0.5), [summary["variants"][v][f"{key}_cer"] for v in variants], width,
-               label=label)
+        ax.bar(x - 0.4 + width * (i + 0.5), [rows[v][f"{key}_cer"] for v in variants], width, label=label)
     ax.set_xticks(x, variants, rotation=20)
     ax.set_ylabel("CER (%)")
     ax.legend()
@@ -102,3 +103,24 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
             w.writerow(header)
             w.writerows(rows)
     return path
+
+
+CER_COLUMNS = ["zero_shot_cer", "finetuned_cer", "zero_shot_beam_cer", "finetuned_beam_cer", "zero_shot_ctc_loss",
+               "finetuned_ctc_loss"]
+
+
+def write_all(rows: dict[str, dict[str, Any]], histories: dict[str, list], features: Path, directory: Path) -> list[Path]:
+    """Every figure and table of a run, into `directory` (`rows`: summary.variant_rows'): CER per
+    variant, the training curves, cer.csv for `dvc plots`, and the data stages' figures beside them."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [plot_cer(rows, directory / "cer_per_variant.png"), plot_loss_curves(histories, directory / "loss_curves.png")]
+    for qa in (features / "qa" / "channel_stats.png", features.parent / "sessions" / "qa" / "session_traces.png",
+               features.parent / "sessions" / "qa" / "band_powers.png"):
+        if qa.is_file():  # the data stages' figures, shown beside the method's
+            shutil.copy(qa, directory / qa.name)
+            paths.append(directory / qa.name)
+    columns = [c for c in CER_COLUMNS if c in next(iter(rows.values()))]
+    paths.append(write_csv(directory / "cer.csv", ["variant", *columns],
+                           [[v, *(row[c] for c in columns)] for v, row in rows.items()]))
+    return paths

@@ -49,3 +49,21 @@ def load_digits_split(test_fraction: float, split_seed: int = 0) -> DigitsSplit:
         x_test=torch.as_tensor(scaler(x[is_test]), dtype=torch.float32),
         y_test=torch.as_tensor(y[is_test], dtype=torch.int64),
     )
+
+
+def c4_version(c4_dir: str | Path, tokenizer: str | Path) -> str:
+    """The data version of a LLaMA-on-C4 run: sha256 of the shards' names and sizes (hundreds of GB
+    are not hashed) and of the tokenizer file. A missing folder or tokenizer is an error naming it."""
+    import hashlib
+
+    from paperline.data.c4 import c4_shards
+
+    digest = hashlib.sha256()
+    for split in ("train", "validation"):
+        for shard in c4_shards(c4_dir, split):
+            digest.update(f"{shard.name}:{shard.stat().st_size}".encode())
+    tokenizer = Path(tokenizer)
+    if not tokenizer.is_file():
+        raise FileNotFoundError(f"{tokenizer}: no such tokenizer file (sumo lm.tokenizer: a tokenizer.json)")
+    digest.update(tokenizer.read_bytes())
+    return "c4-sha256:" + digest.hexdigest()[:16]

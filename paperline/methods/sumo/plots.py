@@ -13,7 +13,9 @@ import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
 from paperline.plots import save_figure  # noqa: E402
+from paperline.methods.sumo.config import SumoConfig  # noqa: E402
 from paperline.methods.sumo.optimizers import LABELS  # noqa: E402
+from paperline.methods.sumo.summary import lr_table  # noqa: E402
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
@@ -24,23 +26,23 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
     return Path(path)
 
 
-def _best_curves(runs: list[dict], summary: dict, key: str) -> dict[str, tuple[list[int], np.ndarray]]:
+def _best_curves(runs: list[dict], rows: dict, key: str) -> dict[str, tuple[list[int], np.ndarray]]:
     """{optimizer: (steps, curves seeds×steps)} at the optimizer's best lr."""
     out = {}
-    for name, row in summary.items():
-        if not isinstance(row, dict) or row.get("best_lr") is None:
+    for name, row in rows.items():
+        if row.get("best_lr") is None:
             continue
         seeds = [r for r in runs if r["optimizer"] == name and r["lr"] == row["best_lr"]]
         out[name] = (seeds[0]["history"]["step"], np.array([r["history"][key] for r in seeds]))
     return out
 
 
-def plot_loss_curves(runs: list[dict], summary: dict, path: Path, title: str = "digits MLP",
+def plot_loss_curves(runs: list[dict], rows: dict, path: Path, title: str = "digits MLP",
                      ylabel: str = "training loss (full set)") -> Path:
     """Training loss against step, each optimizer at its best lr: mean over seeds and the min–max band."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for name, (steps, curves) in _best_curves(runs, summary, "train_loss").items():
-        line, = ax.semilogy(steps, curves.mean(0), label=f"{LABELS[name]} (lr {summary[name]['best_lr']:g})")
+    for name, (steps, curves) in _best_curves(runs, rows, "train_loss").items():
+        line, = ax.semilogy(steps, curves.mean(0), label=f"{LABELS[name]} (lr {rows[name]['best_lr']:g})")
         ax.fill_between(steps, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
     ax.set(xlabel="step", ylabel=ylabel, title=f"{title}, best lr per optimizer")
     ax.legend(fontsize=7)
@@ -75,14 +77,14 @@ def plot_ns_error(theory: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_cost(summary: dict, path: Path) -> Path:
+def plot_cost(rows: dict, path: Path) -> Path:
     """Optimizer-state bytes and step time, each relative to AdamW."""
-    names = [n for n, row in summary.items() if isinstance(row, dict) and "state_bytes_vs_adamw" in row]
+    names = [n for n, row in rows.items() if "state_bytes_vs_adamw" in row]
     fig, axes = plt.subplots(1, 2, figsize=(7, 3))
-    axes[0].bar(range(len(names)), [summary[n]["state_bytes_vs_adamw"] for n in names])
+    axes[0].bar(range(len(names)), [rows[n]["state_bytes_vs_adamw"] for n in names])
     axes[0].set(ylabel="state bytes / AdamW's")
-    if all("step_time_vs_adamw" in summary[n] for n in names):
-        axes[1].bar(range(len(names)), [summary[n]["step_time_vs_adamw"] for n in names])
+    if all("step_time_vs_adamw" in rows[n] for n in names):
+        axes[1].bar(range(len(names)), [rows[n]["step_time_vs_adamw"] for n in names])
     axes[1].set(ylabel="step time / AdamW's (same run)")
     for ax in axes:
         ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=30, ha="right", fontsize=7)
@@ -90,11 +92,11 @@ def plot_cost(summary: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def write_plot_tables(runs: list[dict], summary: dict, theory: dict, directory: Path) -> list[Path]:
+def write_plot_tables(runs: list[dict], rows: dict, theory: dict, directory: Path) -> list[Path]:
     """loss_curves.csv (step × optimizer, mean over seeds at the best lr) and ns_error.csv (κ ×
     method): the tables `dvc plots show` draws."""
     directory = Path(directory)
-    curves = _best_curves(runs, summary, "train_loss")
+    curves = _best_curves(runs, rows, "train_loss")
     names = list(curves)
     steps = curves[names[0]][0] if names else []
     loss_rows = [[s, *(curves[n][1].mean(0)[i] if i < len(curves[n][0]) else "" for n in names)]
@@ -105,3 +107,17 @@ def write_plot_tables(runs: list[dict], summary: dict, theory: dict, directory: 
     return [_write_csv(directory / "loss_curves.csv", ["step", *names], loss_rows),
             _write_csv(directory / "ns_error.csv", ["kappa", "svd", *(k.removesuffix("_error_mean") for k in ns_keys)],
                        ns_rows)]
+
+
+def write_all(cfg: SumoConfig, runs: list[dict], rows: dict, theory: dict, directory: Path) -> list[Path]:
+    """Every figure and table of a run (`rows`: summary.summarize's), into `directory`."""
+    directory = Path(directory)
+    if cfg.task == "digits_mlp":
+        curve_labels = {}
+    else:
+        curve_labels = {"title": f"LLaMA-{cfg.lm.model_size} on C4", "ylabel": "training loss (minibatch mean)"}
+    return [plot_loss_curves(runs, rows, directory / "loss_curves.png", **curve_labels),
+            plot_lr_sweep(lr_table(runs), directory / "lr_sweep.png"),
+            plot_ns_error(theory, directory / "ns_error_vs_kappa.png"),
+            plot_cost(rows, directory / "state_and_step_time.png"),
+            *write_plot_tables(runs, rows, theory, directory)]

@@ -1,5 +1,6 @@
-"""The SUMO comparison table (metrics/sumo.json): a row per optimizer at its best learning rate,
-and headline numbers (SUMO against GaLore and against its NS ablation, the theory check).
+"""The SUMO comparison (metrics/sumo.json, `method_metrics`): a row per optimizer at its best
+learning rate, and headline numbers (SUMO against GaLore and against its NS ablation, the theory
+check).
 
 The best lr of an optimizer is the one with the lowest mean (over seeds) of `mean_train_loss`, the
 average of the full-training-set loss over the logged steps: the area under the loss curve, i.e.
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from paperline.methods.sumo.theory import kappa_label
+from paperline.metrics import MethodMetrics
 
 
 def _mean(values: list[float]) -> float:
@@ -23,6 +25,7 @@ def _std(values: list[float]) -> float:
     return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
+PRIMARY_METRIC = "mean_train_loss"  # the best lr's criterion too: lower loss per step
 SEED_METRICS = ("mean_train_loss", "final_train_loss", "final_test_loss", "final_test_accuracy", "val_perplexity")
 
 
@@ -52,10 +55,11 @@ def best_lr(by_lr: dict[float, dict[str, Any]]) -> float | None:
     return min(finite, key=lambda lr: finite[lr]["mean_train_loss"]) if finite else None
 
 
-def summarize(runs: list[dict], theory: dict, timing: dict[str, dict[str, float]] | None,
-              optimizers: list[str]) -> dict:
+def summarize(runs: list[dict], timing: dict[str, dict[str, float]] | None,
+              optimizers: list[str]) -> dict[str, dict[str, Any]]:
+    """{optimizer: row}: the comparison, each optimizer at its best lr (scalars only)."""
     table = lr_table(runs)
-    summary: dict[str, Any] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for name in optimizers:
         by_lr = table.get(name, {})
         lr = best_lr(by_lr)
@@ -79,28 +83,26 @@ def summarize(runs: list[dict], theory: dict, timing: dict[str, dict[str, float]
         if timing and name in timing:
             row |= {"step_ms": timing[name]["step_ms"], "step_time_vs_adamw": timing[name]["step_time_vs_adamw"],
                     "optimizer_time_vs_adamw": timing[name]["optimizer_time_vs_adamw"]}
-        row["by_lr"] = {f"{lr:g}": entry for lr, entry in by_lr.items()}  # nested: dvc metrics / MLflow only
-        summary[name] = row
-    if "adamw" in summary:
-        for row in summary.values():
-            row["state_bytes_vs_adamw"] = row["state_bytes"] / summary["adamw"]["state_bytes"]
-    summary |= headline(summary, theory)
-    return summary
+        rows[name] = row
+    if "adamw" in rows:
+        for row in rows.values():
+            row["state_bytes_vs_adamw"] = row["state_bytes"] / rows["adamw"]["state_bytes"]
+    return rows
 
 
-def headline(summary: dict, theory: dict) -> dict[str, Any]:
+def headline(rows: dict[str, dict], theory: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def ratio(a: str, b: str, key: str) -> float | None:
-        if a in summary and b in summary and summary[a].get(key) is not None and summary[b].get(key):
-            return summary[a][key] / summary[b][key]
+        if a in rows and b in rows and rows[a].get(key) is not None and rows[b].get(key):
+            return rows[a][key] / rows[b][key]
         return None
 
     out["sumo_over_galore_mean_train_loss"] = ratio("sumo", "galore_adamw", "mean_train_loss")
     out["sumo_over_galore_final_train_loss"] = ratio("sumo", "galore_adamw", "final_train_loss")
     out["sumo_svd_over_ns_mean_train_loss"] = ratio("sumo", "sumo_ns", "mean_train_loss")
     out["sumo_over_galore_state_bytes"] = ratio("sumo", "galore_adamw", "state_bytes")
-    if any(isinstance(row, dict) and "val_perplexity" in row for row in summary.values()):
+    if any("val_perplexity" in row for row in rows.values()):
         out["sumo_over_galore_val_perplexity"] = ratio("sumo", "galore_adamw", "val_perplexity")
     ns_key = next(k for k in theory if k.startswith("ns") and k.endswith("_error_mean"))
     k = ns_key[2:].split("_")[0]
@@ -108,3 +110,28 @@ def headline(summary: dict, theory: dict) -> dict[str, Any]:
     out[f"ns{k}_error_at_kappa_{kappa_label(theory['kappa'][-1])}"] = theory[ns_key][-1]
     out["svd_error_max_over_kappa"] = max(theory["svd_error_max"])
     return out
+
+
+def theory_table(theory: dict) -> dict[str, dict[str, float]]:
+    """The Newton–Schulz-vs-SVD check as a table: a row per κ, a column per error statistic."""
+    columns = [k for k, v in theory.items() if isinstance(v, list) and k != "kappa"]
+    return {f"kappa_{kappa_label(kappa)}": {"kappa": kappa, **{c: theory[c][i] for c in columns}}
+            for i, kappa in enumerate(theory["kappa"])}
+
+
+def method_metrics(rows: dict[str, dict], runs: list[dict], theory: dict, profile: str) -> MethodMetrics:
+    """metrics/sumo.json from `summarize`'s rows: a row per optimizer at its best lr (each on that
+    optimizer's MLflow run, under which its lr runs nest), against GaLore-AdamW, the paper's main
+    comparison (AdamW when GaLore is not run); primary metric the mean training loss over the run
+    (lower loss per step). Headline: SUMO against GaLore and its NS ablation, the theory check's end
+    points. Tables: the theory check per κ. Details: every lr's seed statistics."""
+    by_lr = lr_table(runs)
+    return MethodMetrics(
+        method="sumo", profile=profile, headline=headline(rows, theory),
+        baseline="galore_adamw" if "galore_adamw" in rows else "adamw",
+        # an optimizer that diverged at every lr has no loss: null in its row
+        primary_metric=PRIMARY_METRIC, higher_is_better=False,
+        rows={name: {PRIMARY_METRIC: None} | row for name, row in rows.items()},
+        tables={"newton_schulz_vs_svd": theory_table(theory)},
+        details={"by_lr": {name: {f"{lr:g}": entry for lr, entry in by_lr.get(name, {}).items()} for name in rows},
+                 "theory_moments": {"rank": theory["rank"], "cols": theory["cols"]}})

@@ -119,3 +119,13 @@ def compare_pipelines(slides: list[tuple[Path, Path | None]], cfg: ZTSurvConfig,
         "pixel_ratio_processed": tot(slow, "pixels_processed") / max(1.0, tot(fast, "pixels_processed")),
         "time_ratio": tot(slow, "seconds") / max(1e-9, tot(fast, "seconds")),
     }
+
+
+def cohort_slides(data_dir: Path, count: int) -> list[tuple[Path, Path | None]]:
+    """(slide, TIL map) of the first `count` prepared slides of the cohort (those wsi-downsample read)."""
+    from paperline.data.wsi_prep import COHORT_DIR, THUMB_DIR
+    from paperline.io import read_json
+
+    thumbs = read_json(Path(data_dir) / THUMB_DIR / "index.json")["slides"]
+    rows = [r for r in wsi.read_cohort_csv(Path(data_dir) / COHORT_DIR / "cohort.csv") if r.patient_id in thumbs]
+    return [(r.slide_path, r.til_map_path) for r in rows[:count]]

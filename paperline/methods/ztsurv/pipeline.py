@@ -61,3 +61,16 @@ def build_cohort_graphs(data_dir: Path, cfg: ZTSurvConfig, progress: bool = Fals
         out.labels[row.patient_id] = labels
         out.til_sources[row.patient_id] = tils["slides"][row.patient_id]["source"]
     return out
+
+
+def save_cohort_graphs(path: Path, cohort: CohortGraphs) -> Path:
+    from paperline.train.checkpoint import save_checkpoint
+
+    save_checkpoint(path, cohort.__dict__)
+    return Path(path)
+
+
+def load_cohort_graphs(path: Path) -> CohortGraphs:
+    from paperline.train.checkpoint import load_checkpoint
+
+    return CohortGraphs(**load_checkpoint(path))

@@ -9,9 +9,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from paperline.io import atomic_path
+from paperline.io import atomic_path, read_json
+from paperline.methods.ztsurv.config import ZTSurvConfig
 from paperline.methods.ztsurv.graph import EDGE_KEYS, RELATIONS, RELATION_NAMES
+from paperline.methods.ztsurv.pipeline import CohortGraphs
 from paperline.methods.ztsurv.segment import TYPE_NAMES
+from paperline.methods.ztsurv.summary import median_split
+from paperline.methods.ztsurv.train import FoldResult, out_of_fold
 from paperline.plots import save_figure
 
 LABEL_COLOURS = np.array([[0, 0, 0], [230, 60, 60], [80, 170, 80], [40, 90, 230]], np.float32) / 255
@@ -115,3 +119,30 @@ def write_c_index_csv(rows: dict[str, dict], path: Path) -> Path:
         for m, r in rows.items():
             w.writerow([m, r["c_index_mean"], r["c_index_std"], r["c_index_oof"]])
     return Path(path)
+
+
+def write_all(cfg: ZTSurvConfig, cohort: CohortGraphs, results: dict[str, list[FoldResult]], rows: dict[str, dict],
+              facts: dict, truth: dict, data_dir: Path, directory: Path) -> list[Path]:
+    """Every figure and table of a run, into `directory`: overlays of the slides at both ends of the
+    generator's risk ranking (the first slides without generator facts), the first one's graph,
+    Kaplan-Meier curves of each method's out-of-fold risk groups, c-index by method."""
+    from paperline.data.wsi_prep import THUMB_DIR, load_thumbnail
+    directory, n = Path(directory), len(cohort.time)
+    thumbs = read_json(Path(data_dir) / THUMB_DIR / "index.json")["slides"]
+    order = np.argsort([facts[p]["risk_rank"] for p in cohort.patient_ids]) if facts else np.arange(n)
+    picks = list(dict.fromkeys([*order[:(cfg.overlay_slides + 1) // 2], *order[::-1][:cfg.overlay_slides // 2]]))
+    items = []
+    for i in picks:
+        pid = cohort.patient_ids[i]
+        thumb, _ = load_thumbnail(data_dir, pid, thumbs[pid])
+        note = f"risk rank {facts[pid]['risk_rank']:.2f}, T-L contact {facts[pid]['tl_contact']:.2f}" if facts else ""
+        items.append({"patient_id": pid, "rgb": thumb.rgb, "labels": cohort.labels[pid], "truth": truth.get(pid),
+                      "note": note})
+    groups = {m: {"high": median_split(out_of_fold(r, n)), "logrank_p": rows[m]["logrank_p"]} for m, r in results.items()}
+    return [plot_overlays(items, directory / "segmentation_overlays.png"),
+            plot_graph(items[0]["rgb"], cohort.graphs[picks[0]], cfg.cell_px, directory / "graph_one_slide.png",
+                       title=f"graph of {cohort.patient_ids[picks[0]]}"),
+            plot_km(groups, cohort.time, cohort.event, directory / "km_risk_groups.png"),
+            plot_c_index(rows, {m: [f.c_index for f in r] for m, r in results.items()},
+                         directory / "c_index_by_method.png"),
+            write_c_index_csv(rows, directory / "c_index.csv")]

@@ -1,13 +1,20 @@
-"""metrics/ztsurv.json: c-index per method (mean and spread over folds, pooled out-of-fold), the
-comparison the paper claims, segmentation quality where the truth is known, compute ratios."""
+"""metrics/ztsurv.json (`method_metrics`): c-index per method (mean and spread over folds, pooled
+out-of-fold), the comparison the paper claims, segmentation quality where the truth is known,
+compute ratios."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
+from paperline.io import read_json
+from paperline.methods.ztsurv.pipeline import CohortGraphs
 from paperline.methods.ztsurv.segment import LYMPHOCYTE, STROMA, TUMOUR, dice
 from paperline.methods.ztsurv.train import FoldResult, c_index, out_of_fold
+from paperline.metrics import MethodMetrics
 
 POOLING = ("mean_pool", "abmil")
+COMPUTE_RATIOS = ("pixel_ratio_read", "pixel_ratio_processed", "time_ratio")  # 20x patch tiling over 50x
 
 
 def median_split(risk: np.ndarray) -> np.ndarray:
@@ -51,13 +58,52 @@ def segmentation_scores(pred: dict[str, np.ndarray], truth: dict[str, np.ndarray
     return out
 
 
-def summarize(rows: dict[str, dict], n_patients: int, n_events: int, failed: list[dict],
-              compute: dict | None, segmentation: dict | None, oracle: dict | None,
-              til_sources: dict[str, str]) -> dict:
-    """The metrics dict. Top-level scalars are the headline; method rows form the table."""
-    out: dict = {"patients": n_patients, "events": n_events, "failed_slides": len(failed),
-                 "til_maps_real": sum(s == "til-map" for s in til_sources.values()),
-                 "til_maps_stand_in": sum(s == "stand-in" for s in til_sources.values())}
+def generator_truth(data_dir: Path, cohort: CohortGraphs) -> tuple[dict, dict]:
+    """(the generator's facts per patient, its label maps on each thumbnail's grid) of the embedded
+    cohort; ({}, {}) for a cohort of real slides (no generator.json)."""
+    from PIL import Image
+
+    from paperline.data.wsi_prep import COHORT_DIR, THUMB_DIR
+
+    data_dir = Path(data_dir)
+    gen_path = data_dir / COHORT_DIR / "generator.json"
+    if not gen_path.exists():
+        return {}, {}
+    gen = read_json(gen_path)
+    facts = {p["patient_id"]: p for p in gen["patients"]}
+    thumbs = read_json(data_dir / THUMB_DIR / "index.json")["slides"]
+    truth = {}
+    for pid in cohort.patient_ids:
+        t = np.asarray(Image.open(data_dir / COHORT_DIR / "truth" / f"{pid}.png"))
+        e = thumbs[pid]
+        truth[pid] = truth_on_thumbnail(t, cohort.labels[pid].shape, tuple(e["base_size"]), e["mpp"], gen["design_um"])
+    return facts, truth
+
+
+def oracle(facts: dict, cohort: CohortGraphs) -> dict:
+    """The c-index of what the generator knows: the ceiling the images encode (its risk η) and its
+    tumour–lymphocyte contact score ({} without generator facts)."""
+    if not facts:
+        return {}
+    eta = np.array([facts[p]["eta"] for p in cohort.patient_ids])
+    contact = np.array([facts[p]["tl_contact"] for p in cohort.patient_ids])
+    return {"c_index_generator_eta": c_index(cohort.event, cohort.time, eta),
+            "c_index_generator_contact": c_index(cohort.event, cohort.time, -contact)}
+
+
+def baseline(rows: dict[str, dict]) -> str | None:
+    """The strongest pooling baseline (the comparison the paper's claim is about); composition Cox
+    when no pooling model ran."""
+    pooling = [m for m in POOLING if m in rows]
+    if pooling:
+        return max(pooling, key=lambda m: rows[m]["c_index_mean"])
+    return "composition_cox" if "composition_cox" in rows else None
+
+
+def headline(rows: dict[str, dict], ceiling: dict, segmentation: dict | None, compute: dict | None) -> dict:
+    """ZTSurv's c-index against each baseline, the generator's ceiling, segmentation Dice and the
+    compute ratios 20x / 50x."""
+    out: dict = {}
     if "ztsurv" in rows:
         z = rows["ztsurv"]["c_index_mean"]
         out["c_index_ztsurv"] = z
@@ -69,11 +115,32 @@ def summarize(rows: dict[str, dict], n_patients: int, n_events: int, failed: lis
             out["gain_over_type_agnostic_gcn"] = z - rows["gcn"]["c_index_mean"]
         if "composition_cox" in rows:
             out["gain_over_composition_cox"] = z - rows["composition_cox"]["c_index_mean"]
-    for key, value in (oracle or {}).items():
-        out[key] = value
-    for key, value in (segmentation or {}).items():
-        out[f"segmentation_{key}"] = value
-    for key, value in (compute or {}).items():
-        out[f"compute_{key}"] = value
-    out.update(rows)
+    out |= ceiling
+    out |= {f"segmentation_{key}": value for key, value in (segmentation or {}).items()}
+    out |= {f"compute_{key}": compute[key] for key in COMPUTE_RATIOS if compute}
     return out
+
+
+def compute_table(compute: dict) -> dict[str, dict]:
+    """The compute accounting as a row per pipeline (per-slide means over the timed slides)."""
+    rows = {}
+    for name, suffix in (("pipeline_50x", "50x"), ("patch_tiles_20x", "20x")):
+        rows[name] = {"slides": compute["slides"]} | {
+            key.removesuffix(f"_{suffix}"): value for key, value in compute.items() if key.endswith(f"_{suffix}")}
+    return rows
+
+
+def method_metrics(rows: dict[str, dict], cohort: CohortGraphs, compute: dict | None, facts: dict, truth: dict,
+                   profile: str) -> MethodMetrics:
+    """metrics/ztsurv.json: a row per method (`method_row`: c-index over folds and out of fold,
+    log-rank p), the strongest pooling baseline as the baseline, primary metric the mean c-index
+    over folds; headline: ZTSurv's gains, the generator's ceiling, segmentation Dice where the truth
+    is known, compute ratios; the compute accounting as a table; the cohort in details."""
+    segmentation = segmentation_scores(cohort.labels, truth) if truth else None
+    cohort_facts = {"patients": len(cohort.time), "events": int(cohort.event.sum()), "failed_slides": len(cohort.failed),
+                    "til_maps_real": sum(s == "til-map" for s in cohort.til_sources.values()),
+                    "til_maps_stand_in": sum(s == "stand-in" for s in cohort.til_sources.values())}
+    return MethodMetrics(method="ztsurv", profile=profile, headline=headline(rows, oracle(facts, cohort), segmentation, compute),
+                         baseline=baseline(rows), primary_metric="c_index_mean", higher_is_better=True, rows=rows,
+                         tables={"compute_accounting": compute_table(compute)} if compute else {},
+                         details={"cohort": cohort_facts})
