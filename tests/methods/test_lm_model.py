@@ -1,6 +1,7 @@
 """The shared causal LM as a transformers model (Auto classes, save/load, generate with its own
 cache), its options (GaLore's LLaMA: learned norm gains, an untied head; the zero start), and the
-shared training loop (learns, resumes a killed run exactly)."""
+shared training loop (learns, resumes a killed run exactly, trains with another optimizer, in
+micro-batches, stops on divergence)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig, llama_config
-from paperline.train.lm import LMTrainSettings, lr_at, train_lm
+from paperline.train.lm import LMTrainSettings, lr_at, make_optimizer, train_lm
 
 
 def _model(attention: str = "tpa", seed: int = 0, vocab: int = 40) -> CausalLM:
@@ -167,3 +168,55 @@ def test_hidden_states_of_the_first_blocks_and_of_the_last():
         x, _ = model.layers[0](x, 0, None)
         torch.testing.assert_close(model.hidden_states(tokens, 1), x)
         torch.testing.assert_close(model.lm_head(model.hidden_states(tokens)), model(tokens).logits)
+
+
+# ---------------------------------------------------------------- train_lm for other optimizers
+
+def test_train_lm_with_an_optimizer_factory_schedules_each_group_from_its_own_lr():
+    data = _tokens()
+    default = train_lm(_model("mha", 1), data, data[:800], SETTINGS, "cpu")
+    same = train_lm(_model("mha", 1), data, data[:800], SETTINGS, "cpu",
+                    optimizer_factory=lambda m: make_optimizer(m, SETTINGS))
+    assert same["history"] == default["history"] and same["val_loss"] == default["val_loss"]
+
+    seen = []
+
+    class RecordingSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            seen.append([g["lr"] for g in self.param_groups])
+            return super().step(closure)
+
+    def two_lrs(model):  # the second group starts at a tenth of the lr (as SUMO's AdamW part may)
+        params = list(model.parameters())
+        return RecordingSGD([{"params": params[:3]}, {"params": params[3:], "lr": SETTINGS.lr / 10}], lr=SETTINGS.lr)
+
+    result = train_lm(_model("mha", 1), data, data[:800], SETTINGS, "cpu", optimizer_factory=two_lrs)
+    assert result["history"]["train_loss"] != default["history"]["train_loss"]  # another optimizer trained
+    for step, (lr, tenth) in enumerate(seen):
+        assert lr == lr_at(step, SETTINGS) and tenth == pytest.approx(lr_at(step, SETTINGS) / 10, rel=1e-12)
+
+
+def test_micro_batches_accumulate_to_the_whole_batch_step():
+    data = _tokens()
+    whole = _model("mha", 1)
+    train_lm(whole, data, data[:800], SETTINGS, "cpu")
+    sliced = _model("mha", 1)
+    half = SETTINGS.__class__(**{**SETTINGS.__dict__, "batch_size": SETTINGS.batch_size // 2, "micro_batches": 2})
+    result = train_lm(sliced, data, data[:800], half, "cpu")
+    for a, b in zip(whole.parameters(), sliced.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # float rounding through Adam
+    assert result["tokens_seen"] == SETTINGS.steps * SETTINGS.batch_size * SETTINGS.block_size
+
+
+def test_a_diverging_run_raises_or_with_stop_on_divergence_ends_diverged():
+    data = _tokens()
+    settings = SETTINGS.__class__(**{**SETTINGS.__dict__, "grad_clip": None, "warmup_steps": 0})
+
+    def exploding(model):
+        return torch.optim.SGD(model.parameters(), lr=1e25)
+
+    with pytest.raises(FloatingPointError, match="training loss is"):
+        train_lm(_model("mha", 1), data, data[:800], settings, "cpu", optimizer_factory=exploding)
+    result = train_lm(_model("mha", 1), data, data[:800], settings, "cpu", optimizer_factory=exploding,
+                      stop_on_divergence=True)
+    assert result["diverged"] and result["val_loss"] is None and 1 < result["steps"] < settings.steps
