@@ -77,7 +77,7 @@ def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, pref
             run_method(METHOD, "tiny")
     assert not (project / "metrics" / f"{METHOD}.json").exists()
     assert not json.loads((project / "models" / METHOD / "run.json").read_text())["complete"]
-    partial = load_checkpoint(project / "models" / METHOD / "finetune" / "exact_first_order.pt")
+    partial = load_checkpoint(project / "models" / METHOD / "finetune" / "exact_first_order.pt")["progress"]
     assert partial["step"] == 1 and not partial["done"]
     run_method(METHOD, "tiny")
     assert json.loads((project / "metrics" / f"{METHOD}.json").read_text()) == metrics

@@ -1,13 +1,13 @@
-"""The one training loop of the language-model methods (TPA, Memory Decoder, QFFT): AdamW with
-linear warmup and a cosine decay to min_lr, gradient clipping, random next-token windows from a
-token array (nanoGPT's sampling), periodic validation on fixed windows, a checkpoint every
-`checkpoint_every` steps that a killed run resumes from exactly (model, optimizer, sampler state),
-a tqdm bar. Tracking stays outside: `on_log(step, metrics)` is called at every log and eval step
-(the tasks forward it to MLflow)."""
+"""The one training loop of the language-model methods (TPA, Memory Decoder, QFFT, SUMO's C4
+pretraining): AdamW (or the caller's optimizer) with linear warmup and a cosine decay to min_lr,
+gradient clipping, random next-token windows from a token array (nanoGPT's sampling) or the
+caller's batches, gradient accumulation over micro-batches, periodic validation on fixed windows,
+a checkpoint every `checkpoint_every` steps that a killed run resumes from exactly (model,
+optimizer, sampler state), a tqdm bar. Tracking stays outside: `on_log(step, metrics)` is called
+at every log and eval step (the tasks forward it to MLflow)."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from paperline.data.tokens import sample_windows
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train.checkpoint import Resumable
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,13 @@ class LMTrainSettings:
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
-    grad_clip: float = 1.0
+    grad_clip: float | None = 1.0  # None: no clipping
     eval_every: int = 100
     eval_windows: int = 64  # validation windows of block_size (fixed, evenly spaced)
     log_every: int = 10
     checkpoint_every: int = 100
     seed: int = 0
+    micro_batches: int = 1  # batches per optimizer step, their gradients accumulated
 
     @classmethod
     def from_config(cls, train, block_size: int, seed: int) -> "LMTrainSettings":
@@ -49,7 +50,8 @@ LM_TRAIN_FIELDS = ("steps", "batch_size", "lr", "min_lr", "warmup_steps", "weigh
 
 
 def lr_at(step: int, s: LMTrainSettings) -> float:
-    """Linear warmup to lr, then cosine to min_lr at the last step (the T6 configs' schedule)."""
+    """Linear warmup to lr, then cosine to min_lr at the last step (the T6 configs' schedule; an
+    optimizer group with another starting lr follows it scaled, see train_lm)."""
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
     progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
@@ -95,74 +97,84 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
              checkpoint_path: str | Path | None = None, fingerprint=None, progress: bool = False,
              on_log: Callable[[int, dict], None] | None = None, description: str = "train",
              sample_batch: Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]] | None = None,
-             val_batches: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+             val_batches: tuple[torch.Tensor, torch.Tensor] | None = None,
+             optimizer_factory: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None,
+             stop_on_divergence: bool = False) -> dict:
     """Train `model` (a CausalLM) for s.steps; returns history and final validation loss/perplexity.
 
     By default batches are random windows of `train_tokens` and validation uses fixed windows of
     `val_tokens`. Example-level data (QFFT's padded, loss-masked sequences) passes
     `sample_batch(generator) -> (inputs, targets with -100 where no loss)` and `val_batches`
-    instead; the generator is the one the checkpoint saves, so a resumed run draws the same batches."""
+    instead; the generator is the one the checkpoint saves, so a resumed run draws the same batches.
+    A sampler that reads a stream (SUMO's C4) has state_dict / load_state_dict: the checkpoint
+    keeps where it stands. `optimizer_factory(model)` replaces make_optimizer's AdamW; every group
+    follows the schedule scaled to its own starting lr (lr_at × group lr / s.lr). A non-finite loss
+    raises, or with `stop_on_divergence` (lr sweeps) ends training: `diverged`, no validation."""
     from tqdm.auto import tqdm
 
     model.to(device).train()
-    optimizer = make_optimizer(model, s)
+    optimizer = optimizer_factory(model) if optimizer_factory else make_optimizer(model, s)
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
     generator = torch.Generator().manual_seed(s.seed)
     if sample_batch is None:
         def sample_batch(g):
             return sample_windows(train_tokens, s.batch_size, s.block_size, g)
     windows = val_batches if val_batches is not None else validation_windows(val_tokens, s.block_size, s.eval_windows)
-    history = {"step": [], "train_loss": [], "lr": []}
-    eval_history = {"step": [], "val_loss": []}
-    start, elapsed = 0, 0.0
     fingerprint = {"settings": asdict(s), "model": model.config.to_dict(), "extra": fingerprint}
     fingerprint["model"].pop("transformers_version", None)
-    ckpt = load_resumable(checkpoint_path, fingerprint)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        generator.set_state(ckpt["generator"])
-        history, eval_history, start, elapsed = ckpt["history"], ckpt["eval_history"], ckpt["step"], ckpt["elapsed"]
+    state = {"model": model, "optimizer": optimizer, "generator": generator}
+    if hasattr(sample_batch, "state_dict"):
+        state["sampler"] = sample_batch
+    run = Resumable(checkpoint_path, fingerprint, s.checkpoint_every, **state)
+    record = run.resume() or {"step": 0, "history": {"step": [], "train_loss": [], "lr": []},
+                              "eval_history": {"step": [], "val_loss": []}}
+    history, eval_history = record["history"], record["eval_history"]
+    diverged = False
 
-    def checkpoint(step: int) -> None:
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                              "generator": generator.get_state(), "history": history,
-                                              "eval_history": eval_history, "step": step,
-                                              "elapsed": elapsed, "fingerprint": fingerprint})
-
-    bar = tqdm(range(start, s.steps), initial=start, total=s.steps, desc=description, disable=not progress,
-               leave=False)
-    t0 = time.perf_counter()
+    bar = tqdm(range(record["step"], s.steps), initial=record["step"], total=s.steps, desc=description,
+               disable=not progress, leave=False)
     for step in bar:
+        lr = lr_at(step, s)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, s)
-        x, y = sample_batch(generator)
-        loss = model(x.to(device), labels=y.to(device)).loss
+            group["lr"] = lr * (group["initial_lr"] / s.lr)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        loss = 0.0
+        for _ in range(s.micro_batches):
+            x, y = sample_batch(generator)
+            micro_loss = model(x.to(device), labels=y.to(device)).loss / s.micro_batches
+            micro_loss.backward()
+            loss += micro_loss.item()
+        if s.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         optimizer.step()
-        done = step + 1
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"{description}: training loss is {loss.item()} at step {done}")
+        done = record["step"] = step + 1
+        if not math.isfinite(loss):
+            if not stop_on_divergence:
+                raise FloatingPointError(f"{description}: training loss is {loss} at step {done}")
+            diverged = True
+            break
         if done % s.log_every == 0 or done == s.steps:
             history["step"].append(done)
-            history["train_loss"].append(loss.item())
-            history["lr"].append(lr_at(step, s))
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            history["train_loss"].append(loss)
+            history["lr"].append(lr)
+            bar.set_postfix(loss=f"{loss:.3f}")
             if on_log:
-                on_log(done, {"train_loss": loss.item(), "lr": lr_at(step, s)})
+                on_log(done, {"train_loss": loss, "lr": lr})
         if done % s.eval_every == 0 or done == s.steps:
             val = evaluate(model, windows, s.batch_size, device)
             eval_history["step"].append(done)
             eval_history["val_loss"].append(val)
             if on_log:
                 on_log(done, {"val_loss": val})
-        if done % s.checkpoint_every == 0 or done == s.steps:
-            elapsed_now = elapsed + time.perf_counter() - t0
-            elapsed, t0 = elapsed_now, time.perf_counter()
-            checkpoint(done)
-    elapsed += time.perf_counter() - t0
-    val_loss = eval_history["val_loss"][-1] if eval_history["val_loss"] else evaluate(model, windows, s.batch_size, device)
-    return {"history": history, "eval_history": eval_history, "val_loss": val_loss, "val_perplexity": math.exp(val_loss),
-            "train_time_s": elapsed, "tokens_seen": s.steps * s.batch_size * s.block_size}
+        if run.due(done, s.steps):
+            run.save(record)
+    bar.close()
+    if diverged:
+        val_loss = None
+    else:
+        val_loss = eval_history["val_loss"][-1] if eval_history["val_loss"] else evaluate(model, windows, s.batch_size, device)
+    return {"history": history, "eval_history": eval_history, "val_loss": val_loss,
+            "val_perplexity": None if val_loss is None else math.exp(val_loss), "train_time_s": run.elapsed(),
+            "tokens_seen": record["step"] * s.micro_batches * s.batch_size * s.block_size,
+            "steps": record["step"], "diverged": diverged}

@@ -15,6 +15,7 @@ from paperline.config import ParamsError, validate
 from paperline.methods.dnc import plots, theory, ufm
 from paperline.methods.dnc.config import DNCConfig
 from paperline.methods.dnc.summary import summarize
+from paperline.train import checkpoint
 from paperline.train.checkpoint import load_checkpoint
 
 CPU = torch.device("cpu")
@@ -125,7 +126,7 @@ def test_relu_ufm_reports_orthogonal_frame_nc2_after_relu():
 def test_a_finished_checkpoint_is_reloaded_not_retrained(tmp_path, monkeypatch):
     path = tmp_path / "group.pt"
     first = ufm.train_ufm_group(tiny(), 4, 2, 8, CPU, checkpoint_path=path, progress=True).to_dict()
-    assert load_checkpoint(path)["done"]
+    assert load_checkpoint(path)["progress"]["done"]
     calls = []
     real = ufm.objective_and_grad
     monkeypatch.setattr(ufm, "objective_and_grad", lambda *a: calls.append(1) or real(*a))
@@ -148,12 +149,13 @@ def test_resume_from_a_checkpoint_in_either_phase_matches_an_uninterrupted_run(t
     cfg = tiny(seeds=3, adam_steps=120, gd_steps=120, grad_tol=1e-300, checkpoint_every=40)
     path = tmp_path / "group.pt"
     saved = {}
-    real_save = ufm.save_checkpoint
+    real_save = checkpoint.save_checkpoint
     # keep a copy of every checkpoint written (on CPU, .cpu() shares the live tensors)
-    monkeypatch.setattr(ufm, "save_checkpoint",
-                        lambda p, state: (saved.setdefault(state["step"], copy.deepcopy(state)), real_save(p, state)))
+    monkeypatch.setattr(checkpoint, "save_checkpoint", lambda p, state: (
+        saved.setdefault(state["progress"]["step"], copy.deepcopy(state)), real_save(p, state)))
     reference = ufm.train_ufm_group(cfg, 4, 2, 8, CPU, checkpoint_path=path).to_dict()
-    assert sorted(saved) == [40, 80, 120, 160, 200, 240] and saved[80]["phase"] == "adam" and saved[160]["phase"] == "gd"
+    assert sorted(saved) == [40, 80, 120, 160, 200, 240]
+    assert saved[80]["progress"]["phase"] == "adam" and saved[160]["progress"]["phase"] == "gd"
     for step in (80, 160):
         real_save(path, saved[step])
         assert ufm.train_ufm_group(cfg, 4, 2, 8, CPU, checkpoint_path=path).to_dict() == reference
@@ -185,11 +187,11 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the run ended before it could be killed"
-    state = load_checkpoint(ckpt)
+    state = load_checkpoint(ckpt)["progress"]
     assert 0 < state["step"] < 1200 and not state["done"] and not out.exists()
 
     assert subprocess.run(command, env=env, cwd=tmp_path).returncode == 0
-    assert load_checkpoint(ckpt)["done"]
+    assert load_checkpoint(ckpt)["progress"]["done"]
     assert out.read_text() == json.dumps(reference)
 
 

@@ -49,7 +49,8 @@ def test_a_local_transformers_model_runs_the_pipeline(tmp_path):
     assert out["selections"]["influence_distillation"]["gradient_evaluations"] == 8 + len(prep.targets)
     assert -1 <= out["comparison"]["id_vs_exact_spearman_of_target_mean"] <= 1
     model_state, opt_state = clone_state(prep.model, optimizer)
-    result = pipeline.finetune_and_evaluate(cfg, prep, {"model": model_state, "optimizer": opt_state, "fingerprint": 0},
-                                            out["selections"]["influence_distillation"]["indices"], None, "id")
+    warm = {"state": {"model": model_state, "optimizer": opt_state}, "fingerprint": 0}  # as the warm-up saves it
+    result = pipeline.finetune_and_evaluate(cfg, prep, warm, out["selections"]["influence_distillation"]["indices"],
+                                            None, "id")
     assert set(result["eval"]) == {"gsm8k_like", "mmlu_like", "squad_like"}
     assert 0 <= result["eval"]["mmlu_like"]["choice_accuracy"] <= 1

@@ -121,8 +121,8 @@ def test_keys_are_the_last_ffn_input_and_line_up_with_next_tokens():
     for block in model.layers[:-1]:
         h, _ = block(h, 0, None)
     last = model.layers[-1]
-    a, _ = last.attn(F.rms_norm(h, (16,), eps=last.eps), 0, None)
-    torch.testing.assert_close(k, F.rms_norm(h + a, (16,), eps=last.eps))
+    a, _ = last.attn(F.rms_norm(h, (16,), eps=model.config.rms_norm_eps), 0, None)
+    torch.testing.assert_close(k, F.rms_norm(h + a, (16,), eps=model.config.rms_norm_eps))
     keys, values = extract_keys(model, tokens, block_size=16, device="cpu")
     assert keys.shape == (49, 16) and (values == tokens[1:]).all()
     torch.testing.assert_close(torch.as_tensor(keys[:16]), k[0])

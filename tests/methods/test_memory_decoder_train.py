@@ -55,7 +55,7 @@ def test_memdec_resumes_from_its_checkpoint(tmp_path):
     with pytest.raises(Killed):
         train_memdec(_model(), tokens, values, weights, SETTINGS, 0.5, "cpu", checkpoint_path=tmp_path / "b.pt",
                      on_log=kill_at_15)
-    assert torch.load(tmp_path / "b.pt", weights_only=False)["step"] == 10
+    assert torch.load(tmp_path / "b.pt", weights_only=False)["progress"]["step"] == 10
     resumed = _model()
     out = train_memdec(resumed, tokens, values, weights, SETTINGS, 0.5, "cpu", checkpoint_path=tmp_path / "b.pt")
     assert out["history"]["step"] == ref["history"]["step"]

@@ -1,6 +1,7 @@
 """The paper profile's path, LLaMA on C4 by path, on small files in the exact C4 format with a
-tokenizer trained here: loader errors name the file, tokenization as GaLore's, the LLaMA is causal
-and has GaLore's sizes, training runs for each optimizer and resumes to the same result."""
+tokenizer trained here: loader errors name the file, tokenization as GaLore's, the LLaMA (the shared
+CausalLM in GaLore's shape) is causal and has GaLore's sizes, training through the shared LM loop
+runs for each optimizer and resumes to the same result."""
 from __future__ import annotations
 
 import gzip
@@ -11,9 +12,10 @@ import torch
 
 from paperline.data.c4 import (C4Tokenizer, c4_shards, read_documents, train_batches, write_c4_shard,
                                write_word_level_tokenizer)
-from paperline.methods.sumo.config import SumoConfig
-from paperline.methods.sumo.lm import llama_step_times, train_lm
-from paperline.nn.llama import LLAMA_SIZES, Llama, init_llama
+from paperline.methods.sumo import lm as sumo_lm
+from paperline.methods.sumo.config import LLAMA_SIZES, SumoConfig
+from paperline.methods.sumo.lm import llama_step_times, make_llama, train_lm
+from paperline.nn.causal_lm import CausalLM, llama_config
 
 
 WORDS = "the a model learns low rank moment subspace optimizer gradient step loss".split()
@@ -90,18 +92,33 @@ def test_train_stream_is_seeded_and_skips_exactly(c4):
     assert not torch.equal(other, batches[0])
 
 
-def test_llama_is_causal_and_has_galore_sizes():
-    model = init_llama(Llama(LLAMA_SIZES["tiny"]), torch.Generator().manual_seed(0))
+def test_llama_is_causal_and_has_galore_sizes(c4):
+    model = make_llama(_cfg(c4), 0, CPU)
     tokens = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(1))
     changed = tokens.clone()
     changed[:, 6:] = 3
-    torch.testing.assert_close(model(tokens)[:, :6], model(changed)[:, :6])
+    torch.testing.assert_close(model(tokens).logits[:, :6], model(changed).logits[:, :6])
     assert len(model.matrix_parameters()) == 7 * 2  # q, k, v, o, gate, up, down per layer
+
+
+# GaLore's configs/llama_*.json: hidden_size, intermediate_size, num_attention_heads, num_hidden_layers
+GALORE_CONFIGS = {"60m": (512, 1376, 8, 8), "130m": (768, 2048, 12, 12), "350m": (1024, 2736, 16, 24),
+                  "1b": (2048, 5461, 32, 24)}
+
+
+@pytest.mark.parametrize("size", GALORE_CONFIGS)
+def test_each_preset_has_the_parameters_of_transformers_llama_at_galores_config(size):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hidden, intermediate, heads, layers = GALORE_CONFIGS[size]
     with torch.device("meta"):
-        sizes = {name: sum(p.numel() for p in Llama(LLAMA_SIZES[name]).parameters()) / 1e6
-                 for name in ("60m", "130m", "350m", "1b")}
-    assert 55 < sizes["60m"] < 62 and 125 < sizes["130m"] < 140 and 340 < sizes["350m"] < 375
-    assert 1200 < sizes["1b"] < 1400  # LLaMA-1B of GaLore: 1.34B with the untied head
+        ours = sum(p.numel() for p in CausalLM(llama_config(**LLAMA_SIZES[size])).parameters())
+        theirs = sum(p.numel() for p in LlamaForCausalLM(LlamaConfig(
+            hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads, num_hidden_layers=layers,
+            vocab_size=32000, tie_word_embeddings=False)).parameters())
+    assert ours == theirs
+    if size == "60m":
+        assert ours == 58_073_600
 
 
 @pytest.mark.parametrize("name", ["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"])
@@ -115,13 +132,28 @@ def test_every_optimizer_pretrains_the_tiny_llama(c4, name):
     assert result["tokens_seen"] > 0
 
 
-def test_a_stopped_pretraining_run_resumes_to_the_same_result(c4, tmp_path):
-    cfg = _cfg(c4, steps=8)
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_pretraining_run_resumes_to_the_same_result(c4, tmp_path, monkeypatch):
+    cfg = _cfg(c4, steps=8)  # 2 micro-batches a step, a checkpoint every 4 steps
     clean = train_lm(cfg, "sumo", 0.1, 0, CPU)
     path = tmp_path / "seed0.pt"
-    assert train_lm(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path, stop_after=5) == {}
+    real_call = sumo_lm.C4Batches.__call__
+
+    def killed_in_step_6(self, generator):
+        if self.batches == 11:
+            raise Killed
+        return real_call(self, generator)
+
+    monkeypatch.setattr(sumo_lm.C4Batches, "__call__", killed_in_step_6)
+    with pytest.raises(Killed):
+        train_lm(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path)
+    monkeypatch.setattr(sumo_lm.C4Batches, "__call__", real_call)
     resumed = train_lm(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path)
     assert resumed["history"] == clean["history"] and resumed["final_test_loss"] == clean["final_test_loss"]
+    assert resumed["tokens_seen"] == clean["tokens_seen"]
 
 
 def test_bf16_training_keeps_low_rank_state_in_bf16(c4):

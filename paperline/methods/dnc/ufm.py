@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from paperline.methods.dnc import metrics, theory
 from paperline.methods.dnc.config import DNCConfig
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train.checkpoint import Resumable
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -247,8 +247,9 @@ def train_ufm_group(cfg: DNCConfig, K: int, L: int, width: int, device: torch.de
     fingerprint = group_fingerprint(cfg, K, L, width)
     f_dnc_star, _ = theory.f_dnc_min(K, n, L, cfg.lam)
 
-    ckpt = load_resumable(checkpoint_path, fingerprint)
-    if ckpt is None:
+    run = Resumable(checkpoint_path, fingerprint, cfg.checkpoint_every)
+    saved = run.resume()
+    if saved is None:
         theta = init_theta(cfg, K, L, width, device)
         adam_m, adam_v = torch.zeros_like(theta), torch.zeros_like(theta)
         step, done = 0, False
@@ -257,16 +258,13 @@ def train_ufm_group(cfg: DNCConfig, K: int, L: int, width: int, device: torch.de
         history = {"step": [], "objective": [], "grad_norm": []}  # per logged step: S values each
     else:
         theta, adam_m, adam_v, active, converged_at = (
-            ckpt[k].to(device) for k in ("theta", "adam_m", "adam_v", "active", "converged_at"))
-        step, done, history = ckpt["step"], ckpt["done"], ckpt["history"]
+            saved[k].to(device) for k in ("theta", "adam_m", "adam_v", "active", "converged_at"))
+        step, done, history = saved["step"], saved["done"], saved["history"]
 
     def checkpoint(done: bool) -> None:
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, {
-                "fingerprint": fingerprint, "step": step, "done": done,
-                "phase": "adam" if step < cfg.adam_steps else "gd",
-                "theta": theta.cpu(), "adam_m": adam_m.cpu(), "adam_v": adam_v.cpu(),
-                "active": active.cpu(), "converged_at": converged_at.cpu(), "history": history})
+        run.save({"step": step, "done": done, "phase": "adam" if step < cfg.adam_steps else "gd",
+                  "theta": theta.cpu(), "adam_m": adam_m.cpu(), "adam_v": adam_v.cpu(),
+                  "active": active.cpu(), "converged_at": converged_at.cpu(), "history": history})
 
     bar = tqdm(total=total_steps, initial=step, disable=not progress or done,
                desc=f"UFM K={K} L={L} d={width}", leave=False)
@@ -295,7 +293,7 @@ def train_ufm_group(cfg: DNCConfig, K: int, L: int, width: int, device: torch.de
             theta.sub_(grad * (cfg.gd_lr * active.to(theta.dtype))[:, None])
         step += 1
         bar.update(1)
-        if step % cfg.checkpoint_every == 0:
+        if run.due(step, total_steps):
             checkpoint(done=False)
     bar.close()
     if not done:

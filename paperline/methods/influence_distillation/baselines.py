@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet
+from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet
 from paperline.methods.influence_distillation.selection import round_robin
 
 
@@ -15,7 +15,7 @@ def random_selection(n: int, k: int, seed: int) -> list[int]:
 
 
 @torch.no_grad()
-def mean_pooled_embeddings(model: CausalLM, data: TokenizedSet, batch_size: int = 64) -> torch.Tensor:
+def mean_pooled_embeddings(model: InfluenceLM, data: TokenizedSet, batch_size: int = 64) -> torch.Tensor:
     """Mean of the final (normed) hidden states over each sample's real tokens."""
     out = []
     for start in range(0, len(data), batch_size):

@@ -1,8 +1,9 @@
 """Parameters of Influence Distillation (spec §b pipeline, §e small-scale reproduction).
 
 The pool and target sets come from the `tulu-pool` stage (`pool_dir`, Tulu V2 JSONL). The model is
-the small LLaMA of `paperline.nn.llama` with a byte-level tokenizer (`model: llama`), or any
-transformers causal LM by local path (`model: hf`, the paper profile)."""
+the shared `paperline.nn.causal_lm.CausalLM` shaped as a small LLaMA (`llama_config`) with a
+byte-level tokenizer (`model: llama`), or any transformers causal LM by local path (`model: hf`,
+the paper profile)."""
 from __future__ import annotations
 
 from typing import Annotated, Literal

@@ -14,11 +14,11 @@ from typing import Sequence
 
 import torch
 
-from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet, masked_lm_loss
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet, masked_lm_loss
+from paperline.train.checkpoint import Resumable
 
 
-def make_optimizer(model: CausalLM, cfg, lr: float) -> torch.optim.AdamW:
+def make_optimizer(model: InfluenceLM, cfg, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(cfg.betas), eps=cfg.eps,
                              weight_decay=cfg.weight_decay)
 
@@ -32,7 +32,7 @@ def epoch_batches(n: int, batch_size: int, epochs: int, seed: int) -> list[torch
     return batches
 
 
-def train(model: CausalLM, optimizer: torch.optim.Optimizer, data: TokenizedSet, index: Sequence[int],
+def train(model: InfluenceLM, optimizer: torch.optim.Optimizer, data: TokenizedSet, index: Sequence[int],
           batches: list[torch.Tensor], checkpoint_path: Path | None, fingerprint: dict,
           checkpoint_every: int = 50, stop_after: int | None = None, micro_batch_size: int | None = None) -> dict:
     """Run the minibatch steps `batches` (positions into `index`); returns the loss history.
@@ -40,21 +40,11 @@ def train(model: CausalLM, optimizer: torch.optim.Optimizer, data: TokenizedSet,
     batch of 128 at length 2048 fits no GPU at once), weighted so the step equals the whole batch's.
     `stop_after` ends early without the final checkpoint (tests simulate a kill with it)."""
     index = torch.as_tensor(list(index), dtype=torch.long)
-    history = {"step": [], "train_loss": []}
-    step = 0
-    ckpt = load_resumable(checkpoint_path, fingerprint)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        step, history = ckpt["step"], ckpt["history"]
-        if ckpt["done"]:
-            return history
-
-    def checkpoint(done: bool) -> None:
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, {"fingerprint": fingerprint, "done": done, "step": step,
-                                              "history": history, "model": model.state_dict(),
-                                              "optimizer": optimizer.state_dict()})
+    run = Resumable(checkpoint_path, fingerprint, checkpoint_every, model=model, optimizer=optimizer)
+    record = run.resume() or {"step": 0, "history": {"step": [], "train_loss": []}, "done": False}
+    if record["done"]:
+        return record["history"]
+    step, history = record["step"], record["history"]
 
     model.train()
     while step < len(batches):
@@ -76,14 +66,13 @@ def train(model: CausalLM, optimizer: torch.optim.Optimizer, data: TokenizedSet,
         history["train_loss"].append(loss_value)
         if stop_after is not None and step >= stop_after:
             return history
-        if step % checkpoint_every == 0 and step < len(batches):
-            checkpoint(done=False)
-    checkpoint(done=True)
+        if run.due(step, len(batches)):
+            run.save({"step": step, "history": history, "done": step == len(batches)})
     return history
 
 
 @torch.no_grad()
-def evaluate(model: CausalLM, data: TokenizedSet, batch_size: int, choice_ids: Sequence[int] | None = None) -> dict:
+def evaluate(model: InfluenceLM, data: TokenizedSet, batch_size: int, choice_ids: Sequence[int] | None = None) -> dict:
     """Assistant-token loss and next-token accuracy (teacher forced) on `data`; with `choice_ids`
     (the option letters' token ids: MMLU-like sets) also the accuracy of the most likely letter at
     the first answer token."""
@@ -112,5 +101,5 @@ def evaluate(model: CausalLM, data: TokenizedSet, batch_size: int, choice_ids: S
     return out
 
 
-def clone_state(model: CausalLM, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+def clone_state(model: InfluenceLM, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     return copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())

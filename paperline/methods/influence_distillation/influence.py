@@ -19,10 +19,10 @@ import torch
 from torch.func import functional_call, grad, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet, masked_lm_loss
+from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet, masked_lm_loss
 
 
-def adam_coefficients(optimizer: torch.optim.Optimizer, model: CausalLM, names: Sequence[str]) -> torch.Tensor:
+def adam_coefficients(optimizer: torch.optim.Optimizer, model: InfluenceLM, names: Sequence[str]) -> torch.Tensor:
     """a (flattened over `names`) from an Adam/AdamW optimizer's state after its warm-up steps."""
     params = dict(model.named_parameters())
     group = optimizer.param_groups[0]
@@ -39,7 +39,7 @@ def adam_coefficients(optimizer: torch.optim.Optimizer, model: CausalLM, names: 
     return torch.cat(parts)
 
 
-def per_sample_gradients(model: CausalLM, data: TokenizedSet, index: Sequence[int], names: Sequence[str],
+def per_sample_gradients(model: InfluenceLM, data: TokenizedSet, index: Sequence[int], names: Sequence[str],
                          chunk: int = 32, coordinates: torch.Tensor | None = None) -> torch.Tensor:
     """(len(index), d) gradients of each sample's own loss w.r.t. the parameters `names`
     (optionally only the flattened `coordinates`), one vmap call per chunk."""
@@ -106,7 +106,7 @@ class GradientFeaturizer:
     """Normalised, projected down_proj gradients; source rows Adam-scaled when `adam` is given.
     `evaluations` counts the per-sample gradients computed (the selection-cost measure)."""
 
-    def __init__(self, model: CausalLM, names: Sequence[str], proj_dim: int, seed: int,
+    def __init__(self, model: InfluenceLM, names: Sequence[str], proj_dim: int, seed: int,
                  adam: torch.Tensor | None = None, max_elements: int | None = None, chunk: int = 32):
         self.model, self.names, self.chunk = model, list(names), chunk
         params = dict(model.named_parameters())

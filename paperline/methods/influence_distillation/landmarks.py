@@ -16,10 +16,10 @@ import torch
 from torch.func import jvp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet
+from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet
 
 
-def jvp_embeddings(model: CausalLM, data: TokenizedSet, num_blocks: int, num_tangents: int,
+def jvp_embeddings(model: InfluenceLM, data: TokenizedSet, num_blocks: int, num_tangents: int,
                    proj_dim: int, seed: int, batch_size: int = 64) -> torch.Tensor:
     """(N, num_tangents·hidden, or proj_dim) embeddings of every sample."""
     names = model.block_param_names(num_blocks)
@@ -49,7 +49,7 @@ def jvp_embeddings(model: CausalLM, data: TokenizedSet, num_blocks: int, num_tan
     return emb
 
 
-def _hidden(model: CausalLM, params: dict, tokens: torch.Tensor, num_blocks: int) -> torch.Tensor:
+def _hidden(model: InfluenceLM, params: dict, tokens: torch.Tensor, num_blocks: int) -> torch.Tensor:
     """hidden_states(tokens, num_blocks) with the parameters `params` swapped in (functional_call
     only calls `forward`, and the truncated pass is another method)."""
     from torch.func import functional_call
@@ -59,7 +59,7 @@ def _hidden(model: CausalLM, params: dict, tokens: torch.Tensor, num_blocks: int
 
 
 class _HiddenStates(torch.nn.Module):
-    def __init__(self, model: CausalLM, num_blocks: int):
+    def __init__(self, model: InfluenceLM, num_blocks: int):
         super().__init__()
         self.model, self.num_blocks = model, num_blocks
 

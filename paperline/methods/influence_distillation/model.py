@@ -1,6 +1,6 @@
-"""The language model seen by Influence Distillation: tokenized Tulu samples, the small LLaMA
-(`paperline.nn.llama`, byte-level vocabulary) or a transformers causal LM by local path, and the
-assistant-only loss.
+"""The language model seen by Influence Distillation: tokenized Tulu samples, the shared
+`CausalLM` shaped as a small LLaMA (byte-level vocabulary) or a transformers causal LM by local
+path, and the assistant-only loss.
 
 Samples are tokenized with the Tulu template (`paperline.data.tulu.encode_tulu`). Longer than
 `max_length`, a sample keeps a window that starts at most max_length/2 tokens before its first
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paperline.data.tulu import ByteTokenizer, TuluRecord, encode_tulu
-from paperline.nn.llama import Llama, LlamaConfig, init_llama
+from paperline.nn.causal_lm import CausalLM, llama_config
 
 
 @dataclass
@@ -74,10 +74,11 @@ def masked_lm_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tenso
     return (ce * weight).sum() / weight.sum().clamp_min(1)
 
 
-class CausalLM(nn.Module):
+class InfluenceLM(nn.Module):
     """`forward(tokens) -> logits` plus what the method needs from the architecture: the names of
     the MLP down-projection weights (where gradients are taken), of the first blocks' parameters
-    (the JVP tangents), and hidden states after the first blocks / the last block."""
+    (the JVP tangents), and hidden states after the first blocks / the last block. `kind` "llama":
+    our CausalLM; "hf": a transformers causal LM."""
 
     def __init__(self, net: nn.Module, kind: str):
         super().__init__()
@@ -85,13 +86,14 @@ class CausalLM(nn.Module):
         self.kind = kind
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.net(tokens) if self.kind == "llama" else self.net(input_ids=tokens).logits
-
-    def _layers(self) -> nn.ModuleList:
-        # the spec's pitfall: the JVP needs a `.model.layers` structure (transformers) or `.layers`
-        return self.net.layers if self.kind == "llama" else self.net.model.layers
+        if self.kind == "hf":
+            return self.net(input_ids=tokens).logits
+        # not net(tokens): CausalLM.forward checks the token ids with a branch on their values,
+        # which vmap (per-sample gradients) cannot take
+        return self.net.lm_head(self.net.hidden_states(tokens))
 
     def layer_prefix(self) -> str:
+        # the spec's pitfall: the JVP needs a `.model.layers` structure (transformers) or `.layers`
         return "net.layers." if self.kind == "llama" else "net.model.layers."
 
     def down_proj_names(self) -> list[str]:
@@ -105,31 +107,20 @@ class CausalLM(nn.Module):
     def hidden_states(self, tokens: torch.Tensor, num_blocks: int | None = None) -> torch.Tensor:
         """(B, T, H) after the first `num_blocks` blocks (None: after the last block and the norm)."""
         if self.kind == "llama":
-            from paperline.nn.llama import rotary_tables
-
-            net = self.net
-            x = net.embed_tokens(tokens)
-            cos, sin = rotary_tables(tokens.shape[1], net.cfg.hidden_size // net.cfg.num_heads,
-                                     net.cfg.rope_base, x.device, x.dtype)
-            layers = net.layers if num_blocks is None else net.layers[:num_blocks]
-            for layer in layers:
-                x = layer(x, cos, sin)
-            return net.norm(x) if num_blocks is None else x
+            return self.net.hidden_states(tokens, num_blocks)
         out = self.net(input_ids=tokens, output_hidden_states=True)
         return out.hidden_states[-1 if num_blocks is None else num_blocks]
 
 
-def build_model(cfg, seed: int) -> tuple[CausalLM, object]:
+def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
     """(model, tokenizer) of `cfg.model`: the small LLaMA from a seeded init with the byte
     tokenizer, or a transformers causal LM and its tokenizer from `cfg.hf_model_path`."""
     if cfg.model == "llama":
         tok = ByteTokenizer()
         size = cfg.llama
-        net = Llama(LlamaConfig(hidden_size=size.hidden_size, intermediate_size=size.intermediate_size,
-                                num_heads=size.num_heads, num_layers=size.num_layers,
-                                vocab_size=tok.vocab_size, max_seq_len=cfg.max_length))
-        init_llama(net, torch.Generator().manual_seed(seed))
-        return CausalLM(net, "llama"), tok
+        config = llama_config(size.hidden_size, size.intermediate_size, size.num_heads, size.num_layers,
+                              vocab_size=tok.vocab_size, max_position_embeddings=cfg.max_length)
+        return InfluenceLM(CausalLM.seeded(config, torch.Generator().manual_seed(seed)), "llama"), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from paperline.data.tulu import HFTokenizer
@@ -138,4 +129,4 @@ def build_model(cfg, seed: int) -> tuple[CausalLM, object]:
     net = AutoModelForCausalLM.from_pretrained(cfg.hf_model_path, dtype=dtype, local_files_only=True,
                                                attn_implementation="eager")
     tok = HFTokenizer(AutoTokenizer.from_pretrained(cfg.hf_model_path, local_files_only=True))
-    return CausalLM(net, "hf"), tok
+    return InfluenceLM(net, "hf"), tok

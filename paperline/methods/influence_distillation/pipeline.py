@@ -27,7 +27,7 @@ from paperline.methods.influence_distillation import baselines, landmarks
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from paperline.methods.influence_distillation.finetune import epoch_batches, evaluate, make_optimizer, train
 from paperline.methods.influence_distillation.influence import GradientFeaturizer, adam_coefficients
-from paperline.methods.influence_distillation.model import CausalLM, TokenizedSet, build_model, tokenize
+from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet, build_model, tokenize
 from paperline.methods.influence_distillation.selection import round_robin
 
 SELECTION_FILE = "selection.json"  # written last: the selection directory is complete and current
@@ -41,7 +41,7 @@ MATCHING = {"gsm8k_like": "gsm_symbolic", "squad_like": "span_extraction", "mmlu
 
 @dataclass
 class Prepared:
-    model: CausalLM
+    model: InfluenceLM
     tokenizer: object
     pool: TokenizedSet
     targets: TokenizedSet | None  # every target set's target examples, concatenated (None: fine-tuning)
@@ -176,13 +176,13 @@ def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torc
 
 def finetune_and_evaluate(cfg: InfluenceDistillationConfig, prep: Prepared, warm_state: dict, indices: list[int],
                           checkpoint_path: Path | None, method: str) -> dict:
-    """Fine-tune from the warm-up (weights and AdamW moments) on `indices` for `finetune_epochs`
-    epochs at a fixed step budget (the same for every selection), then evaluate on each target's
-    held-out split."""
+    """Fine-tune from the warm-up (weights and AdamW moments: `warm_state` is its checkpoint, as
+    `train` saves it) on `indices` for `finetune_epochs` epochs at a fixed step budget (the same
+    for every selection), then evaluate on each target's held-out split."""
     model = prep.model
-    model.load_state_dict(warm_state["model"])
+    model.load_state_dict(warm_state["state"]["model"])
     optimizer = make_optimizer(model, cfg, cfg.finetune_lr)
-    optimizer.load_state_dict(warm_state["optimizer"])
+    optimizer.load_state_dict(warm_state["state"]["optimizer"])
     for group in optimizer.param_groups:
         group["lr"] = cfg.finetune_lr
     batches = epoch_batches(len(indices), cfg.batch_size, cfg.finetune_epochs, cfg.seed + 5)

@@ -10,7 +10,6 @@ same way, so a killed run resumes exactly."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train.checkpoint import Resumable
 from paperline.train.lm import LMTrainSettings, lr_at, make_optimizer
 
 
@@ -60,21 +59,16 @@ def train_memdec(model, tokens: np.ndarray, neighbour_values: np.ndarray, neighb
     model.to(device).train()
     optimizer = make_optimizer(model, s)
     generator = torch.Generator().manual_seed(s.seed)
-    history = {"step": [], "loss": [], "kl": [], "ce": []}
     fingerprint = {"settings": asdict(s), "alpha": alpha, "extra": fingerprint}
-    start, elapsed = 0, 0.0
-    ckpt = load_resumable(checkpoint_path, fingerprint)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        generator.set_state(ckpt["generator"])
-        history, start, elapsed = ckpt["history"], ckpt["step"], ckpt["elapsed"]
+    run = Resumable(checkpoint_path, fingerprint, s.checkpoint_every, model=model, optimizer=optimizer,
+                    generator=generator)
+    record = run.resume() or {"step": 0, "history": {"step": [], "loss": [], "kl": [], "ce": []}}
+    history = record["history"]
     tok = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
     nv = torch.as_tensor(np.asarray(neighbour_values, dtype=np.int64))
     nw = torch.as_tensor(np.asarray(neighbour_weights, dtype=np.float32))
     T = s.block_size
-    t0 = time.perf_counter()
-    for step in range(start, s.steps):
+    for step in range(record["step"], s.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, s)
         starts = torch.randint(len(tok) - T - 1, (s.batch_size,), generator=generator)
@@ -87,7 +81,7 @@ def train_memdec(model, tokens: np.ndarray, neighbour_values: np.ndarray, neighb
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         optimizer.step()
-        done = step + 1
+        done = record["step"] = step + 1
         if not math.isfinite(parts["loss"].item()):
             raise FloatingPointError(f"memdec: loss is {parts['loss'].item()} at step {done}")
         if done % s.log_every == 0 or done == s.steps:
@@ -96,13 +90,9 @@ def train_memdec(model, tokens: np.ndarray, neighbour_values: np.ndarray, neighb
                 history[key].append(parts[key].item())
             if on_log:
                 on_log(done, {f"memdec_{k}": parts[k].item() for k in ("loss", "kl", "ce")})
-        if checkpoint_path is not None and (done % s.checkpoint_every == 0 or done == s.steps):
-            elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
-            save_checkpoint(checkpoint_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                              "generator": generator.get_state(), "history": history,
-                                              "step": done, "elapsed": elapsed, "fingerprint": fingerprint})
-    elapsed += time.perf_counter() - t0
-    return {"history": history, "train_time_s": elapsed}
+        if run.due(done, s.steps):
+            run.save(record)
+    return {"history": history, "train_time_s": run.elapsed()}
 
 
 def eval_windows(tokens: np.ndarray, block_size: int, count: int) -> np.ndarray:

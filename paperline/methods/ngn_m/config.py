@@ -117,8 +117,9 @@ class CifarConfig(ProblemConfig):
 
 
 class TextLMConfig(ProblemConfig):
-    """A GPT-style causal LM on token files in nanoGPT's format (data_dir/train.bin and val.bin:
-    flat uint16 token ids), next-token cross-entropy."""
+    """The shared causal LM (LLaMA-style, `paperline.nn.causal_lm`; [I] GPT-2-style before) on token
+    files in nanoGPT's format (data_dir/train.bin and val.bin: flat uint16 token ids), next-token
+    cross-entropy."""
 
     kind: Literal["text_lm"]
 

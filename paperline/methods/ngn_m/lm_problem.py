@@ -1,5 +1,9 @@
-"""A GPT-style causal LM on nanoGPT-format token files (the paper's NGN-MD language-model
-setting): next-token cross-entropy on random windows of train.bin, scored on val.bin.
+"""A causal LM on nanoGPT-format token files (the paper's NGN-MD language-model setting):
+next-token cross-entropy on random windows of train.bin, scored on val.bin. The model is the shared
+`paperline.nn.causal_lm.CausalLM` (LLaMA-style: RoPE, RMSNorm, SwiGLU, no biases, tied embeddings)
+at the config's width, depth and heads [I: it was a GPT-2-style model (learned positions,
+LayerNorm, GELU MLP, biases) until the one shared LM replaced it; the paper profile's LM is
+untrained here either way].
 
 Minibatch `step` is drawn from a generator seeded by (seed, step), so a resumed run sees the
 same windows. On CUDA the forward pass runs under bf16 autocast (the loss stays float32).
@@ -15,8 +19,8 @@ import torch.nn.functional as F
 from paperline.data.tokens import open_tokens, sample_windows
 from paperline.methods.ngn_m.cifar_problem import build_seeded
 from paperline.methods.ngn_m.config import TextLMConfig
-from paperline.methods.ngn_m.gpt import GPT
 from paperline.methods.ngn_m.problems import Problem
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 
 EVAL_SEED = 12345  # the validation windows: the same for every run
 
@@ -28,8 +32,10 @@ class TextLM(Problem):
         self.cfg, self.seed, self.device = cfg, seed, device
         self.train = open_tokens(Path(cfg.data_dir) / "train.bin", cfg.vocab_size, cfg.block_size)
         self.val = open_tokens(Path(cfg.data_dir) / "val.bin", cfg.vocab_size, cfg.block_size)
-        self.model = build_seeded(lambda: GPT(cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head,
-                                              cfg.n_embd), seed).to(device)
+        config = CausalLMConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, num_layers=cfg.n_layer,
+                                attention="mha", num_heads=cfg.n_head, head_dim=cfg.n_embd // cfg.n_head,
+                                max_position_embeddings=cfg.block_size)
+        self.model = build_seeded(lambda: CausalLM(config), seed).to(device)
         self.total_steps = cfg.steps
 
     def parameters(self):
@@ -48,7 +54,7 @@ class TextLM(Problem):
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            logits = self.model(x)
+            logits = self.model(x).logits
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
     def batch(self, step):

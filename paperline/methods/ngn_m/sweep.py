@@ -9,7 +9,6 @@ the runs already written, and long runs (checkpoint_every) resume mid-run from a
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from paperline.io import read_json, write_json
 from paperline.methods.ngn_m.config import NGNMConfig
 from paperline.methods.ngn_m.optimizers import NGN_FAMILY, make_optimizer
 from paperline.methods.ngn_m.problems import CPU_PROBLEMS, Problem, build_problem
-from paperline.train.checkpoint import load_checkpoint, save_checkpoint
+from paperline.train.checkpoint import Resumable
 
 
 class Diverged(Exception):
@@ -69,13 +68,12 @@ def train_run(problem: Problem, optimizer: str, c: float, cfg: NGNMConfig, *, se
               checkpoint_every: int | None = None, progress: bool = False) -> RunResult:
     opt = make_optimizer(optimizer, problem.parameters(), c, momentum=cfg.momentum,
                          betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
-    started = time.perf_counter()
-    step, diverged, trace = 0, False, {"trace_steps": [], "loss": [], "gamma": [], "cap": []}
-    saved = load_checkpoint(checkpoint_path) if checkpoint_path else None
-    if saved is not None:
-        problem.load_state_dict(saved["problem"])
-        opt.load_state_dict(saved["optimizer"])
-        step, trace = saved["step"], saved["trace"]
+    fingerprint = {"problem": problem.name, "steps": problem.total_steps, "optimizer": optimizer, "c": c, "seed": seed,
+                   "trace_every": trace_every, "keep_trace": keep_trace,
+                   **cfg.model_dump(include={"momentum", "betas", "eps", "weight_decay"})}
+    run = Resumable(checkpoint_path, fingerprint, checkpoint_every, problem=problem, optimizer=opt)
+    record = run.resume() or {"step": 0, "trace": {"trace_steps": [], "loss": [], "gamma": [], "cap": []}}
+    step, trace, diverged = record["step"], record["trace"], False
 
     def closure():
         opt.zero_grad(set_to_none=True)
@@ -102,15 +100,13 @@ def train_run(problem: Problem, optimizer: str, c: float, cfg: NGNMConfig, *, se
                 trace["cap"].append(opt.last_step_cap)
         step += 1
         bar.update()
-        if checkpoint_path and checkpoint_every and (step % checkpoint_every == 0 or step == problem.total_steps):
-            save_checkpoint(checkpoint_path, {"problem": problem.state_dict(),
-                                              "optimizer": opt.state_dict(), "step": step, "trace": trace})
+        if run.due(step, problem.total_steps):
+            run.save({"step": step, "trace": trace})
     bar.close()
     final = problem.evaluate()
     if diverged or not math.isfinite(final["loss"]):
         diverged, final["loss"] = True, math.inf
-    return RunResult(problem.name, optimizer, c, seed, final, diverged, step,
-                     time.perf_counter() - started, **trace)
+    return RunResult(problem.name, optimizer, c, seed, final, diverged, step, run.elapsed(), **trace)
 
 
 @dataclass

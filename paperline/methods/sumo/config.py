@@ -19,11 +19,26 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 OptimizerName = Literal["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"]
 DIGITS_FEATURES = 64  # 8×8 pixels: the input width, so the first weight matrix is hidden×64
 
+# GaLore's configs/llama_{60m,130m,350m,1b}.json, as `paperline.nn.causal_lm.llama_config` arguments
+# (vocabulary 32,000: the T5 tokenizer's); "tiny" is ours, for tests
+LLAMA_SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(hidden_size=32, intermediate_size=64, num_heads=2, num_layers=2, vocab_size=512,
+                 max_position_embeddings=128),
+    "60m": dict(hidden_size=512, intermediate_size=1376, num_heads=8, num_layers=8, vocab_size=32000,
+                max_position_embeddings=1024),
+    "130m": dict(hidden_size=768, intermediate_size=2048, num_heads=12, num_layers=12, vocab_size=32000,
+                 max_position_embeddings=1024),
+    "350m": dict(hidden_size=1024, intermediate_size=2736, num_heads=16, num_layers=24, vocab_size=32000,
+                 max_position_embeddings=1024),
+    "1b": dict(hidden_size=2048, intermediate_size=5461, num_heads=32, num_layers=24, vocab_size=32000,
+               max_position_embeddings=1024),
+}
+
 
 class LlamaC4Config(StrictModel):
     """GaLore's C4 protocol (torchrun_main.py and scripts/benchmark_c4/*.sh)."""
 
-    model_size: Literal["tiny", "60m", "130m", "350m", "1b"]  # paperline.nn.llama.LLAMA_SIZES
+    model_size: Literal["tiny", "60m", "130m", "350m", "1b"]  # LLAMA_SIZES
     c4_dir: ProjectPath  # folder of c4-train.*.json.gz and c4-validation.*.json.gz shards
     tokenizer: ProjectPath  # a tokenizer.json (GaLore: t5-base's)
     pad_token: str = "<pad>"
@@ -93,19 +108,18 @@ class SumoConfig(MethodConfig):
                 raise ValueError(f"rank {self.rank} is larger than the smallest weight matrix side "
                                  f"({smallest}: min of the 64 input features and hidden_sizes)")
         else:
-            from paperline.nn.llama import LLAMA_SIZES
-
             if self.lm is None:
                 raise ValueError("task llama_c4 needs the lm block (model_size, c4_dir, tokenizer)")
             size = LLAMA_SIZES[self.lm.model_size]
-            if self.rank > size.hidden_size:
+            if self.rank > size["hidden_size"]:
                 raise ValueError(f"rank {self.rank} is larger than LLaMA-{self.lm.model_size}'s hidden size "
-                                 f"{size.hidden_size} (the smaller side of its projections)")
+                                 f"{size['hidden_size']} (the smaller side of its projections)")
             if self.batch_size % self.lm.micro_batch_size:
                 raise ValueError(f"batch_size {self.batch_size} is not a multiple of lm.micro_batch_size "
                                  f"{self.lm.micro_batch_size}")
-            if self.lm.max_length > size.max_seq_len:
-                raise ValueError(f"lm.max_length {self.lm.max_length} exceeds the model's {size.max_seq_len}")
+            if self.lm.max_length > size["max_position_embeddings"]:
+                raise ValueError(f"lm.max_length {self.lm.max_length} exceeds the model's "
+                                 f"{size['max_position_embeddings']}")
         if self.theory_rank > self.theory_cols:
             raise ValueError(f"theory_rank {self.theory_rank} must be ≤ theory_cols {self.theory_cols}")
         return self

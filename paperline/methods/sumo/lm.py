@@ -1,59 +1,96 @@
 """LLaMA pretraining on C4 with one optimizer at one lr: the GaLore protocol the SUMO paper reports
-(validation perplexity and memory; spec §c).
+(validation perplexity and memory; spec §c), trained by the shared LM loop (`paperline.train.lm`).
+What is SUMO's own here: the C4 batches, the optimizer and the step-time measurement.
 
-As GaLore's torchrun_main.py: the whole model in cfg.lm.dtype (bf16), `batch_size` sequences per
-optimizer step in micro-batches (gradient accumulation), warm-up then cosine decay to
-min_lr_ratio, no gradient clipping, no weight decay (the profile's), the low-rank methods on the
-attention and MLP projections and AdamW on embeddings, norms and lm_head, every run on the same
-data order (shuffle seed 42). Validation: the token-weighted mean loss over the first
-cfg.lm.eval_tokens non-pad tokens of the (seed-42-shuffled) validation shards, every eval_every
-steps and at the end; perplexity = exp(loss). (GaLore averages per-batch losses instead: the same
-up to how padding weighs batches.) One process, one device: multi-GPU (DDP) is not built here.
+As GaLore's torchrun_main.py: the LLaMA of LLAMA_SIZES (`paperline.nn.causal_lm.llama_config`) in
+cfg.lm.dtype (bf16), `batch_size` sequences per optimizer step in micro-batches (gradient
+accumulation), warm-up then cosine decay to min_lr_ratio, no gradient clipping, no weight decay
+(the profile's), the low-rank methods on the attention and MLP projections and AdamW on embeddings,
+norms and lm_head, every run on the same data order (shuffle seed 42). Validation: the
+token-weighted mean loss over the first cfg.lm.eval_tokens non-pad tokens of the
+(seed-42-shuffled) validation shards, every eval_every steps and at the end; perplexity = exp(loss).
+(GaLore averages per-batch losses instead: the same up to how padding weighs batches.) The logged
+training loss is that of the logged step, as the shared loop logs it [I: before the loop was
+shared, the mean of the steps since the previous log]. One process, one device: multi-GPU (DDP) is
+not built here.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from paperline.data.c4 import C4Tokenizer, train_batches, validation_batches
-from paperline.methods.sumo.config import SumoConfig
+from paperline.methods.sumo.config import LLAMA_SIZES, LlamaC4Config, SumoConfig
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
-from paperline.methods.sumo.train import lr_factor, run_seed
-from paperline.nn.llama import LLAMA_SIZES, Llama, LlamaConfig, init_llama, lm_loss
+from paperline.methods.sumo.train import run_seed
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig, llama_config
 from paperline.optim.hybrid import state_bytes, state_numel
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train import lm as lm_loop
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def llama_config(cfg: SumoConfig) -> LlamaConfig:
+def model_config(cfg: SumoConfig) -> CausalLMConfig:
     size = LLAMA_SIZES[cfg.lm.model_size]
-    return dataclasses.replace(size, vocab_size=cfg.lm.vocab_size) if cfg.lm.vocab_size else size
+    return llama_config(**size | ({"vocab_size": cfg.lm.vocab_size} if cfg.lm.vocab_size else {}))
 
 
-def make_llama(cfg: SumoConfig, seed: int, device: torch.device) -> Llama:
-    model = init_llama(Llama(llama_config(cfg)), torch.Generator().manual_seed(seed))
+def make_llama(cfg: SumoConfig, seed: int, device: torch.device) -> CausalLM:
+    model = CausalLM.seeded(model_config(cfg), torch.Generator().manual_seed(seed))
     return model.to(device=device, dtype=DTYPES[cfg.lm.dtype])
 
 
-@torch.no_grad()
-def evaluate_lm(model: Llama, tokenizer: C4Tokenizer, cfg: SumoConfig, device: torch.device) -> float:
-    total, count = 0.0, 0
-    for tokens in validation_batches(cfg.lm.c4_dir, tokenizer, cfg.lm.micro_batch_size, cfg.lm.eval_tokens):
-        tokens = tokens.to(device)
-        n = int((tokens[:, 1:] != tokenizer.pad_id).sum())
-        if n:
-            total += float(lm_loss(model(tokens), tokens, tokenizer.pad_id)) * n
-            count += n
-    if not count:
+def next_token_pairs(tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded sequences as (inputs, next-token targets); a pad target is -100 (no loss)."""
+    targets = tokens[:, 1:].clone()
+    targets[targets == pad_id] = -100
+    return tokens[:, :-1], targets
+
+
+class C4Batches:
+    """`sample_batch` of the shared loop: the next micro-batch of the seeded C4 stream (the loop's
+    generator is not used: every run reads the same order). Its state, the batches read and the
+    non-pad tokens served, lets a resumed run skip to where the killed one stood."""
+
+    def __init__(self, lm: LlamaC4Config, tokenizer: C4Tokenizer):
+        self.lm, self.tokenizer = lm, tokenizer
+        self.batches, self.tokens, self.stream = 0, 0, None
+
+    def __call__(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.stream is None:
+            self.stream = train_batches(self.lm.c4_dir, self.tokenizer, self.lm.micro_batch_size,
+                                        self.lm.shuffle_seed, self.lm.shuffle_buffer, skip_batches=self.batches)
+        tokens = next(self.stream)
+        self.batches += 1
+        self.tokens += int((tokens != self.tokenizer.pad_id).sum())
+        return next_token_pairs(tokens, self.tokenizer.pad_id)
+
+    def state_dict(self) -> dict:
+        return {"batches": self.batches, "tokens": self.tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches, self.tokens, self.stream = state["batches"], state["tokens"], None
+
+
+def validation_set(cfg: SumoConfig, tokenizer: C4Tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    pairs = [next_token_pairs(tokens, tokenizer.pad_id) for tokens in
+             validation_batches(cfg.lm.c4_dir, tokenizer, cfg.lm.micro_batch_size, cfg.lm.eval_tokens)]
+    if not any(bool((targets != -100).any()) for _, targets in pairs):
         raise ValueError(f"{cfg.lm.c4_dir}: the validation shards gave no tokens to evaluate on")
-    return total / count
+    return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
+
+
+def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSettings:
+    """The GaLore protocol as the shared loop's settings (weight decay is the optimizer's own)."""
+    cosine = cfg.lr_schedule == "cosine"
+    return lm_loop.LMTrainSettings(
+        steps=cfg.steps, batch_size=cfg.lm.micro_batch_size, block_size=cfg.lm.max_length - 1, lr=lr,
+        min_lr=cfg.min_lr_ratio * lr if cosine else lr,
+        warmup_steps=int(cfg.warmup_fraction * cfg.steps) if cosine else 0, weight_decay=cfg.weight_decay,
+        grad_clip=None, eval_every=cfg.lm.eval_every, log_every=cfg.log_every,
+        checkpoint_every=cfg.checkpoint_every, seed=seed, micro_batches=cfg.batch_size // cfg.lm.micro_batch_size)
 
 
 def lm_fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) -> dict:
@@ -64,110 +101,44 @@ def lm_fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) 
 
 
 def train_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
-             checkpoint_path: Path | None = None, progress: bool = False, stop_after: int | None = None) -> dict:
+             checkpoint_path: Path | None = None, progress: bool = False) -> dict:
     """History and final metrics of one pretraining run (same keys as train.train_one's where they
-    mean the same; final_test_loss is the validation loss). Resumes from checkpoint_path."""
+    mean the same; final_test_loss is the validation loss). Resumes from checkpoint_path. step_ms is
+    the run's wall time per step (evaluations included); the optimizers' step times are
+    llama_step_times'."""
     lm = cfg.lm
     seed = run_seed(cfg, seed_index)
-    fingerprint = lm_fingerprint(cfg, optimizer_name, lr, seed_index)
-    model_cfg = llama_config(cfg)
-    tokenizer = C4Tokenizer(lm.tokenizer, lm.max_length, lm.pad_token, model_cfg.vocab_size)
     model = make_llama(cfg, seed, device)
-    optimizer = build_optimizer(optimizer_name, model, lr, cfg, seed=seed)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
-    accumulation = cfg.batch_size // lm.micro_batch_size
-    step, step_seconds, tokens_seen = 0, 0.0, 0
-    window: list[float] = []  # losses of the steps since the last logged one
-    history = {"step": [], "train_loss": []}
-    evals = {"step": [], "val_loss": []}
-    ckpt = load_resumable(checkpoint_path, fingerprint)
-    if ckpt is not None:
-        if ckpt["done"]:
-            return ckpt["result"]
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        step, step_seconds, tokens_seen = ckpt["step"], ckpt["step_seconds"], ckpt["tokens_seen"]
-        history, evals, window = ckpt["history"], ckpt["evals"], ckpt["window"]
-
-    def checkpoint(done: bool, result: dict | None = None) -> None:
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, {
-                "fingerprint": fingerprint, "done": done, "step": step, "step_seconds": step_seconds,
-                "tokens_seen": tokens_seen, "history": history, "evals": evals, "window": window,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "result": result})
-
-    stream = train_batches(lm.c4_dir, tokenizer, lm.micro_batch_size, lm.shuffle_seed, lm.shuffle_buffer,
-                           skip_batches=step * accumulation)
+    tokenizer = C4Tokenizer(lm.tokenizer, lm.max_length, lm.pad_token, model.config.vocab_size)
+    optimizer = build_optimizer(optimizer_name, model, lr, cfg, seed=seed)  # the model is on its device
+    batches = C4Batches(lm, tokenizer)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    diverged = False
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, leave=False,
-               desc=f"LLaMA-{lm.model_size} {optimizer_name} lr={lr:g}")
-    while step < cfg.steps:
-        micro_batches = [next(stream).to(device) for _ in range(accumulation)]  # data time not counted
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        loss_sum = 0.0
-        for tokens in micro_batches:
-            loss = lm_loss(model(tokens), tokens, tokenizer.pad_id) / accumulation
-            loss.backward()
-            loss_sum += float(loss.detach())
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        step_seconds += time.perf_counter() - started
-        tokens_seen += sum(int((t != tokenizer.pad_id).sum()) for t in micro_batches)
-        step += 1
-        bar.update(1)
-        window.append(loss_sum)
-        if not math.isfinite(loss_sum):
-            diverged = True
-            break
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            history["step"].append(step)
-            history["train_loss"].append(float(np.mean(window)))
-            window = []
-            bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}")
-        if step % lm.eval_every == 0 and step < cfg.steps:
-            evals["step"].append(step)
-            evals["val_loss"].append(evaluate_lm(model, tokenizer, cfg, device))
-        if stop_after is not None and step >= stop_after:
-            checkpoint(done=False)
-            bar.close()
-            return {}
-        if step % cfg.checkpoint_every == 0:
-            checkpoint(done=False)
-    bar.close()
-    val_loss = None if diverged else evaluate_lm(model, tokenizer, cfg, device)
-    if val_loss is not None:
-        evals["step"].append(step)
-        evals["val_loss"].append(val_loss)
+    out = lm_loop.train_lm(model, None, None, train_settings(cfg, lr, seed), device,
+                           checkpoint_path=checkpoint_path, fingerprint=lm_fingerprint(cfg, optimizer_name, lr, seed_index),
+                           progress=progress, description=f"LLaMA-{lm.model_size} {optimizer_name} lr={lr:g}",
+                           sample_batch=batches, val_batches=validation_set(cfg, tokenizer),
+                           optimizer_factory=lambda _: optimizer, stop_on_divergence=True)
+    steps, diverged, losses = out["steps"], out["diverged"], out["history"]["train_loss"]
     limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
     sumo_matrices = len(model.matrix_parameters()) if optimizer_name.startswith("sumo") else 0
-    tail = history["train_loss"][-max(1, len(history["train_loss"]) // 10):]
-    result = {
-        "optimizer": optimizer_name, "lr": lr, "seed_index": seed_index, "steps": step, "diverged": diverged,
-        "history": history, "eval_history": evals,
+    tail = losses[-max(1, len(losses) // 10):]
+    return {
+        "optimizer": optimizer_name, "lr": lr, "seed_index": seed_index, "steps": steps, "diverged": diverged,
+        "history": out["history"], "eval_history": out["eval_history"],
         "final_train_loss": None if diverged else float(np.mean(tail)),
-        "mean_train_loss": None if diverged else float(np.mean(history["train_loss"])),
-        "final_test_loss": val_loss,
-        "val_perplexity": None if val_loss is None else math.exp(val_loss),
+        "mean_train_loss": None if diverged else float(np.mean(losses)),
+        "final_test_loss": out["val_loss"],
+        "val_perplexity": out["val_perplexity"],
         "final_test_accuracy": None,
-        "tokens_seen": tokens_seen,
+        "tokens_seen": batches.tokens,
         "parameters": sum(p.numel() for p in model.parameters()),
         "state_floats": state_numel(optimizer), "state_bytes": state_bytes(optimizer),
         "state_floats_formula": state_formula(optimizer_name, model, cfg.rank),
-        "step_ms": 1000 * step_seconds / max(step, 1),
+        "step_ms": 1000 * out["train_time_s"] / max(steps, 1),
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-        "limiter_fraction": limiter_hits / (step * sumo_matrices) if sumo_matrices and step else None,
+        "limiter_fraction": limiter_hits / (steps * sumo_matrices) if sumo_matrices and steps else None,
     }
-    checkpoint(done=True, result=result)
-    return result
 
 
 def llama_step_times(cfg: SumoConfig, device: torch.device) -> dict[str, dict[str, float]]:
@@ -176,7 +147,7 @@ def llama_step_times(cfg: SumoConfig, device: torch.device) -> dict[str, dict[st
     from paperline.methods.sumo.timing import measure_step_times
 
     seed = run_seed(cfg, 0)
-    vocab = llama_config(cfg).vocab_size
+    vocab = model_config(cfg).vocab_size
 
     def builder(name: str):
         def build():
@@ -188,4 +159,5 @@ def llama_step_times(cfg: SumoConfig, device: torch.device) -> dict[str, dict[st
     batches = [torch.randint(1, vocab, (cfg.lm.micro_batch_size, cfg.lm.max_length), generator=gen).to(device)
                for _ in range(2)]
     return measure_step_times({name: builder(name) for name in cfg.optimizers}, batches, cfg.timing_rounds,
-                              cfg.timing_steps, loss_fn=lambda model, tokens: lm_loss(model(tokens), tokens, -1))
+                              cfg.timing_steps,
+                              loss_fn=lambda model, tokens: model(tokens[:, :-1], labels=tokens[:, 1:]).loss)

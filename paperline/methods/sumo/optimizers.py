@@ -12,7 +12,7 @@ import torch
 
 from paperline.methods.sumo.config import SumoConfig
 from paperline.methods.sumo.mlp import MLP
-from paperline.nn.llama import Llama
+from paperline.nn.causal_lm import CausalLM
 from paperline.optim.galore import GaLoreAdamW
 from paperline.optim.muon import Muon
 from paperline.optim.sumo import SUMO
@@ -21,7 +21,7 @@ LABELS = {"adamw": "AdamW", "galore_adamw": "GaLore-AdamW", "muon": "Muon (NS5)"
           "sumo_ns": "SUMO with NS5"}
 
 
-def build_optimizer(name: str, model: MLP | Llama, lr: float, cfg: SumoConfig, seed: int = 0) -> torch.optim.Optimizer:
+def build_optimizer(name: str, model: MLP | CausalLM, lr: float, cfg: SumoConfig, seed: int = 0) -> torch.optim.Optimizer:
     """`model` tells its matrices (matrix_parameters) from the rest (other_parameters)."""
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
@@ -49,7 +49,7 @@ def matrix_state_formula(name: str, shape: tuple[int, int], rank: int) -> int:
             "sumo": l * rank + s * rank, "sumo_ns": l * rank + s * rank}[name]
 
 
-def state_formula(name: str, model: MLP | Llama, rank: int) -> int:
+def state_formula(name: str, model: MLP | CausalLM, rank: int) -> int:
     """Floats of the whole optimizer state: the formula for each matrix, 2 per entry (AdamW) for the rest."""
     if name == "adamw":
         return sum(2 * p.numel() for p in model.parameters())

@@ -23,7 +23,7 @@ from paperline.methods.sumo.data import DigitsSplit
 from paperline.methods.sumo.mlp import MLP, init_mlp
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
 from paperline.optim.hybrid import state_bytes, state_numel
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train.checkpoint import Resumable
 
 CLASSES = 10
 
@@ -83,28 +83,21 @@ def train_one(cfg: SumoConfig, data: DigitsSplit, optimizer_name: str, lr: float
     model = make_model(cfg, seed, device)
     optimizer = build_optimizer(optimizer_name, model, lr, cfg, seed=seed)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
-    step, history, step_seconds, diverged = 0, {"step": [], "train_loss": [], "test_loss": [], "test_accuracy": []}, 0.0, False
-    ckpt = load_resumable(checkpoint_path, fingerprint)
-    if ckpt is not None:
-        if ckpt["done"]:
-            return ckpt["result"]
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        step, history, step_seconds = ckpt["step"], ckpt["history"], ckpt["step_seconds"]
+    run = Resumable(checkpoint_path, fingerprint, cfg.checkpoint_every, model=model, optimizer=optimizer,
+                    scheduler=scheduler)
+    record = run.resume() or {"step": 0, "history": {"step": [], "train_loss": [], "test_loss": [], "test_accuracy": []},
+                              "step_seconds": 0.0, "result": None}
+    if record["result"] is not None:  # finished: read back
+        return record["result"]
+    step, history, step_seconds, diverged = record["step"], record["history"], record["step_seconds"], False
 
     def log(metrics: dict[str, float]) -> None:
         history["step"].append(step)
         for k, v in metrics.items():
             history[k].append(v)
 
-    def checkpoint(done: bool, result: dict | None = None) -> None:
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, {"fingerprint": fingerprint, "done": done, "step": step,
-                                              "history": history, "step_seconds": step_seconds,
-                                              "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                              "scheduler": scheduler.state_dict(),
-                                              "result": result})
+    def checkpoint(result: dict | None = None) -> None:
+        run.save({"step": step, "history": history, "step_seconds": step_seconds, "result": result})
 
     n = len(data.y_train)
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, leave=False,
@@ -126,11 +119,11 @@ def train_one(cfg: SumoConfig, data: DigitsSplit, optimizer_name: str, lr: float
         step += 1
         bar.update(1)
         if stop_after is not None and step >= stop_after:
-            checkpoint(done=False)
+            checkpoint()
             bar.close()
             return {}
-        if step % cfg.checkpoint_every == 0:
-            checkpoint(done=False)
+        if run.due(step, cfg.steps):
+            checkpoint()
     bar.close()
     final = evaluate(model, data)
     diverged = diverged or not np.isfinite(final["train_loss"])
@@ -152,7 +145,7 @@ def train_one(cfg: SumoConfig, data: DigitsSplit, optimizer_name: str, lr: float
         "step_ms": 1000 * step_seconds / max(step, 1),
         "limiter_fraction": limiter_hits / (step * sumo_matrices) if sumo_matrices and step else None,
     }
-    checkpoint(done=True, result=result)
+    checkpoint(result)
     return result
 
 

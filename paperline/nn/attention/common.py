@@ -5,13 +5,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from paperline.nn.llama import apply_rotary, rotary_tables
+__all__ = ["apply_rotary", "rope_at", "append_cache", "cache_length", "causal_sdpa", "rotary_tables", "rotate"]
 
-__all__ = ["apply_rotary", "rope_at", "append_cache", "cache_length", "causal_sdpa", "rotate"]
+
+def rotary_tables(seq_len: int, head_dim: int, base: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (seq_len, head_dim) of positions 0..seq_len-1, each frequency twice (half-split, as
+    transformers' LLaMA)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each half-pair of the last dim, as transformers' rotate_half."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 def rope_at(offset: int, length: int, dim: int, base: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin (length, dim) for positions offset .. offset+length-1 (half-split, as llama.py)."""
+    """cos, sin (length, dim) for positions offset .. offset+length-1 (half-split)."""
     cos, sin = rotary_tables(offset + length, dim, base, device, torch.float32)
     return cos[offset:].to(dtype), sin[offset:].to(dtype)
 
