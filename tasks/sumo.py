@@ -66,9 +66,9 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
                 result = train_one(cfg, digits, optimizer, lr, s, device, checkpoint_path=checkpoint,
                                    progress=sys.stderr.isatty())
             else:
-                from paperline.methods.sumo.lm import train_lm
+                from paperline.methods.sumo.lm import pretrain_on_c4
 
-                result = train_lm(cfg, optimizer, lr, s, device, checkpoint_path=checkpoint,
+                result = pretrain_on_c4(cfg, optimizer, lr, s, device, checkpoint_path=checkpoint,
                                   progress=sys.stderr.isatty())
             for history in (result["history"], result.get("eval_history", {})):
                 for key, values in history.items():

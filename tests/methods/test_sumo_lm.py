@@ -14,7 +14,7 @@ from paperline.data.c4 import (C4Tokenizer, c4_shards, read_documents, train_bat
                                write_word_level_tokenizer)
 from paperline.methods.sumo import lm as sumo_lm
 from paperline.methods.sumo.config import LLAMA_SIZES, SumoConfig
-from paperline.methods.sumo.lm import llama_step_times, make_llama, train_lm
+from paperline.methods.sumo.lm import llama_step_times, make_llama, pretrain_on_c4
 from paperline.nn.causal_lm import CausalLM, llama_config
 
 
@@ -124,7 +124,7 @@ def test_each_preset_has_the_parameters_of_transformers_llama_at_galores_config(
 @pytest.mark.parametrize("name", ["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"])
 def test_every_optimizer_pretrains_the_tiny_llama(c4, name):
     cfg = _cfg(c4)
-    result = train_lm(cfg, name, cfg.lr_grid[name][0], 0, CPU)
+    result = pretrain_on_c4(cfg, name, cfg.lr_grid[name][0], 0, CPU)
     losses = result["history"]["train_loss"]
     assert not result["diverged"] and losses[-1] < losses[0]
     assert result["eval_history"]["step"] == [6, 12] and math.isfinite(result["val_perplexity"])
@@ -138,7 +138,7 @@ class Killed(Exception):
 
 def test_a_killed_pretraining_run_resumes_to_the_same_result(c4, tmp_path, monkeypatch):
     cfg = _cfg(c4, steps=8)  # 2 micro-batches a step, a checkpoint every 4 steps
-    clean = train_lm(cfg, "sumo", 0.1, 0, CPU)
+    clean = pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU)
     path = tmp_path / "seed0.pt"
     real_call = sumo_lm.C4Batches.__call__
 
@@ -149,16 +149,16 @@ def test_a_killed_pretraining_run_resumes_to_the_same_result(c4, tmp_path, monke
 
     monkeypatch.setattr(sumo_lm.C4Batches, "__call__", killed_in_step_6)
     with pytest.raises(Killed):
-        train_lm(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path)
+        pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path)
     monkeypatch.setattr(sumo_lm.C4Batches, "__call__", real_call)
-    resumed = train_lm(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path)
+    resumed = pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=path)
     assert resumed["history"] == clean["history"] and resumed["final_test_loss"] == clean["final_test_loss"]
     assert resumed["tokens_seen"] == clean["tokens_seen"]
 
 
 def test_bf16_training_keeps_low_rank_state_in_bf16(c4):
     cfg = _cfg(c4, steps=2, lm=_cfg(c4).lm.model_copy(update={"dtype": "bfloat16"}))
-    result = train_lm(cfg, "sumo", 0.1, 0, CPU)
+    result = pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU)
     assert result["state_bytes"] == 2 * result["state_floats"] == 2 * result["state_floats_formula"]
 
 

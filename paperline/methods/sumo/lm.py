@@ -100,7 +100,7 @@ def lm_fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) 
     return {**cfg.model_dump(include=keep), "optimizer": optimizer, "lr": lr, "seed_index": seed_index}
 
 
-def train_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
+def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
              checkpoint_path: Path | None = None, progress: bool = False) -> dict:
     """History and final metrics of one pretraining run (same keys as train.train_one's where they
     mean the same; final_test_loss is the validation loss). Resumes from checkpoint_path. step_ms is
