@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# The embedded default of every method, versioned by DVC; ends with the results table.
+# The embedded default of every method, versioned by DVC; ends with the results table. The stages'
+# flows share one Prefect server (`make ui`'s when it is up, else one started for this run and
+# stopped after it) instead of starting a temporary one each.
 run: install
-	$(VENV)/bin/dvc repro
+	$(PY) -m flows.prefect_server --port $(PREFECT_PORT) -- $(VENV)/bin/dvc repro
 	@cat reports/results.md
 
 test: install
