@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from flows import METHODS, get_method
+from flows.lineage import run_linked
 from paperline.config import load_method_config, read_params, validate
 from tasks.paths import params_path
 from tasks.runners import RuntimeConfig, make_task_runner
@@ -25,7 +26,7 @@ def run_method(method: str, profile: str | None = None, overrides: Sequence[str]
     runtime = runtime_config(params)
     profile, _ = resolve(method, profile, overrides)  # fail here, before Prefect starts
     flow = get_method(method).load_flow().with_options(task_runner=make_task_runner(runtime))
-    return flow(profile=profile, overrides=list(overrides))
+    return run_linked(flow, profile=profile, overrides=list(overrides))
 
 
 def deployments() -> list[Any]:

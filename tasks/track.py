@@ -37,6 +37,13 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
+def dvc_experiment() -> str:
+    """The DVC experiment this process runs in: its name under `dvc exp run` (DVC sets
+    DVC_EXP_NAME for the stage commands), `repro` under a plain `dvc repro` (DVC sets DVC_STAGE
+    for every stage command), `none` outside DVC."""
+    return os.environ.get("DVC_EXP_NAME") or ("repro" if os.environ.get("DVC_STAGE") else "none")
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=code_root(), capture_output=True,
@@ -66,8 +73,11 @@ def experiment_id(method: str) -> str:
     if exp is not None:
         return exp.experiment_id
     kwargs = {}
-    if tracking_uri().startswith("sqlite:"):
-        kwargs["artifact_location"] = repo_path("mlartifacts", method).as_uri()
+    if tracking_uri().startswith("sqlite:///"):
+        # beside the database, never in the stage's working copy: `dvc exp run --temp` runs the
+        # stage in a temporary copy of the repository and deletes it afterwards
+        database = Path(tracking_uri().removeprefix("sqlite:///")).resolve()
+        kwargs["artifact_location"] = (database.parent / "mlartifacts" / method).as_uri()
     try:
         return c.create_experiment(method, **kwargs)
     except Exception:  # created meanwhile by another process
@@ -127,7 +137,7 @@ class Run:
 
 def _tags(method: str, variant: str, profile: str, data: str) -> dict[str, str]:
     return {"method": method, "variant": variant, "profile": profile,
-            "git_commit": git_commit(), "data_version": data}
+            "git_commit": git_commit(), "data_version": data, "dvc_experiment": dvc_experiment()}
 
 
 @contextlib.contextmanager
