@@ -55,7 +55,9 @@ ui: install
 ui-stop:
 	-@for f in .ui/*.pid; do [ -f "$$f" ] && kill "$$(cat $$f)" 2>/dev/null; rm -f "$$f"; done
 
-# Every flow as a Prefect deployment with its schedule from params.yaml (needs `make ui`).
+# Every method, and the whole pipeline, as a Prefect deployment that runs it through DVC, with its
+# schedule from params.yaml (docs/running.md). Needs `make ui`: schedules fire only on a
+# long-lived server.
 serve: install
 	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(PY) -m flows serve
 
