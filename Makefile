@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# The embedded default of every method, versioned by DVC; ends with the results table.
+# The embedded default of every method, versioned by DVC; ends with the results table. The stages'
+# flows share one Prefect server (`make ui`'s when it is up, else one started for this run and
+# stopped after it) instead of starting a temporary one each.
 run: install
-	$(VENV)/bin/dvc repro
+	$(PY) -m flows.prefect_server --port $(PREFECT_PORT) -- $(VENV)/bin/dvc repro
 	@cat reports/results.md
 
 test: install
@@ -53,7 +55,9 @@ ui: install
 ui-stop:
 	-@for f in .ui/*.pid; do [ -f "$$f" ] && kill "$$(cat $$f)" 2>/dev/null; rm -f "$$f"; done
 
-# Every flow as a Prefect deployment with its schedule from params.yaml (needs `make ui`).
+# Every method, and the whole pipeline, as a Prefect deployment that runs it through DVC, with its
+# schedule from params.yaml (docs/running.md). Needs `make ui`: schedules fire only on a
+# long-lived server.
 serve: install
 	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(PY) -m flows serve
 

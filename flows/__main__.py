@@ -17,7 +17,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="default: the method's `profile` in params.yaml")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a key of the chosen profile (repeatable)")
-    sub.add_parser("serve", help="serve every flow as a Prefect deployment with its schedule")
+    sub.add_parser("serve", help="serve every method, and the whole pipeline, as a Prefect deployment "
+                                  "that runs it through DVC, with its schedule")
     sub.add_parser("report", help="gather metrics/*.json into reports/results.md and print it")
     args = parser.parse_args(argv)
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
             run_method(args.method, args.profile, args.overrides)
         elif args.command == "serve":
-            from flows.launch import serve_all
+            from flows.dvc_run import serve_all
 
             serve_all()
         elif args.command == "report":

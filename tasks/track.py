@@ -4,7 +4,8 @@ Runs go to `sqlite:///<repo>/mlflow.db` with artifacts in `mlartifacts/` beside 
 unless MLFLOW_TRACKING_URI says otherwise. Everything goes through `MlflowClient` with explicit run
 ids: the fluent API keeps its active run per thread, which breaks inside threaded tasks.
 
-Every run is tagged `method`, `variant`, `profile`, `git_commit`, `git_dirty`, `data_version`, and
+Every run is tagged `method`, `variant`, `profile`, `git_commit`, `git_dirty`, `data_version`,
+`dvc_experiment` (the DVC experiment that ran it, `repro` or `none`), and
 carries its data version as a logged dataset (the runs table's Dataset column). Experiments are
 created as "custom model development" experiments, so the MLflow UI opens them on the training-runs
 view rather than the GenAI traces page.
@@ -72,6 +73,13 @@ def git_state() -> dict[str, str]:
     return state
 
 
+def dvc_experiment() -> str:
+    """The DVC experiment this process runs in: its name under `dvc exp run` (DVC sets
+    DVC_EXP_NAME for the stage commands), `repro` under a plain `dvc repro` (DVC sets DVC_STAGE
+    for every stage command), `none` outside DVC."""
+    return os.environ.get("DVC_EXP_NAME") or ("repro" if os.environ.get("DVC_STAGE") else "none")
+
+
 def git_commit() -> str:
     return git_state()["git_commit"]
 
@@ -93,7 +101,7 @@ def _artifact_root() -> Path | None:
     uri = tracking_uri()
     if not uri.startswith("sqlite:///"):
         return None
-    return Path(uri[len("sqlite:///"):]).parent / "mlartifacts"
+    return Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts"
 
 
 def experiment_id(method: str) -> str:
@@ -162,7 +170,8 @@ class Run:
 
 
 def _tags(method: str, variant: str, profile: str, data: str) -> dict[str, str]:
-    return {"method": method, "variant": variant, "profile": profile, "data_version": data, **git_state()}
+    return {"method": method, "variant": variant, "profile": profile, "data_version": data,
+            "dvc_experiment": dvc_experiment(), **git_state()}
 
 
 def _log_dataset(run: Run, method: str, data: str) -> None:

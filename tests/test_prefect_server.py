@@ -1,0 +1,76 @@
+"""`make run` shares one Prefect server among its stages: `python -m flows.prefect_server` uses the
+one answering on the port, or starts one for the command and stops it afterwards. A stand-in
+server (a few lines of http.server answering /api/health) keeps this fast; the test of the
+deployments starts the real one."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flows import prefect_server
+from flows.prefect_server import api_url, is_healthy
+
+STAND_IN = textwrap.dedent("""
+    import http.server, sys, time
+    time.sleep(float(sys.argv[2]))  # a server takes a while to answer
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/api/health" else 404)
+            self.end_headers()
+            self.wfile.write(b"true")
+        def log_message(self, *args):
+            pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stand_in(port: int, delay: float = 0.0) -> list[str]:
+    return [sys.executable, "-c", STAND_IN, str(port), str(delay)]
+
+
+def test_a_server_is_started_for_the_command_and_stopped_after_it(tmp_path):
+    port = _free_port()
+    with prefect_server.prefect_server(port, tmp_path / "server.log", _stand_in(port, delay=1.0)) as url:
+        assert url == api_url(port) and is_healthy(url)
+    assert not is_healthy(url)
+
+
+def test_a_running_server_is_used_and_left_running(tmp_path):
+    port = _free_port()
+    running = subprocess.Popen(_stand_in(port))
+    try:
+        with prefect_server.prefect_server(port, tmp_path / "server.log", ["false"]) as url:
+            assert is_healthy(url)  # `false` would have failed to start: it was not called
+        assert is_healthy(url)
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_a_server_that_does_not_start_is_reported_with_its_log(tmp_path):
+    port = _free_port()
+    failing = [sys.executable, "-c", "import sys; print('port in use'); sys.exit(1)"]
+    with pytest.raises(RuntimeError, match=r"no Prefect server answered(.|\n)*port in use"), \
+            pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prefect_server, "STARTUP_TIMEOUT_S", 2.0)
+        with prefect_server.prefect_server(port, tmp_path / "server.log", failing):
+            pass
+
+
+def test_the_command_sees_the_servers_url_and_its_exit_status_is_returned(tmp_path, monkeypatch):
+    port = _free_port()
+    monkeypatch.setattr(prefect_server, "_default_server_command", lambda p: _stand_in(p))
+    check = f"import os, sys; sys.exit(0 if os.environ['PREFECT_API_URL'] == {api_url(port)!r} else 3)"
+    argv = ["--port", str(port), "--log", str(tmp_path / "server.log"), "--", sys.executable, "-c"]
+    assert prefect_server.main(argv + [check]) == 0
+    assert prefect_server.main(argv + ["import sys; sys.exit(5)"]) == 5
