@@ -5,26 +5,16 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.launch import resolve
-from tasks import track
-from tasks.resume import open_run_dir
-from tasks.runners import ensure_gpu_limit, submit_gpu
-from tasks.tpa import METHOD, decode_time, prepare_data, publish, train_variant
+from flows.skeleton import method_run
+from tasks.runners import submit_gpu
+from tasks.tpa import METHOD, data, decode_time, report, train_variant
 
 
 @flow(name="tpa", log_prints=True)
 def tpa_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
-    profile, cfg = resolve(METHOD, profile, overrides or [])
-    data = prepare_data(cfg)  # a missing, corrupt or mismatched corpus fails here, before any work
-    ensure_gpu_limit()
-    run_dir = open_run_dir(METHOD, {"profile": profile, **cfg.model_dump()})
-    if run_dir.resumed and track.fail_if_running(run_dir.previous_parent_run):
-        print(f"previous run {run_dir.previous_parent_run} died; resuming from its checkpoints")
-    with track.parent_run(METHOD, profile, {"profile": profile, **cfg.model_dump()}, data.version) as parent:
-        run_dir.record_parent(parent.run_id)
-        futures = {v: submit_gpu(train_variant, cfg, v, data, parent, profile) for v in cfg.variants}
-        timing = submit_gpu(decode_time, cfg, data, parent, profile)
+    # data: a missing, corrupt or mismatched corpus fails before the run starts
+    with method_run(METHOD, profile, overrides, data=data) as run:
+        futures = {v: submit_gpu(train_variant, run.cfg, v, run.data, run.context) for v in run.cfg.variants}
+        timing = submit_gpu(decode_time, run.cfg, run.data, run.context)
         runs = {v: f.result() for v, f in futures.items()}
-        summary = publish(cfg, runs, timing.result(), parent)
-    run_dir.mark_complete()
-    return summary
+        return run.publish(report.submit(runs, timing.result(), run.context))

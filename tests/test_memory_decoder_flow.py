@@ -1,71 +1,93 @@
-"""The Memory Decoder flow end to end at the tiny profile: the corpora are built, both bases, the
-datastore and the MemDec train (one MLflow child each, plus one per evaluated variant),
-metrics/memory_decoder.json holds the λ sweeps for both bases with the same MemDec, the datastore
-size and the inference times; plots and loadable HF models are written."""
+"""The Memory Decoder flow's outputs in the tiny DAG: both bases, the datastore and the MemDec
+trained (one MLflow child each), one row and one child per (base size, variant) with the λ chosen
+on the dev half, the sweeps, the datastore size and the inference times; plots and loadable HF
+models. A corrupt domain text is refused before any training, naming the file and line."""
 from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
-from flows.launch import run_method
+from paperline.metrics import validate_metrics
 from tasks import track
-from tests.conftest import finished_flow_runs
+from tests.conftest import finished_flow_runs, report_rows
+
+METHOD = "memory_decoder"
+ROWS = [f"{size}/{variant}" for size in ("small", "large") for variant in ("base", "knn_lm", "memdec")]
 
 
-def test_tiny_flow_writes_metrics_plots_models_and_mlflow_runs(project, prefect_server):
-    run_method("memory_decoder", "tiny")
-    metrics = json.loads((project / "metrics" / "memory_decoder.json").read_text())
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["memory_decoder"]["profiles"]["tiny"]
-    assert metrics["lambdas"] == tiny["lambdas"]
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / f"{METHOD}.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    tiny = yaml.safe_load((dag / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]
+    assert sorted(metrics.rows) == sorted(report_rows(dag, METHOD)) == sorted(ROWS)
+    assert (metrics.profile, metrics.baseline, metrics.primary_metric) == ("tiny", None, "domain_ppl")
+    assert metrics.details["lambdas"] == tiny["lambdas"]
+    sweeps = metrics.details["ppl_by_lambda"]
     for size in ("small", "large"):
-        row = metrics[size]
+        base = metrics.rows[f"{size}/base"]
+        assert base["lambda"] == 0.0 and base["time_vs_base"] == 1.0
         for split in ("domain", "general", "domain_facts", "domain_dev"):
-            assert row[f"base_{split}_ppl"] > 1
-            for variant in ("knn_lm", "memdec"):
-                sweep = row[f"{variant}_{split}_ppl_by_lambda"]
-                assert sweep["0.0"] == row[f"base_{split}_ppl"]  # λ = 0 is the base alone
-                assert row[f"{variant}_{split}_ppl"] == sweep[str(row[f"{variant}_best_lambda"])]
-        for variant in ("knn_lm", "memdec"):  # λ is chosen on the dev half, never on the reported one
-            dev = row[f"{variant}_domain_dev_ppl_by_lambda"]
-            assert str(row[f"{variant}_best_lambda"]) == min(dev, key=dev.get)
-        assert row["knn_lm_ms_per_token"] > 0 and row["memdec_ms_per_token"] > 0
-        assert row["knn_lm_over_memdec"] == row["knn_lm_ms_per_token"] / row["memdec_ms_per_token"]
-    assert metrics["small"]["params"] < metrics["large"]["params"]
-    domain_train = (project / "models" / "memory_decoder" / "domain" / "train.bin").stat().st_size // 2
-    assert metrics["datastore_entries"] == domain_train - 1
-    assert metrics["datastore_index_bytes"] >= metrics["datastore_keys_bytes"]  # exact index: the keys + header
-    assert sorted(k for k, v in metrics.items() if isinstance(v, dict)) == ["large", "small"]  # the report's rows
+            assert base[f"{split}_ppl"] > 1
+        for variant in ("knn_lm", "memdec"):
+            row = metrics.rows[f"{size}/{variant}"]
+            for split in ("domain", "general", "domain_facts", "domain_dev"):
+                sweep = sweeps[f"{size}/{variant}"][split]
+                assert sweep["0.0"] == base[f"{split}_ppl"]  # λ = 0 is the base alone
+                assert row[f"{split}_ppl"] == sweep[str(row["lambda"])]
+            dev = sweeps[f"{size}/{variant}"]["domain_dev"]  # λ is chosen on the dev half, never on the reported one
+            assert str(row["lambda"]) == min(dev, key=dev.get)
+            assert row["ms_per_token"] > 0
+        knn, memdec = metrics.rows[f"{size}/knn_lm"], metrics.rows[f"{size}/memdec"]
+        assert metrics.headline[f"{size}_memdec_over_knn_lm_domain_ppl"] == memdec["domain_ppl"] / knn["domain_ppl"]
+        assert metrics.headline[f"{size}_knn_lm_over_memdec_time"] == \
+            pytest.approx(knn["ms_per_token"] / memdec["ms_per_token"])
+    bases = metrics.tables["bases"]
+    assert bases["small"]["params"] < bases["large"]["params"]
+    store = metrics.tables["datastore"]["knn_datastore"]
+    domain_train = (dag / "models" / METHOD / "domain" / "train.bin").stat().st_size // 2
+    assert store["entries"] == domain_train - 1
+    assert store["index_bytes"] >= store["keys_bytes"]  # exact index: the keys + header
+    assert metrics.tables["memdec_training"]["memdec"]["final_loss"] > 0
 
-    parent, children = finished_flow_runs(project, "memory_decoder")
+    parent, children = finished_flow_runs(dag, METHOD)
     c = track.client()
     assert parent.data.tags["data_version"].startswith("sha256:")
-    expected = {"base_small", "base_large", "knn_datastore", "memdec"} | {
-        f"{s}+{v}" for s in ("small", "large") for v in ("base", "knn_lm", "memdec")}
-    assert {r.data.tags["variant"] for r in children} == expected
+    assert {r.data.tags["variant"] for r in children} == {"base_small", "base_large", "knn_datastore", "memdec", *ROWS}
     assert all(r.info.status == "FINISHED" for r in children)
+    assert parent.data.metrics == metrics.headline  # headline figures only
+    for child in children:  # each (size, variant) run carries its row, under the same names on every run
+        name = child.data.tags["variant"]
+        if name in metrics.rows:
+            assert {k: child.data.metrics[k] for k in metrics.rows[name]} == metrics.rows[name]
+            sweep = c.get_metric_history(child.info.run_id, "domain_perplexity_by_lambda_index")
+            assert len(sweep) == (1 if name.endswith("/base") else len(tiny["lambdas"]))
     arts = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
     assert {"perplexity_vs_lambda.png", "perplexity_vs_lambda.csv"} <= arts
-    assert (project / "plots" / "memory_decoder" / "perplexity_vs_lambda.csv").read_text().startswith("lambda,")
+    assert (dag / "plots" / METHOD / "perplexity_vs_lambda.csv").read_text().startswith("lambda,")
 
     from transformers import AutoModelForCausalLM
 
-    hf = project / "models" / "memory_decoder" / "memdec" / "hf"
+    import paperline.nn.causal_lm  # noqa: F401  (registers the model type with the Auto classes)
+
+    hf = dag / "models" / METHOD / "memdec" / "hf"
     model = AutoModelForCausalLM.from_pretrained(hf)
     assert model.config.hidden_size == tiny["memdec"]["hidden_size"] and (hf / "tokenizer.json").exists()
-    assert json.loads((project / "models" / "memory_decoder" / "run.json").read_text())["complete"]
+    assert json.loads((dag / "models" / METHOD / "run.json").read_text())["complete"]
 
 
-def test_a_corrupt_domain_text_fails_before_training_naming_the_file_and_line(project):
-    import pytest
-
+def test_a_corrupt_domain_text_is_refused_naming_the_file_and_line(dag, project):
+    """The flow's data step, on the DAG's general corpus (nothing to build): it fails before anything
+    is written for training."""
     from flows.launch import resolve
     from paperline.data.text_corpus import CorpusError
-    from tasks.memory_decoder import prepare_data
+    from tasks.memory_decoder import data
 
     bad = project / "domain.txt"
     bad.write_bytes(b"the first line\nthe second \xff line\n")
-    _, cfg = resolve("memory_decoder", "tiny", [f"domain.text={bad}"])
+    _, cfg = resolve(METHOD, "tiny", [f"domain.text={bad.name}",
+                                      f"general_corpus_dir={dag / 'data' / 'text' / 'shakespeare'}"])
     with pytest.raises(CorpusError, match=r"domain.txt: line 2: not UTF-8"):
-        prepare_data(cfg)
-    assert not (project / "models" / "memory_decoder" / "base_small").exists()
+        data(cfg)
+    assert not (project / "models" / METHOD).exists()

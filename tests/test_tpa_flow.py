@@ -1,51 +1,87 @@
-"""The TPA flow end to end at the tiny profile: the corpus is built, all six variants train with the
-same budget (one MLflow child each, plus the decode timing), metrics/tpa.json holds the comparison
-with Table 1's cache sizes, plots and a loadable HF model per variant are written."""
+"""The TPA flow's outputs in the tiny DAG: all six variants trained with the same budget (one MLflow
+child each, plus the decode timing), metrics/tpa.json holds the comparison against MHA with Table
+1's cache sizes, plots and a loadable HF model per variant; real token files are versioned by
+their contents."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import yaml
 
-from flows.launch import run_method
+from paperline.metrics import validate_metrics
 from tasks import track
-from tests.conftest import finished_flow_runs
-
-VARIANTS = ["mha", "mqa", "gqa", "mla", "tpa", "tpa_kvonly"]
+from tests.conftest import finished_flow_runs, report_rows
 
 
-def test_tiny_flow_writes_metrics_plots_models_and_mlflow_runs(project, prefect_server):
-    run_method("tpa", "tiny")
-    metrics = json.loads((project / "metrics" / "tpa.json").read_text())
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["tpa"]["profiles"]["tiny"]
-    rows = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    assert sorted(rows) == sorted(VARIANTS)
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / "tpa.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    tiny = yaml.safe_load((dag / "params.yaml").read_text())["tpa"]["profiles"]["tiny"]
+    variants = tiny["variants"]
+    assert sorted(metrics.rows) == sorted(report_rows(dag, "tpa")) == sorted(variants)
+    assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \
+        ("tiny", "mha", "val_loss", False)
+    rows = metrics.rows
+    train = tiny["train"]
     for name, row in rows.items():
         assert row["attention_params"] == row["attention_params_formula"], name
         assert row["kv_cache_elements_per_token_per_layer"] == row["kv_cache_formula"], name
-        assert row["val_perplexity"] > 1 and row["tokens_seen"] == tiny["train"]["steps"] * 4 * 32
+        assert row["val_perplexity"] > 1 and row["tokens_seen"] == train["steps"] * train["batch_size"] * train["block_size"]
+        assert row["val_loss_vs_baseline"] == row["val_loss"] / rows["mha"]["val_loss"]
         for c in tiny["decode_contexts"]:
             assert row[f"decode_ms_per_token_ctx{c}"] > 0 and f"decode_time_vs_mha_ctx{c}" in row
-    assert rows["mha"]["decode_time_vs_mha_ctx16"] == 1.0
-    assert (rows["tpa"]["kv_cache_small"], rows["mha"]["kv_cache_small"], rows["tpa"]["kv_cache_medium"]) == (392, 1536, 444)
-    assert metrics["cache_ratio_mha_over_tpa"] == (rows["mha"]["kv_cache_formula"] / rows["tpa"]["kv_cache_formula"])
-    assert (project / "data" / "text" / "shakespeare" / "tokenizer.json").exists()  # built by the flow
+    assert rows["mha"]["decode_time_vs_mha_ctx16"] == 1.0 and rows["mha"]["kv_cache_vs_mha"] == 1.0
+    shapes = metrics.tables["paper_shapes"]
+    assert (shapes["tpa"]["kv_cache_small"], shapes["mha"]["kv_cache_small"], shapes["tpa"]["kv_cache_medium"]) == \
+        (392, 1536, 444)
+    headline = metrics.headline
+    assert headline["cache_ratio_mha_over_tpa"] == rows["mha"]["kv_cache_formula"] / rows["tpa"]["kv_cache_formula"]
+    assert headline["cache_ratio_mha_over_tpa_paper_small"] == 1536 / 392
+    assert headline["tpa_val_loss_vs_mha"] == rows["tpa"]["val_loss_vs_baseline"]
+    assert headline["best_val_loss_variant"] == min(rows, key=lambda v: rows[v]["val_loss"])
 
-    parent, children = finished_flow_runs(project, "tpa")
+    parent, children = finished_flow_runs(dag, "tpa")
     c = track.client()
     assert parent.data.tags["data_version"].startswith("sha256:")
-    assert sorted(r.data.tags["variant"] for r in children) == sorted(VARIANTS + ["decode_time"])
+    assert sorted(r.data.tags["variant"] for r in children) == sorted(variants + ["decode_time"])
     assert all(r.info.status == "FINISHED" for r in children)
+    assert parent.data.metrics == {k: v for k, v in headline.items() if isinstance(v, float)}
+    for child in children:  # each variant's run carries its row, under the same names on every run
+        if child.data.tags["variant"] in rows:
+            row = rows[child.data.tags["variant"]]
+            for key in ("val_loss", "val_loss_vs_baseline", "kv_cache_elements_per_token_per_layer",
+                        "decode_ms_per_token_ctx48"):
+                assert child.data.metrics[key] == row[key], key
     tpa_child = next(r for r in children if r.data.tags["variant"] == "tpa")
     assert len(c.get_metric_history(tpa_child.info.run_id, "train_loss")) == 3
-    assert len(c.get_metric_history(tpa_child.info.run_id, "val_loss")) == 2
-    pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
-    assert {"val_loss.png", "kv_cache.png", "decode_time.png", "val_loss.csv"} <= pngs
-    assert (project / "plots" / "tpa" / "decode_ms_per_token.csv").read_text().startswith("context,")
+    assert len(c.get_metric_history(tpa_child.info.run_id, "val_loss_by_step")) == 2
+    arts = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
+    assert {"val_loss.png", "kv_cache.png", "decode_time.png", "val_loss.csv"} <= arts
+    assert (dag / "plots" / "tpa" / "decode_ms_per_token.csv").read_text().startswith("context,")
 
     from transformers import AutoModelForCausalLM
 
-    hf = project / "models" / "tpa" / "tpa" / "hf"
+    import paperline.nn.causal_lm  # noqa: F401  (registers the model type with the Auto classes)
+
+    hf = dag / "models" / "tpa" / "tpa" / "hf"
     model = AutoModelForCausalLM.from_pretrained(hf)
     assert model.config.attention == "tpa" and (hf / "tokenizer.json").exists()
-    assert json.loads((project / "models" / "tpa" / "run.json").read_text())["complete"]
+    assert json.loads((dag / "models" / "tpa" / "run.json").read_text())["complete"]
+
+
+def test_real_token_files_are_versioned_by_content(project):
+    """Issue 19 §3: a token file rewritten with the same size gets another data version."""
+    from flows.launch import resolve
+    from tasks.tpa import data
+
+    (project / "fw").mkdir()
+    tokens = (np.arange(5000) % 300).astype(np.uint16)
+    tokens.tofile(project / "fw" / "train.bin")
+    tokens[:1000].tofile(project / "fw" / "val.bin")
+    _, cfg = resolve("tpa", "tiny", ["data.train_bin=fw/train.bin", "data.val_bin=fw/val.bin", "data.vocab_size=300"])
+    first = data(cfg)
+    assert first.version.startswith("sha256:") and first.corpus_dir is None
+    tokens[7] = 0  # same size, other contents
+    tokens.tofile(project / "fw" / "train.bin")
+    assert data(cfg).version != first.version

@@ -1,6 +1,6 @@
 """The TPA profiles validate; the paper profile instantiates the paper-size models (on the meta
-device: shapes only); real corpora as nanoGPT token files load through the flow's data step, and a
-bad token file or a half-given data block is named."""
+device: shapes only); real corpora as nanoGPT token files load by a path relative to the project
+root, and a bad token file or a half-given data block is named."""
 from __future__ import annotations
 
 import numpy as np
@@ -43,18 +43,20 @@ def test_invalid_parameters_are_named():
         load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["shape.bogus=1"], source="params.yaml")
 
 
-def test_real_token_files_load_by_path_and_bad_ones_are_named(project):
-    from tasks.tpa import prepare_data
+def test_real_token_files_load_by_path_and_bad_ones_are_named(tmp_path):
+    from paperline.methods.tpa.data import open_data
 
     tokens = (np.arange(5000) % 300).astype(np.uint16)
-    (project / "fw").mkdir()
-    tokens.tofile(project / "fw" / "train.bin")
-    tokens[:1000].tofile(project / "fw" / "val.bin")
+    (tmp_path / "fw").mkdir()
+    tokens.tofile(tmp_path / "fw" / "train.bin")
+    tokens[:1000].tofile(tmp_path / "fw" / "val.bin")
     _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "tiny",
                                 ["data.train_bin=fw/train.bin", "data.val_bin=fw/val.bin", "data.vocab_size=300"],
-                                source="params.yaml")
-    data = prepare_data(cfg)
-    assert data.vocab_size == 300 and data.version.startswith("tokens-sha256:") and data.corpus_dir is None
+                                source="params.yaml", root=tmp_path)
+    assert cfg.data.train_bin == str(tmp_path / "fw" / "train.bin")  # relative to the project root
+    data = open_data(cfg)
+    assert data.vocab_size == 300 and data.corpus_dir is None and data.files() == [tmp_path / "fw" / "train.bin",
+                                                                                    tmp_path / "fw" / "val.bin"]
     small_vocab = cfg.model_copy(update={"data": cfg.data.model_copy(update={"vocab_size": 256})})
     with pytest.raises(ValueError, match="fw/train.bin: token id 299 ≥ vocab_size 256"):
-        prepare_data(small_vocab)
+        open_data(small_vocab)

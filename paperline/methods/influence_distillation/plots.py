@@ -56,3 +56,22 @@ def plot_qp_check(qp: dict, path: Path) -> Path:
     ax.set_ylabel("‖w₂ − w₁‖ / ‖w₁‖ (second vs first order)")
     ax.set_title("logistic regression: QP vs first order")
     return save_figure(fig, path)
+
+
+def write_all(metrics, targets: list[str], qp: dict, scores: dict | None, directory: Path) -> list[Path]:
+    """Every figure (PNG) and `dvc plots` table (CSV) of a run, into `directory`; `scores`: the
+    target-mean exact and propagated influence of the selection stage (scores.npz), when it has them."""
+    directory = Path(directory)
+    rows = metrics.rows
+    paths = [plot_target_metrics(rows, targets, directory / "target_accuracy.png"),
+             plot_qp_check(qp, directory / "qp_first_vs_second_order.png"),
+             write_csv(directory / "target_metrics.csv", ["method", "target", "loss", "token_accuracy"],
+                       [[m, t, r[f"{t}_loss"], r[f"{t}_token_accuracy"]] for m, r in rows.items() for t in targets]),
+             write_csv(directory / "qp_check.csv", list(qp["rows"][0]), [list(r.values()) for r in qp["rows"]])]
+    if scores is not None:
+        spearman = metrics.headline.get("id_vs_exact_spearman_of_target_mean", float("nan"))
+        paths += [plot_propagated_vs_exact(scores["exact"], scores["propagated"], spearman,
+                                           directory / "propagated_vs_exact.png"),
+                  write_csv(directory / "propagated_vs_exact.csv", ["exact", "propagated"],
+                            [[float(a), float(b)] for a, b in zip(scores["exact"], scores["propagated"])])]
+    return paths

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, StrictModel
+from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -24,7 +24,7 @@ class DomainConfig(StrictModel):
     `text`: a UTF-8 domain text file (relative to the project root), tokenized with the general
     corpus's tokenizer and split by `val_fraction` (the last part is held out)."""
 
-    text: str | None = None
+    text: ProjectPath | None = None
     val_fraction: float = Field(0.1, gt=0, lt=1)
     entities: PositiveInt = 60
     relations: PositiveInt = 4
@@ -53,7 +53,7 @@ class MemDecTrainConfig(TrainConfig):
 
 
 class MemoryDecoderConfig(MethodConfig):
-    general_corpus_dir: str = "data/text/shakespeare"
+    general_corpus_dir: ProjectPath = "data/text/shakespeare"
     block_size: PositiveInt = 64
     base_small: ShapeConfig = ShapeConfig()
     base_large: ShapeConfig = ShapeConfig(hidden_size=128, num_layers=4, num_heads=4, head_dim=32)

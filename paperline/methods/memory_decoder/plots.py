@@ -6,20 +6,20 @@ import csv
 from pathlib import Path
 
 from paperline.io import atomic_path
+from paperline.methods.memory_decoder.pipeline import BASES
 from paperline.plots import save_figure
 
 
-def plot_lambda_sweep(summary: dict, bases, path: Path) -> Path:
+def plot_lambda_sweep(metrics, path: Path) -> Path:
     """Domain and general perplexity vs λ, for each base with kNN-LM and with the same MemDec."""
     import matplotlib.pyplot as plt
 
-    lambdas = summary["lambdas"]
+    lambdas, sweeps = metrics.details["lambdas"], metrics.details["ppl_by_lambda"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, split in zip(axes, ("domain", "general")):
-        for size, style in zip(bases, ("--", "-")):
-            row = summary[size]
+        for size, style in zip(BASES, ("--", "-")):
             for variant, colour in (("knn_lm", "tab:orange"), ("memdec", "tab:blue")):
-                sweep = row[f"{variant}_{split}_ppl_by_lambda"]
+                sweep = sweeps[f"{size}/{variant}"][split]
                 ax.plot(lambdas, [sweep[str(lam)] for lam in lambdas], style, color=colour, marker="o",
                         label=f"{size} base + {variant}")
         ax.set_xlabel("λ (weight of p_kNN or p_MemDec)")
@@ -31,15 +31,21 @@ def plot_lambda_sweep(summary: dict, bases, path: Path) -> Path:
     return path
 
 
-def write_tables(summary: dict, bases, out: Path) -> list[Path]:
+def write_tables(metrics, out: Path) -> list[Path]:
     """perplexity_vs_lambda.csv: one row per λ, a column per (base, method, split)."""
     path = out / "perplexity_vs_lambda.csv"
-    columns = [f"{size}_{variant}_{split}" for size in bases for variant in ("knn_lm", "memdec")
+    sweeps = metrics.details["ppl_by_lambda"]
+    columns = [(size, variant, split) for size in BASES for variant in ("knn_lm", "memdec")
                for split in ("domain", "general")]
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["lambda", *columns])
-        for lam in summary["lambdas"]:
-            writer.writerow([lam, *(summary[c.split("_", 1)[0]][f"{c.split('_', 1)[1]}_ppl_by_lambda"][str(lam)]
-                                    for c in columns)])
+        writer.writerow(["lambda", *("_".join(c) for c in columns)])
+        for lam in metrics.details["lambdas"]:
+            writer.writerow([lam, *(sweeps[f"{size}/{variant}"][split][str(lam)] for size, variant, split in columns)])
     return [path]
+
+
+def write_all(metrics, directory: Path) -> list[Path]:
+    """Every figure (PNG) and `dvc plots` table (CSV) of a run, into `directory`."""
+    directory = Path(directory)
+    return [plot_lambda_sweep(metrics, directory / "perplexity_vs_lambda.png")] + write_tables(metrics, directory)

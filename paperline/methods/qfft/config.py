@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, StrictModel
+from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -37,9 +37,9 @@ class RealDataConfig(StrictModel):
     """Paper profile: fine-tuning responses from an S1K/LIMO JSONL, evaluation questions from
     another (question + answer fields), relative to the project root or absolute."""
 
-    finetune_jsonl: str
+    finetune_jsonl: ProjectPath
     finetune_format: Literal["limo", "s1k", "alpaca"] = "limo"
-    eval_jsonl: str
+    eval_jsonl: ProjectPath
     eval_format: Literal["limo", "s1k", "alpaca"] = "limo"
 
 
@@ -59,7 +59,7 @@ class DecodeConfig(StrictModel):
 class QFFTConfig(MethodConfig):
     problems: ProblemsConfig = ProblemsConfig()
     real_data: RealDataConfig | None = None
-    base_model_path: str | None = None  # an HF causal LM directory (paper: Qwen2.5-7B-Instruct); None: train one
+    base_model_path: ProjectPath | None = None  # an HF causal LM directory (paper: Qwen2.5-7B-Instruct); None: train one
     base: LMShapeConfig = LMShapeConfig()
     base_train: LMTrainConfig = LMTrainConfig()
     finetune: FinetuneConfig = FinetuneConfig()

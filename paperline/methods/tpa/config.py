@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from paperline.config import LMTrainConfig, MethodConfig, StrictModel
+from paperline.config import LMTrainConfig, MethodConfig, ProjectPath, StrictModel
 from paperline.methods.tpa.formulas import ShapeConfig, Variant
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -27,9 +27,9 @@ class DataConfig(StrictModel):
     corpus as nanoGPT token files: `train_bin` + `val_bin` + `vocab_size` (e.g. FineWeb-Edu with
     GPT-2's tokenizer: 50304, the T6 configs' padded vocabulary)."""
 
-    corpus_dir: str = "data/text/shakespeare"
-    train_bin: str | None = None
-    val_bin: str | None = None
+    corpus_dir: ProjectPath = "data/text/shakespeare"
+    train_bin: ProjectPath | None = None
+    val_bin: ProjectPath | None = None
     vocab_size: PositiveInt | None = None
 
     @model_validator(mode="after")
@@ -44,7 +44,9 @@ class TPAConfig(MethodConfig):
     variants: list[Variant] = Field(default=["mha", "mqa", "gqa", "mla", "tpa", "tpa_kvonly"], min_length=1)
     shape: ShapeConfig = ShapeConfig()
     train: TrainConfig = TrainConfig()
-    data: DataConfig = DataConfig()
+    # a dict, not DataConfig(): the default is validated (with the project root) like a given section,
+    # where a default instance would keep its relative corpus_dir
+    data: DataConfig = Field(default_factory=dict)
     threads: PositiveInt = 1  # torch threads per training task (CPU)
     decode_contexts: list[PositiveInt] = Field(default=[128, 512, 2048], min_length=1)
     decode_tokens: PositiveInt = 16  # single-token decode steps timed per context length

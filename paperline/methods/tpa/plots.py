@@ -29,13 +29,15 @@ def plot_val_curves(runs: dict[str, dict], path: Path) -> Path:
     return path
 
 
-def plot_cache(summary: dict, path: Path) -> Path:
+def plot_cache(metrics, path: Path) -> Path:
+    """Cache elements per token per layer: measured in this run, and Table 1's at the paper's shapes."""
     plt = _plt()
-    names = [n for n, r in summary.items() if isinstance(r, dict) and "kv_cache_elements_per_token_per_layer" in r]
+    names = list(metrics.rows)
+    columns = [[metrics.rows[n]["kv_cache_elements_per_token_per_layer"] for n in names]]
+    columns += [[metrics.tables["paper_shapes"][n][f"kv_cache_{size}"] for n in names] for size in ("small", "medium")]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    for ax, key, title in zip(axes, ["kv_cache_elements_per_token_per_layer", "kv_cache_small", "kv_cache_medium"],
-                              ["this run (measured)", "paper small (Table 1)", "paper medium (Table 1)"]):
-        values = [summary[n][key] for n in names]
+    for ax, values, title in zip(axes, columns,
+                                 ["this run (measured)", "paper small (Table 1)", "paper medium (Table 1)"]):
         ax.bar(names, values)
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=45)
@@ -75,3 +77,10 @@ def write_tables(runs: dict[str, dict], times: dict[str, dict[int, dict]], out: 
         for c in contexts:
             w.writerow([c, *(times[n][c]["ms_per_token"] for n in times)])
     return [curves, decode]
+
+
+def write_all(metrics, runs: dict[str, dict], times: dict[str, dict[int, dict]], directory: Path) -> list[Path]:
+    """Every figure (PNG) and `dvc plots` table (CSV) of a run, into `directory`."""
+    directory = Path(directory)
+    return [plot_val_curves(runs, directory / "val_loss.png"), plot_cache(metrics, directory / "kv_cache.png"),
+            plot_decode(times, directory / "decode_time.png")] + write_tables(runs, times, directory)

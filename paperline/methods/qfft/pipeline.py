@@ -1,0 +1,155 @@
+"""The QFFT flow's steps as plain functions: the example sets (generated chain sums, or S1K/LIMO
+JSONL validated line by line), the tokenizer and the short-CoT base model, training on examples
+with or without the question, and the evaluation of a model on the evaluation questions."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from paperline.io import atomic_path
+from paperline.methods.qfft.config import QFFTConfig
+
+VARIANTS = ("sft", "qfft", "sft_noise_iv", "qfft_noise_iv")
+
+
+@dataclass(frozen=True)
+class QFFTData:
+    """Where the example sets go (JSONL of question/response/answer; picklable); `sources`: the real
+    JSONL files they are read from, if any. `version` is set by the flow from the sources' contents
+    (generated sets are made from the parameters)."""
+
+    folder: str
+    sources: tuple[str, ...] = ()
+    version: str = ""
+
+    def path(self, name: str) -> Path:
+        return Path(self.folder) / f"{name}.jsonl"
+
+
+def read_examples(path: Path):
+    from paperline.methods.qfft.data import Example
+
+    with open(path) as f:
+        return [Example(**json.loads(line)) for line in f]
+
+
+def example_sets(cfg: QFFTConfig) -> dict[str, list]:
+    """The example sets by name (base_train, finetune, finetune_noise_iv, eval). Generated:
+    reasoning-gym chain sums for the base (terse solutions), the fine-tuning set (the long-CoT
+    teacher's responses) and the evaluation set, no evaluation question in either training set.
+    Real: the fine-tuning and evaluation JSONL, every line validated (a malformed line fails naming
+    the file, line and field)."""
+    from paperline.methods.qfft import data as qdata
+
+    p = cfg.problems
+    if cfg.real_data is None:
+        def problems(n, offset):
+            return qdata.chain_sum_problems(n, p.seed + offset, p.min_terms, p.max_terms, p.max_digits)
+
+        evaluation = problems(p.eval, 2)
+        asked = {q.question for q in evaluation}
+        base = qdata.base_examples([q for q in problems(p.base_train, 0) if q.question not in asked])
+        finetune = qdata.teacher_examples([q for q in problems(p.finetune, 1) if q.question not in asked],
+                                          p.seed, p.slip_rate)
+        eval_set = [qdata.Example(q.question, qdata.short_response(q), q.answer) for q in evaluation]
+    else:
+        r = cfg.real_data
+        finetune = list(qdata.iter_reasoning_jsonl(r.finetune_jsonl, r.finetune_format))
+        eval_set = list(qdata.iter_reasoning_jsonl(r.eval_jsonl, r.eval_format))
+        missing = next((i for i, e in enumerate(eval_set) if not e.answer), None)
+        if missing is not None:
+            raise qdata.QFFTDataError(f"{r.eval_jsonl}: example {missing + 1} has no answer to score against")
+        base = []
+    return {"base_train": base, "finetune": finetune,
+            "finetune_noise_iv": qdata.shuffle_pairs(finetune, cfg.noise_seed), "eval": eval_set}
+
+
+def check_example_sets(cfg: QFFTConfig, folder: str | Path) -> QFFTData:
+    """The example sets made (or read and validated) before the run starts; nothing written."""
+    example_sets(cfg)
+    sources = (cfg.real_data.finetune_jsonl, cfg.real_data.eval_jsonl) if cfg.real_data else ()
+    return QFFTData(str(folder), sources)
+
+
+def write_example_sets(cfg: QFFTConfig, data: QFFTData) -> Path:
+    """The example sets as JSONL in `data.folder`, one file per set."""
+    folder = Path(data.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, examples in example_sets(cfg).items():
+        with atomic_path(data.path(name)) as tmp, open(tmp, "w") as f:
+            for e in examples:
+                f.write(json.dumps(dataclasses.asdict(e)) + "\n")
+    return folder
+
+
+def tokenizer(cfg: QFFTConfig):
+    from paperline.methods.qfft.data import CharTokenizer, HFTokenizer
+
+    return HFTokenizer(cfg.base_model_path) if cfg.base_model_path else CharTokenizer()
+
+
+def base_model(cfg: QFFTConfig, tok):
+    """The short-CoT base M_S trained here: a fresh char-level CausalLM of `cfg.base`'s shape."""
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    b = cfg.base
+    return CausalLM(CausalLMConfig(vocab_size=tok.vocab_size, hidden_size=b.hidden_size, num_layers=b.num_layers,
+                                   num_heads=b.num_heads, head_dim=b.head_dim,
+                                   max_position_embeddings=cfg.cutoff + cfg.decode.max_new_tokens + 64))
+
+
+def train_settings(t, cfg: QFFTConfig, examples: int):
+    """LMTrainSettings of a budget; `epochs`/`warmup_ratio` (paper) set steps from the data size."""
+    from paperline.train.lm import LMTrainSettings
+
+    s = LMTrainSettings.from_config(t, cfg.cutoff, cfg.seed)
+    if getattr(t, "epochs", None):
+        steps = math.ceil(t.epochs * examples / t.batch_size)
+        s = dataclasses.replace(s, steps=steps, eval_every=min(s.eval_every, steps),
+                                checkpoint_every=min(s.checkpoint_every, steps))
+    if getattr(t, "warmup_ratio", None) is not None:
+        s = dataclasses.replace(s, warmup_steps=int(t.warmup_ratio * s.steps))
+    return s
+
+
+def train_on_examples(model, tok, examples, with_question: bool, settings, device, checkpoint_path: Path,
+                      fingerprint: dict, description: str, on_log: Callable[[int, dict], None] | None = None) -> dict:
+    """Train on [question; response] with loss on the response (`with_question`), or on the
+    response alone; validation on a fixed slice of the examples."""
+    from paperline.methods.qfft.data import encode_examples, example_sampler, pad_batch
+    from paperline.train.lm import train_lm
+
+    encoded = encode_examples(tok, examples, with_question, settings.block_size)
+    val = pad_batch(encoded[:settings.eval_windows], tok.pad_id)  # a fixed slice: same every eval
+    return train_lm(model, None, None, settings, device, checkpoint_path=checkpoint_path, fingerprint=fingerprint,
+                    progress=sys.stderr.isatty(), description=description,
+                    sample_batch=example_sampler(encoded, settings.batch_size, tok.pad_id), val_batches=val,
+                    on_log=on_log)
+
+
+def evaluate_model(model, tok, cfg: QFFTConfig, data: QFFTData, device, responses_path: Path) -> list[dict]:
+    """`decode.samples` responses per evaluation question, scored; the responses saved as JSONL."""
+    from paperline.methods.qfft.data import prompt_ids
+    from paperline.methods.qfft.generate import generate_responses
+    from paperline.methods.qfft.metrics import score_responses
+
+    questions = read_examples(data.path("eval"))
+    prompts = [prompt_ids(tok, e.question, cfg.decode.chat_template) for e in questions]
+    samples, rows = [], []
+    for k in range(cfg.decode.samples):
+        ids = generate_responses(model, prompts, cfg.decode.max_new_tokens, tok.eos_id, cfg.decode.temperature,
+                                 cfg.decode.batch_size, cfg.seed + k, device, progress=sys.stderr.isatty())
+        texts = [tok.decode(x) for x in ids]
+        scored = score_responses(texts, [len(x) for x in ids], [e.answer for e in questions])
+        samples.append(scored)
+        rows += [{"sample": k, "question": e.question, "answer": e.answer, "response": t, "correct": c, "long_cot": lc}
+                 for e, t, c, lc in zip(questions, texts, scored["correct"], scored["long_cot"])]
+    responses_path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(responses_path) as tmp, open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return samples
