@@ -49,7 +49,8 @@ ui: install
 		--artifacts-destination "$(CURDIR)/mlartifacts" --host 127.0.0.1 --port $(MLFLOW_PORT) \
 		> .ui/mlflow.log 2>&1 & echo $$! > .ui/mlflow.pid
 	@echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)"
-	@echo "MLflow UI:  http://127.0.0.1:$(MLFLOW_PORT)"
+	@echo "MLflow UI:  http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"
+	@echo "            (MLflow 3.17 opens on its GenAI pages until the Model training switch is set; this link sets it)"
 	@echo "(up in ~15-60 s on 2 cores; logs in .ui/; stop with 'make ui-stop')"
 
 ui-stop:
