@@ -43,7 +43,10 @@ ProjectPath = Annotated[str, AfterValidator(_against_root)]
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True)
+    # validate_default + revalidate_instances: a ProjectPath inside a default (nested) model is
+    # resolved like one given in params.yaml
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True,
+                              revalidate_instances="always")
 
 
 class MethodConfig(StrictModel):

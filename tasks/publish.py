@@ -64,7 +64,7 @@ def publish(ctx: track.RunContext, report: Report) -> dict:
     children = track.child_runs(parent)
     for name, row in metrics.rows.items():
         if name in children:
-            track.Run(children[name], parent.experiment_id).log_metrics(numeric(row))
+            track.Run(children[name], parent.experiment_id).log_final(numeric(row))
     record = metrics.model_dump(mode="json")
     write_json(metrics_path(ctx.method), record, sort_keys=False)  # rows in the method's order
     write_json(run_pointer_path(ctx.method), track.run_pointer(parent, ctx.method))

@@ -7,8 +7,8 @@ ids: the fluent API keeps its active run per thread, which breaks inside threade
 Every run is tagged `method`, `variant`, `profile`, `git_commit`, `git_dirty`, `data_version`,
 `dvc_experiment` (the DVC experiment that ran it, `repro` or `none`), and
 carries its data version as a logged dataset (the runs table's Dataset column). Experiments are
-created as "custom model development" experiments, so the MLflow UI opens them on the training-runs
-view rather than the GenAI traces page.
+tagged as "custom model development" experiments (MLflow's experiment kind; the 3.17 UI itself
+picks its GenAI or Model training pages from a switch of its own, which `make ui`'s link sets).
 """
 from __future__ import annotations
 
@@ -160,6 +160,19 @@ class Run:
         items = [Metric(key, float(v), now, int(s)) for s, v in zip(steps, values)]
         for i in range(0, len(items), STEP_BATCH):
             client().log_batch(self.run_id, metrics=items[i:i + STEP_BATCH])
+
+    def log_final(self, metrics: Mapping[str, float]) -> None:
+        """Final values: each at the last step of the curve the run already has under that name (a
+        curve gains no point out of order, and its latest value becomes this one), else at step 0."""
+        from mlflow.entities import Metric
+
+        c = client()
+        existing = set(c.get_run(self.run_id).data.metrics)
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, max((m.step for m in c.get_metric_history(self.run_id, k)), default=0)
+                        if k in existing else 0) for k, v in metrics.items()]
+        for i in range(0, len(items), STEP_BATCH):
+            c.log_batch(self.run_id, metrics=items[i:i + STEP_BATCH])
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         client().log_artifact(self.run_id, str(path), artifact_path)

@@ -96,11 +96,16 @@ def test_project_paths_are_made_absolute_against_the_root_even_as_defaults(tmp_p
     class Inner(StrictModel):
         shards: ProjectPath
 
+    class Corpus(StrictModel):
+        folder: ProjectPath = "data/text"
+
     class Cfg(StrictModel):
         pool: ProjectPath = "data/pool"
         model: ProjectPath | None = None
         inner: Inner
+        corpus: Corpus = Corpus()  # a default model instance: revalidated with the root too
 
     cfg = validate(Cfg, {"inner": {"shards": "c4"}, "model": "/models/m"}, "params.yaml: x", root=tmp_path)
     assert (cfg.pool, cfg.inner.shards, cfg.model) == (str(tmp_path / "data/pool"), str(tmp_path / "c4"), "/models/m")
+    assert cfg.corpus.folder == str(tmp_path / "data/text")
     assert validate(Cfg, {"inner": {"shards": "c4"}}, "params.yaml: x").pool == "data/pool"  # no root: as given

@@ -111,3 +111,13 @@ def test_large_inputs_are_read_once_then_known_by_size_and_mtime(project, monkey
         f.write(b"\1")
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
     assert track.data_version([shard]) != first and len(reads) == 2
+
+
+def test_final_values_land_at_the_end_of_an_existing_curve(project):
+    with track.parent_run("m", "tiny", {}, "generated") as parent:
+        with _context(parent).child("v1") as child:
+            child.log_history("val_loss", [10, 20], [3.0, 2.0])
+    child.log_final({"val_loss": 1.5, "params": 7})
+    c = track.client()
+    assert [(m.step, m.value) for m in c.get_metric_history(child.run_id, "val_loss")] == [(10, 3.0), (20, 2.0), (20, 1.5)]
+    assert c.get_run(child.run_id).data.metrics == {"val_loss": 1.5, "params": 7.0}
