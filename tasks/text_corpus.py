@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Sequence
 
 from paperline.config import ParamsError, _set_dotted, parse_override, read_params, validate
-from paperline.data.text_corpus import CORPUS_FILES, CorpusError, TextCorpusConfig, build_corpus
+from paperline.data.text_corpus import CORPUS_FILES, CorpusError, TextCorpusConfig, build_corpus, corpus_fingerprint
+from paperline.io import read_json
 from tasks.paths import committed_data_path, params_path, project_path
 
 SECTION = "text_corpus"
@@ -36,17 +37,36 @@ def source_files(cfg: TextCorpusConfig) -> list[Path]:
     return [project_path(cfg.sdist)] if cfg.sdist else [committed_data_path(cfg.source)]
 
 
+def _sdist(cfg: TextCorpusConfig) -> Path | None:
+    return project_path(cfg.sdist) if cfg.sdist else None
+
+
 def run(cfg: TextCorpusConfig) -> dict:
-    return build_corpus(cfg, committed_data_path(cfg.source),
-                        project_path(cfg.sdist) if cfg.sdist else None, corpus_dir(cfg))
+    return build_corpus(cfg, committed_data_path(cfg.source), _sdist(cfg), corpus_dir(cfg))
 
 
 def ensure(cfg: TextCorpusConfig) -> Path:
-    """The prepared corpus folder, built first when any of its files is missing."""
+    """The prepared corpus folder, built first when a file is missing or corpus.json's fingerprint
+    is not `cfg`'s. A stale corpus is rebuilt rather than refused: no method flow can override
+    `text_corpus`, so the rebuild writes exactly what `dvc repro text-corpus` would (unlike the sEMG
+    features, which a method's own --set can make differ from the stage's)."""
     out = corpus_dir(cfg)
     if not all((out / name).is_file() for name in CORPUS_FILES):
-        run(cfg)
+        reason = "not prepared"
+    elif _fingerprint_of(out) != corpus_fingerprint(cfg, committed_data_path(cfg.source), _sdist(cfg)):
+        reason = f"made from other {SECTION} parameters or sources than params.yaml's"
+    else:
+        return out
+    print(f"text-corpus: {out}: {reason}; building it")
+    run(cfg)
     return out
+
+
+def _fingerprint_of(folder: Path) -> str | None:
+    try:
+        return read_json(folder / "corpus.json").get("fingerprint")
+    except ValueError:  # unreadable: rebuilt like a stale one
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
