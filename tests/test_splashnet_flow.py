@@ -2,7 +2,7 @@
 variant with zero-shot and fine-tuned CER (greedy and beam search with the character LM), the
 paper parameter/FLOP table, an MLflow parent with a child per variant, plots as MLflow artifacts
 and DVC files; a run that died mid-training resumes from its Lightning checkpoint; features of
-other data parameters are refused; and the prep CLI's errors."""
+other data parameters are refused; and the prep flows' errors."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ import shutil
 import pytest
 import yaml
 
+from flows.__main__ import main as flows_cli
 from flows.launch import run_method
 from paperline.methods.splashnet import pipeline
 from tasks import track
@@ -18,11 +19,9 @@ from tests.conftest import finished_flow_runs
 
 
 def _prepare(*overrides: str) -> None:
-    from tasks import semg_prep
-
     sets = [a for o in overrides for a in ("--set", o)]
-    assert semg_prep.main(["sessions", "--profile", "tiny", *sets]) == 0
-    assert semg_prep.main(["normalize", "--profile", "tiny", *sets]) == 0
+    assert flows_cli(["run", "semg-sessions", "--profile", "tiny", *sets]) == 0
+    assert flows_cli(["run", "semg-normalize", "--profile", "tiny", *sets]) == 0
 
 
 def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server):
@@ -99,12 +98,10 @@ def test_tiny_flow_writes_metrics_plots_and_mlflow_runs(project, prefect_server)
         run_method("splashnet", "tiny", ["data.generator.users=4"])
 
 
-def test_prep_cli_names_a_missing_session_folder(project, capsys):
-    from tasks import semg_prep
-
-    code = semg_prep.main(["sessions", "--profile", "tiny", "--set", "data.source=directory",
-                           "--set", "data.directory=no/such/dir"])
+def test_prep_flows_name_a_missing_session_folder(project, prefect_server, capsys):
+    code = flows_cli(["run", "semg-sessions", "--profile", "tiny", "--set", "data.source=directory",
+                      "--set", "data.directory=no/such/dir"])
     assert code == 1 and "no/such/dir: no such folder of emg2qwerty sessions" in capsys.readouterr().err
-    assert semg_prep.main(["normalize", "--profile", "tiny"]) == 1
+    assert flows_cli(["run", "semg-normalize", "--profile", "tiny"]) == 1
     assert "no session manifest" in capsys.readouterr().err
-    assert semg_prep.main(["sessions", "--profile", "tiny", "--set", "window_samples=0"]) == 2
+    assert flows_cli(["run", "semg-sessions", "--profile", "tiny", "--set", "window_samples=0"]) == 2

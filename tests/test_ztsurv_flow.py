@@ -1,4 +1,4 @@
-"""The ZTSurv pipeline end to end at the tiny profile: the three WSI prep stages as DVC runs them,
+"""The ZTSurv pipeline end to end at the tiny profile: the three WSI prep flows as DVC runs them,
 then the flow: metrics, plots, MLflow runs per method and fold, checkpoints; and parameter errors."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import pytest
 import yaml
 
+from flows.__main__ import main as flows_cli
 from flows.launch import run_method
 from paperline.config import ParamsError, read_params
 from tasks import track, wsi_prep
@@ -15,8 +16,8 @@ METHODS = ["composition_cox", "mean_pool", "abmil", "gcn", "ztsurv"]
 
 
 def test_tiny_prep_stages_then_flow(project, prefect_server):
-    for stage in ("cohort", "downsample", "til-maps"):
-        assert wsi_prep.main([stage, "--profile", "tiny"]) == 0
+    for stage in ("wsi-cohort", "wsi-downsample", "til-maps"):
+        assert flows_cli(["run", stage, "--profile", "tiny"]) == 0
     index = json.loads((project / "data" / "wsi" / "thumbnails" / "index.json").read_text())
     assert len(index["slides"]) == 16 and index["failed"] == []
 
@@ -57,7 +58,7 @@ def test_bad_parameters_fail_before_any_work_naming_the_key(project):
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ParamsError, match="wsi.profiles.tiny.patinets: unknown parameter"):
         wsi_prep.resolve(read_params(project / "params.yaml"), "tiny")
-    assert wsi_prep.main(["cohort", "--profile", "tiny"]) == 2
+    assert flows_cli(["run", "wsi-cohort", "--profile", "tiny"]) == 2
     assert not (project / "data").exists()
     with pytest.raises(ParamsError, match="ztsurv.profiles.tiny.til_threshold"):
         run_method("ztsurv", "tiny", ["til_threshold=1.5"])

