@@ -1,5 +1,5 @@
 """How many optimizer steps a SplashNet variant needs before its greedy CER leaves 100%, on the
-prepared smoke data (`python -m tasks.semg_prep sessions && python -m tasks.semg_prep normalize`).
+prepared smoke data (`python -m flows run semg-sessions && python -m flows run semg-normalize`).
 
     python benchmarks/splashnet_learning_curve.py --variant baseline --steps 500
     python benchmarks/splashnet_learning_curve.py --variant rtn --steps 500 --no-augment --users 1

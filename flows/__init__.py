@@ -1,6 +1,7 @@
-"""The flow registry: the one list of methods. `dvc.yaml` has a stage per entry (a test keeps
-them in step). Entries name their config model and flow by import path, so listing methods or
-validating parameters imports neither Prefect nor torch."""
+"""The flow registries: the one list of methods and the one list of shared data-prep stages.
+`dvc.yaml` has a stage per entry of each (a test keeps them in step). Entries name their config
+model and flow by import path, so listing them or validating parameters imports neither Prefect
+nor torch."""
 from __future__ import annotations
 
 import importlib
@@ -9,18 +10,22 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class MethodSpec:
+class FlowSpec:
     name: str
     title: str
     config: str  # "module:Class" of the pydantic config model
     flow: str  # "module:function" of the Prefect flow
-    status: str
 
     def load_config_model(self) -> type:
         return _load(self.config)
 
     def load_flow(self) -> Any:
         return _load(self.flow)
+
+
+@dataclass(frozen=True)
+class MethodSpec(FlowSpec):
+    status: str
 
 
 def _load(path: str) -> Any:
@@ -60,3 +65,47 @@ def get_method(name: str) -> MethodSpec:
         return METHODS[name]
     except KeyError:
         raise SystemExit(f"unknown method {name!r}; known: {', '.join(METHODS)}") from None
+
+
+@dataclass(frozen=True)
+class PrepSpec(FlowSpec):
+    """A shared data-prep stage (`name`: its dvc.yaml stage) and the params.yaml `section` it reads:
+    with `follows` None, one configuration for every profile; `follows` == `section`, a method's
+    own section; else a data section at the profile the method `follows` names."""
+
+    section: str
+    follows: str | None = None
+
+
+PREP_STAGES: dict[str, PrepSpec] = {
+    spec.name: spec
+    for spec in [
+        PrepSpec("text-corpus", "Shakespeare token files and byte-level BPE tokenizer (TPA, Memory Decoder)",
+                 "paperline.data.text_corpus:TextCorpusConfig", "flows.prep_text:text_corpus_flow", "text_corpus"),
+        PrepSpec("semg-sessions", "emg2qwerty-format sEMG sessions: generated users, or a folder of real ones",
+                 "paperline.methods.splashnet.config:SplashNetConfig", "flows.prep_semg:semg_sessions_flow",
+                 "splashnet", "splashnet"),
+        PrepSpec("semg-normalize", "sEMG log-spectrogram features (33 bins, 6 bands) and per-user channel statistics",
+                 "paperline.methods.splashnet.config:SplashNetConfig", "flows.prep_semg:semg_normalize_flow",
+                 "splashnet", "splashnet"),
+        PrepSpec("wsi-cohort", "WSI cohort: GBSG2 survival with generated pyramidal slides, or a cohort CSV",
+                 "paperline.data.wsi_prep:WSIPrepConfig", "flows.prep_wsi:wsi_cohort_flow", "wsi", "ztsurv"),
+        PrepSpec("wsi-downsample", "50x slide thumbnails with Otsu tissue masks",
+                 "paperline.data.wsi_prep:WSIPrepConfig", "flows.prep_wsi:wsi_downsample_flow", "wsi", "ztsurv"),
+        PrepSpec("til-maps", "TIL maps registered to the thumbnails (a stand-in where a slide has none)",
+                 "paperline.data.wsi_prep:WSIPrepConfig", "flows.prep_wsi:til_maps_flow", "wsi", "ztsurv"),
+        PrepSpec("tulu-pool", "Tulu V2-format selection pool and target sets (embedded, or the real file)",
+                 "paperline.data.tulu_pool:TuluPoolConfig", "flows.prep_tulu:tulu_pool_flow", "tulu",
+                 "influence_distillation"),
+        PrepSpec("tulu-select", "Influence Distillation's selections and its baselines' on the Tulu pool (GPU tasks)",
+                 "paperline.methods.influence_distillation.config:InfluenceDistillationConfig",
+                 "flows.prep_tulu:tulu_select_flow", "influence_distillation", "influence_distillation"),
+    ]
+}
+
+
+def get_prep_stage(name: str) -> PrepSpec:
+    try:
+        return PREP_STAGES[name]
+    except KeyError:
+        raise SystemExit(f"unknown prep stage {name!r}; known: {', '.join(PREP_STAGES)}") from None

@@ -1,4 +1,7 @@
-"""`python -m flows list | run <method> [--profile P] [--set key=value ...] | serve | report`."""
+"""`python -m flows list | run <method or prep stage> [--profile P] [--set key=value ...] | serve | report`.
+
+`run` exits 0 when done, 2 on invalid parameters (the message names the key), 1 on bad input data
+(the message names the file, line or field)."""
 from __future__ import annotations
 
 import argparse
@@ -10,9 +13,9 @@ from flows.env import set_default_env
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="the registered methods")
-    run = sub.add_parser("run", help="run one method's flow")
-    run.add_argument("method")
+    sub.add_parser("list", help="the registered methods and data-prep stages")
+    run = sub.add_parser("run", help="run one method's or data-prep stage's flow")
+    run.add_argument("method", metavar="name", help="a method or a data-prep stage (python -m flows list)")
     run.add_argument("--profile", choices=["tiny", "smoke", "paper"], default=None,
                      help="default: the method's `profile` in params.yaml")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -23,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     set_default_env()
-    from flows import METHODS
+    from flows import METHODS, PREP_STAGES
     from paperline.config import ParamsError
+    from paperline.io import DataError
 
     try:
         if args.command == "list":
@@ -33,6 +37,18 @@ def main(argv: list[str] | None = None) -> int:
             for name, spec in METHODS.items():
                 profile, _ = resolve(name)
                 print(f"{name:24s} {spec.status:10s} profile={profile:6s} {spec.title}")
+            from flows.prep import resolve_prep
+
+            for name, spec in PREP_STAGES.items():
+                profile, _ = resolve_prep(name)
+                print(f"{name:24s} {'prep':10s} profile={profile or '-':6s} {spec.title}")
+        elif args.command == "run" and args.method not in METHODS and args.method not in PREP_STAGES:
+            raise ParamsError(f"unknown method or prep stage {args.method!r}; methods: {', '.join(METHODS)}; "
+                              f"prep stages: {', '.join(PREP_STAGES)}")
+        elif args.command == "run" and args.method in PREP_STAGES:
+            from flows.prep import run_prep
+
+            run_prep(args.method, args.profile, args.overrides)
         elif args.command == "run":
             from flows.launch import run_method
 
@@ -49,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (DataError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -183,6 +183,21 @@ def load_data_config(
     return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}", root)
 
 
+def load_section_config(
+    model: type[ConfigT],
+    params: dict[str, Any],
+    section_name: str,
+    overrides: Iterable[str] = (),
+    source: str = "params.yaml",
+) -> ConfigT:
+    """The validated config of a section that holds one configuration for every profile
+    (`text_corpus`), with `overrides` applied."""
+    values = copy.deepcopy(params.get(section_name) or {})
+    for text in overrides:
+        _set_dotted(values, *parse_override(text))
+    return validate(model, values, f"{source}: {section_name}")
+
+
 class LMShapeConfig(StrictModel):
     """The shape of a small `paperline.nn.causal_lm.CausalLM` (MHA): Memory Decoder's and QFFT's."""
 

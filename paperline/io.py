@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+class DataError(ValueError):
+    """Bad input data (a missing, malformed or stale file); the message names the file, and the line
+    or field where it can. `python -m flows run` exits 1 on it (2 is for invalid parameters)."""
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""

@@ -37,7 +37,7 @@ def data(cfg: InfluenceDistillationConfig) -> SelectionData:
     pool = Path(cfg.pool_dir)
     if not (pool / "pool.jsonl").is_file():
         raise FileNotFoundError(f"{pool}/pool.jsonl: no pool; run the tulu-pool stage "
-                                "(dvc repro tulu-pool, or python -m tasks.tulu_prep pool)")
+                                "(dvc repro tulu-pool, or python -m flows run tulu-pool)")
     # selection.json, written last, stands for its folder: hashing the warm-up checkpoint (a
     # model and its Adam moments at the paper's size) on every flow start would cost minutes
     version = track.data_version([pool / "pool.jsonl", pool / "targets", selection_dir() / SELECTION_FILE])

@@ -133,6 +133,36 @@ def submit_gpu(task: Any, *args: Any, **kwargs: Any) -> Any:
     return task.submit(*args, **kwargs)
 
 
+# Chunks of a prep stage's items per worker: enough to balance items of unequal cost (slides of
+# different sizes), few enough that Prefect's ~40 ms a task stays small beside the work.
+CHUNKS_PER_WORKER = 4
+
+
+def parallelism(runtime: RuntimeConfig) -> int:
+    """Tasks the configured runner runs at once."""
+    return runtime.max_workers if runtime.task_runner == "thread" else runtime.dask_workers
+
+
+def chunk_mapper(runtime: RuntimeConfig, *tasks: Any) -> Any:
+    """A `map_chunks` (paperline/data/chunks.py) that runs each chunk of items as a Prefect task on
+    the flow's task runner: the task among `tasks` that wraps the function the stage maps. It waits
+    for every chunk before returning or raising, so a failed chunk never leaves another one writing
+    into a folder the stage is about to discard."""
+    from prefect.futures import wait
+
+    from paperline.data.chunks import split_chunks
+
+    by_function = {t.fn: t for t in tasks}
+    chunks = parallelism(runtime) * CHUNKS_PER_WORKER
+
+    def map_chunks(fn: Any, items: list, **kwargs: Any) -> list:
+        futures = [by_function[fn].submit(chunk, **kwargs) for chunk in split_chunks(items, chunks)]
+        wait(futures)
+        return [result for future in futures for result in future.result()]
+
+    return map_chunks
+
+
 def make_task_runner(runtime: RuntimeConfig) -> Any:
     if runtime.task_runner == "thread":
         from prefect.task_runners import ThreadPoolTaskRunner

@@ -1,5 +1,5 @@
-"""`python -m tasks.semg_prep sessions|normalize [--profile P] [--set key=value ...]`: the sEMG data
-stages of dvc.yaml.
+"""Tasks of the sEMG data-prep flows (flows/prep_semg.py), a chunk of sessions each, and what
+the SplashNet flow checks of their outputs.
 
 - `semg-sessions`: the embedded default writes generated emg2qwerty-format sessions into
   data/splashnet/sessions/ (with mne QA plots under qa/); `data.source: directory` lists the real
@@ -8,20 +8,23 @@ stages of dvc.yaml.
   data/splashnet/features/, with the per-user channel statistics before and after RTN.
 
 Parameters: `splashnet.data` of the profile `splashnet.profile` names (the method that reads
-these data). Plain processes, no Prefect: DVC decides when they re-run; the flow calls
-`require_prepared`, which refuses missing features or features of other data parameters.
+these data). The flow calls `require_prepared`, which refuses missing features or features of
+other data parameters.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from paperline.config import PROFILES, ParamsError, load_method_config, read_params
-from paperline.io import atomic_dir, json_digest, read_json, write_json
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.data import semg_synth
+from paperline.data.chunks import ChunkMap, map_serially
+from paperline.io import DataError, atomic_dir, json_digest, read_json, write_json
+from paperline.methods.splashnet import features
 from paperline.methods.splashnet.config import SplashNetConfig
-from tasks.paths import committed_data_path, params_path, repo_path
+from tasks.paths import committed_data_path, repo_path
 
 METHOD = "splashnet"
 MANIFEST = "manifest.json"
@@ -35,11 +38,6 @@ def features_dir() -> Path:
     return repo_path("data", METHOD, "features")
 
 
-def resolve(profile: str | None = None, overrides: Sequence[str] = ()) -> tuple[str, SplashNetConfig]:
-    return load_method_config(SplashNetConfig, read_params(params_path()), METHOD, profile, overrides,
-                              source=params_path().name)
-
-
 def sessions_fingerprint(cfg: SplashNetConfig) -> str:
     return json_digest({"data": cfg.data.model_dump(), "seed": cfg.seed})
 
@@ -48,8 +46,8 @@ def features_fingerprint(cfg: SplashNetConfig) -> str:
     return json_digest({"sessions": sessions_fingerprint(cfg), "rtn": [cfg.rtn_warmup_frames, cfg.rtn_eps]})
 
 
-def build_sessions(cfg: SplashNetConfig) -> dict[str, Any]:
-    from paperline.data import emg2qwerty, semg_synth
+def build_sessions(cfg: SplashNetConfig, map_chunks: ChunkMap = map_serially) -> dict[str, Any]:
+    from paperline.data import emg2qwerty
     from paperline.methods.splashnet import plots
     from paperline.methods.splashnet.plots import BAND_EDGES_HZ
 
@@ -57,7 +55,7 @@ def build_sessions(cfg: SplashNetConfig) -> dict[str, Any]:
     with atomic_dir(out) as tmp:
         if cfg.data.source == "generated":
             text = semg_synth.load_corpus(committed_data_path(cfg.data.corpus), cfg.data.generator.vocabulary)
-            paths = semg_synth.generate_sessions(tmp, cfg.data.generator, text, seed=cfg.seed)
+            paths = semg_synth.generate_sessions(tmp, cfg.data.generator, text, seed=cfg.seed, map_chunks=map_chunks)
             refs = [emg2qwerty.SessionRef(str(Path("data", METHOD, "sessions", p.name)), *_user_name(p))
                     for p in paths]
             first = emg2qwerty.read_session(paths[0])
@@ -90,20 +88,20 @@ def _absolute(refs):
             for r in refs]
 
 
-def build_features(cfg: SplashNetConfig) -> dict[str, Any]:
+def build_features(cfg: SplashNetConfig, map_chunks: ChunkMap = map_serially) -> dict[str, Any]:
     from paperline.methods.splashnet import plots
-    from paperline.methods.splashnet.features import manifest_refs, write_features
 
     manifest_path = sessions_dir() / MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{manifest_path}: no session manifest (run the semg-sessions stage: "
-                                "python -m tasks.semg_prep sessions)")
+                                "python -m flows run semg-sessions)")
     manifest = read_json(manifest_path)
     if manifest.get("fingerprint") != sessions_fingerprint(cfg):
-        raise ValueError(f"{manifest_path}: written for other data parameters; re-run the semg-sessions stage")
-    refs = _absolute(manifest_refs(manifest))
+        raise DataError(f"{manifest_path}: written for other data parameters; re-run the semg-sessions stage")
+    refs = _absolute(features.manifest_refs(manifest))
     with atomic_dir(features_dir()) as tmp:
-        index = write_features(refs, tmp, cfg.rtn_warmup_frames, cfg.rtn_eps, features_fingerprint(cfg))
+        index = features.write_features(refs, tmp, cfg.rtn_warmup_frames, cfg.rtn_eps, features_fingerprint(cfg),
+                                        map_chunks=map_chunks)
         plots.plot_channel_stats(read_json(tmp / "stats.json"), tmp / "qa" / "channel_stats.png")
     return index
 
@@ -113,43 +111,16 @@ def require_prepared(cfg: SplashNetConfig) -> Path:
     parameters (a `--set` given to the flow but not to the stages): an error naming the folder and
     the command, never a silent rebuild of another stage's outputs."""
     rerun = ("run the semg stages with the same profile and --set options: dvc repro semg-normalize, or "
-             "python -m tasks.semg_prep sessions && python -m tasks.semg_prep normalize")
+             "python -m flows run semg-sessions && python -m flows run semg-normalize")
     for path, fingerprint in ((sessions_dir() / MANIFEST, sessions_fingerprint(cfg)),
                               (features_dir() / "index.json", features_fingerprint(cfg))):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: not prepared; {rerun}")
         if read_json(path).get("fingerprint") != fingerprint:
-            raise ValueError(f"{path.parent}: prepared with other data parameters than this run's; {rerun}")
+            raise DataError(f"{path.parent}: prepared with other data parameters than this run's; {rerun}")
     return features_dir()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.semg_prep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["sessions", "normalize"])
-    parser.add_argument("--profile", choices=list(PROFILES), default=None)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    from paperline.data.emg2qwerty import SessionFormatError
-    from paperline.data.semg_synth import CorpusError
-
-    try:
-        profile, cfg = resolve(args.profile, args.overrides)
-    except ParamsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    try:
-        if args.stage == "sessions":
-            manifest = build_sessions(cfg)
-            print(f"semg-sessions ({profile}): {len(manifest['sessions'])} sessions -> {sessions_dir()}")
-        else:
-            index = build_features(cfg)
-            print(f"semg-normalize ({profile}): {len(index['sessions'])} sessions -> {features_dir()}")
-    except (SessionFormatError, CorpusError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+# DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+write_sessions = task(semg_synth.write_sessions, name="semg-generate-sessions", cache_policy=NO_CACHE)
+featurize_sessions = task(features.featurize_sessions, name="semg-featurize-sessions", cache_policy=NO_CACHE)

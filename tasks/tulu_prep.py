@@ -1,36 +1,35 @@
-"""`python -m tasks.tulu_prep pool|select [--profile P] [--set key=value ...] [--skip-invalid]`: the
-Tulu selection data-prep stages of dvc.yaml.
+"""Tasks of the Tulu selection data-prep flows (flows/prep_tulu.py).
 
-- `pool` (stage tulu-pool): parameters `tulu.profiles.<profile>` (TuluPoolConfig), the profile the
-  one `influence_distillation.profile` names; writes <project>/data/tulu/ (pool.jsonl, targets/,
-  manifest.json). `--skip-invalid` skips malformed lines of a real Tulu file and reports the counts.
-- `select` (stage tulu-select): the selections on that pool with the method's parameters
-  (`influence_distillation.profiles.<profile>`): the warm-up, then Influence Distillation (JVP
-  embeddings, landmarks, propagation, round-robin) and its baselines (random, RDS+-like, exact
-  first-order), each timed in this one process; writes <project>/data/tulu/selection/
-  (<method>.jsonl of id, dataset, weight, rank, score; warmup.pt; scores.npz; selection.json).
-  The method's flow fine-tunes on each.
-
-Plain processes, no Prefect: DVC decides when they re-run.
+- tulu-pool: parameters `tulu.profiles.<profile>` (TuluPoolConfig), the profile the one
+  `influence_distillation.profile` names; writes <project>/data/tulu/ (pool.jsonl, targets/,
+  manifest.json). Chunk tasks: sub-datasets of the embedded pool, or line ranges of a real Tulu
+  file (`skip_invalid: true` skips its malformed lines and counts them in manifest.json).
+- tulu-select: the selections on that pool with the method's parameters
+  (`influence_distillation.profiles.<profile>`): a GPU task for the warm-up, then a GPU task per
+  selection method (random, RDS+-like, exact first-order, Influence Distillation: JVP embeddings,
+  landmark gradients, propagation), each timed on its own device; writes
+  <project>/data/tulu/selection/ (<method>.jsonl of id, dataset, weight, rank, score; warmup.pt;
+  scores.npz; selection.json). The method's flow fine-tunes on each.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-from typing import Any, Sequence
+import threading
+from pathlib import Path
+from typing import Any
 
-from paperline.config import PROFILES, ParamsError, load_data_config, load_method_config, read_params
-from tasks.paths import params_path, project_path, repo_path
+from prefect import task
+from prefect.cache_policies import NO_CACHE
 
-SECTION = "tulu"
-FOLLOWS = "influence_distillation"  # whose `profile` picks the data profile
+from paperline.data import tulu_pool
+from paperline.io import json_digest
+from tasks.paths import project_path, repo_path
+from tasks.runners import GPU_TAG, gpu_slot
 
-
-def data_dir():
+def data_dir() -> Path:
     return repo_path("data", "tulu")
 
 
-def selection_dir():
+def selection_dir() -> Path:
     return data_dir() / "selection"
 
 
@@ -41,59 +40,65 @@ def with_resolved_paths(cfg):
     return cfg.model_copy(update=update)
 
 
-def resolve_pool(params: dict[str, Any], profile: str | None = None, overrides: Sequence[str] = ()):
-    from paperline.data.tulu_pool import TuluPoolConfig
+def require_pool(cfg) -> Path:
+    pool = Path(cfg.pool_dir) / "pool.jsonl"
+    if not pool.is_file():
+        raise FileNotFoundError(f"{pool}: no pool; run the tulu-pool stage (dvc repro tulu-pool, or "
+                                "python -m flows run tulu-pool)")
+    return pool
 
-    return load_data_config(TuluPoolConfig, params, SECTION, FOLLOWS, profile, overrides, params_path().name)
+
+# DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+sub_dataset_records = task(tulu_pool.sub_dataset_records, name="tulu-generate-sub-datasets", cache_policy=NO_CACHE)
+count_valid_lines = task(tulu_pool.count_valid_lines, name="tulu-count-valid-lines", cache_policy=NO_CACHE)
+write_sampled_lines = task(tulu_pool.write_sampled_lines, name="tulu-sample-lines", cache_policy=NO_CACHE)
 
 
-def run_select(profile: str | None, overrides: Sequence[str]) -> dict:
-    import torch
+# The warmed-up model, pool and targets on a device, for one flow run: the warm-up task builds it,
+# each selection task of the same process (thread runner) reuses it, a process that lacks it (a
+# Dask worker) loads it from the finished warmup.pt. One per device, so a long-lived worker holds
+# at most the last run's.
+_states: dict[str, tuple[str, Any]] = {}  # device -> (the run and parameters it is for, state)
+_states_lock = threading.Lock()
+
+
+def selection_state(cfg, out_dir: str, device) -> tuple[Any, Any, dict]:
+    """(prep, optimizer, warm-up history) on `device` (see `pipeline.prepare_selection`)."""
+    from prefect.runtime import flow_run
 
     from paperline.methods.influence_distillation import pipeline
-    from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 
-    profile, cfg = load_method_config(InfluenceDistillationConfig, read_params(params_path()), FOLLOWS,
-                                      profile, overrides, source=params_path().name)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    summary = pipeline.run_selection(with_resolved_paths(cfg), selection_dir(), device)
-    return summary | {"profile": profile}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.tulu_prep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["pool", "select"])
-    parser.add_argument("--profile", choices=list(PROFILES), default=None)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--skip-invalid", action="store_true",
-                        help="pool: skip malformed lines of the Tulu file (counted in manifest.json)")
-    args = parser.parse_args(argv)
-    from paperline.data.tulu import TuluFormatError
-
-    try:
-        if args.stage == "pool":
-            from paperline.data.tulu_pool import write_pool
-
-            profile, cfg = resolve_pool(read_params(params_path()), args.profile, args.overrides)
-            if args.skip_invalid:
-                cfg = cfg.model_copy(update={"skip_invalid": True})
-            manifest = write_pool(cfg, data_dir(), root=repo_path())
-            skipped = manifest["skipped"]
-            print(f"tulu-pool ({profile}): {manifest['pool_size']} pool samples, "
-                  f"{len(manifest['targets'])} target sets; skipped {skipped['skipped']} invalid lines "
-                  f"{skipped['reasons'] or ''}")
-        else:
-            summary = run_select(args.profile, args.overrides)
-            for method, sel in summary["selections"].items():
-                print(f"tulu-select ({summary['profile']}) {method}: {sel['wall_s']:.1f} s, "
-                      f"{sel['gradient_evaluations']} gradient evaluations, {sel['forward_passes']} forward passes")
-            print(f"  → {selection_dir()}")
-    except (ParamsError, TuluFormatError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    wanted = json_digest([flow_run.get_id(), pipeline.selection_fingerprint(cfg), out_dir])
+    with _states_lock:
+        held = _states.pop(str(device), None)  # dropped before a new one is built: one model at a time
+        if held is None or held[0] != wanted:
+            held = (wanted, pipeline.prepare_selection(cfg, Path(out_dir), device))
+        _states[str(device)] = held
+        return held[1]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def release_selection_states() -> None:
+    with _states_lock:
+        _states.clear()
+
+
+@task(name="tulu-warm-up", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def warm_up(cfg, out_dir: str) -> dict:
+    """The warm-up (resumed from warmup.pt when a killed run left it), then the model's target
+    metrics before any fine-tuning; with the pool's ids and datasets for the selection files."""
+    from paperline.methods.influence_distillation import pipeline
+
+    with gpu_slot() as device:
+        prep, _, history = selection_state(cfg, out_dir, device)
+        return {"history": history, "before_finetune": pipeline.evaluate_targets(cfg, prep),
+                "pool_ids": prep.pool.ids, "pool_datasets": prep.pool.datasets, "targets": sorted(prep.evals)}
+
+
+@task(name="tulu-select-method", tags=[GPU_TAG], cache_policy=NO_CACHE, task_run_name="tulu-select-{method}")
+def select_method(cfg, out_dir: str, method: str) -> dict:
+    """One selection method on the warmed-up model, timed while it holds the GPU slot alone."""
+    from paperline.methods.influence_distillation import pipeline
+
+    with gpu_slot() as device:
+        prep, optimizer, _ = selection_state(cfg, out_dir, device)
+        return pipeline.select_method(cfg, prep, pipeline.adam_of(cfg, prep, optimizer), method)

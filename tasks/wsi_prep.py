@@ -1,32 +1,35 @@
-"""`python -m tasks.wsi_prep cohort|downsample|til-maps [--profile P] [--set key=value ...]`: the
-shared WSI data-prep stages of dvc.yaml (wsi-cohort, wsi-downsample, til-maps).
+"""Tasks of the WSI data-prep flows (flows/prep_wsi.py: wsi-cohort, wsi-downsample, til-maps): a
+chunk of slides each, wrapping paperline/data/wsi_prep.py's per-slide functions.
 
-Parameters: `wsi.profiles.<profile>` in params.yaml, validated into WSIPrepConfig before any
-work. The profile is the one `ztsurv.profile` names (the method that reads these data), so one
-switch sets data and model scale together; `--profile` overrides it. Outputs go under
-<project>/data/wsi/ (PAPERLINE_ROOT, as everywhere); the texture slide is read from
-<project>/data/raw/. Plain processes, no Prefect: DVC decides when they re-run.
+Parameters: `wsi.profiles.<profile>` in params.yaml, validated into WSIPrepConfig before any work.
+The profile is the one `ztsurv.profile` names (the method that reads these data), so one switch
+sets data and model scale together; `--profile` overrides it. Outputs go under <project>/data/wsi/
+(PAPERLINE_ROOT, as everywhere); the texture slide is read from data/raw/ (the project's, else the
+code checkout's).
 """
 from __future__ import annotations
 
-import argparse
-import sys
+from pathlib import Path
 from typing import Any, Sequence
 
-from paperline.config import PROFILES, ParamsError, load_data_config, read_params
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.config import load_data_config
+from paperline.data import wsi_prep, wsi_synth
 from paperline.data.wsi_prep import WSIPrepConfig
-from tasks.paths import params_path, repo_path
+from tasks.paths import committed_data_path, params_path, repo_path
 
 SECTION = "wsi"
 FOLLOWS = "ztsurv"  # whose `profile` picks the data profile
 
 
-def data_dir():
+def data_dir() -> Path:
     return repo_path("data", "wsi")
 
 
-def raw_dir():
-    return repo_path("data", "raw")
+def raw_dir() -> Path:
+    return committed_data_path("data/raw")
 
 
 def resolve(params: dict[str, Any], profile: str | None = None,
@@ -34,36 +37,7 @@ def resolve(params: dict[str, Any], profile: str | None = None,
     return load_data_config(WSIPrepConfig, params, SECTION, FOLLOWS, profile, overrides, params_path().name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.wsi_prep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["cohort", "downsample", "til-maps"])
-    parser.add_argument("--profile", choices=list(PROFILES), default=None)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    from paperline.data import wsi, wsi_prep
-
-    try:
-        profile, cfg = resolve(read_params(params_path()), args.profile, args.overrides)
-    except ParamsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    progress = sys.stderr.isatty()
-    try:
-        if args.stage == "cohort":
-            path = wsi_prep.build_cohort(cfg, data_dir(), raw_dir(), progress=progress)
-            print(f"wsi-cohort ({profile}): {path}")
-        elif args.stage == "downsample":
-            out = wsi_prep.downsample_cohort(cfg, data_dir(), progress=progress)
-            print(f"wsi-downsample ({profile}): {len(out['slides'])} slides, {len(out['failed'])} failed")
-        else:
-            out = wsi_prep.register_cohort_til_maps(cfg, data_dir(), progress=progress)
-            print(f"til-maps ({profile}): {len(out['slides'])} slides, {len(out['failed'])} failed")
-    except (wsi.WSIError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+# DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+make_patients = task(wsi_synth.make_patients, name="wsi-synthesize-slides", cache_policy=NO_CACHE)
+downsample_slides = task(wsi_prep.downsample_slides, name="wsi-downsample-slides", cache_policy=NO_CACHE)
+register_til_maps = task(wsi_prep.register_til_maps, name="wsi-register-til-maps", cache_policy=NO_CACHE)

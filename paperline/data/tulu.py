@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Protocol, Sequence
 
+from paperline.io import DataError
+
 ROLES = ("system", "user", "assistant")
 HEADERS = {"system": "<|system|>\n", "user": "<|user|>\n", "assistant": "<|assistant|>\n"}
 
 
-class TuluFormatError(ValueError):
+class TuluFormatError(DataError):
     """A malformed line; the message names the file, the line number and the field."""
 
 
@@ -44,9 +46,12 @@ class TuluRecord:
         return {"dataset": self.dataset, "id": self.id, "messages": [dict(m) for m in self.messages]}
 
 
+SKIP_EXAMPLES = 5  # error messages kept in the skip statistics
+
+
 @dataclass
 class SkipStats:
-    """What `--skip-invalid` skipped: counts by reason and the first few error messages."""
+    """What `skip_invalid` skipped: counts by reason and the first few error messages."""
 
     read: int = 0
     skipped: int = 0
@@ -56,8 +61,19 @@ class SkipStats:
     def add(self, err: "TuluFormatError", reason: str) -> None:
         self.skipped += 1
         self.reasons[reason] += 1
-        if len(self.examples) < 5:
+        if len(self.examples) < SKIP_EXAMPLES:
             self.examples.append(str(err))
+
+    @classmethod
+    def merged(cls, parts: Iterable["SkipStats"]) -> "SkipStats":
+        """The stats of consecutive parts of one file, as one pass over it would have counted."""
+        out = cls()
+        for part in parts:
+            out.read += part.read
+            out.skipped += part.skipped
+            out.reasons.update(part.reasons)
+            out.examples = (out.examples + part.examples)[:SKIP_EXAMPLES]
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {"read": self.read, "kept": self.read - self.skipped, "skipped": self.skipped,
@@ -120,24 +136,67 @@ def parse_tulu_line(line: str, path: str | os.PathLike = "<string>", lineno: int
         raise error from None
 
 
+@dataclass(frozen=True)
+class LineRange:
+    """Whole lines of a file: bytes [start, stop), the first of them line number `first_line` (1-based).
+    A large file is read as several ranges, one task each, with the file's own line numbers."""
+
+    start: int
+    stop: int
+    first_line: int
+
+
+def line_ranges(path: str | os.PathLike, range_bytes: int) -> list[LineRange]:
+    """`path` cut into ranges of about `range_bytes` at line starts (one pass counting newlines)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such Tulu JSONL file")
+    size = path.stat().st_size
+    cuts = [0]
+    with path.open("rb") as fh:
+        while cuts[-1] < size:
+            fh.seek(min(size, cuts[-1] + range_bytes) - 1)
+            fh.readline()  # to the start of the next line
+            cuts.append(min(size, fh.tell()))
+        ranges, line = [], 1
+        for start, stop in zip(cuts, cuts[1:]):
+            ranges.append(LineRange(start, stop, line))
+            fh.seek(start)
+            line += fh.read(stop - start).count(b"\n")
+    return ranges or [LineRange(0, 0, 1)]
+
+
 def iter_tulu_jsonl(path: str | os.PathLike, skip_invalid: bool = False,
-                    stats: SkipStats | None = None) -> Iterator[TuluRecord]:
-    """Stream validated records from a Tulu JSONL file (blank lines are ignored)."""
+                    stats: SkipStats | None = None, lines: LineRange | None = None) -> Iterator[TuluRecord]:
+    """Stream validated records from a Tulu JSONL file, or from its `lines` (blank lines are ignored)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such Tulu JSONL file")
     stats = stats if stats is not None else SkipStats()
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
+    lines = lines or LineRange(0, path.stat().st_size, 1)
+    with path.open("rb") as fh:
+        fh.seek(lines.start)
+        lineno = lines.first_line
+        while fh.tell() < lines.stop and (raw := fh.readline()):
+            number, lineno = lineno, lineno + 1
+            if not raw.strip():
                 continue
             stats.read += 1
             try:
-                yield parse_tulu_line(line, path, lineno)
+                yield parse_tulu_line(_decode(raw, path, number), path, number)
             except TuluFormatError as err:
                 if not skip_invalid:
                     raise
                 stats.add(err, getattr(err, "reason", "bad_json"))
+
+
+def _decode(raw: bytes, path: Path, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        error = TuluFormatError(f"{path}: line {lineno}: not UTF-8 text (byte {err.start} of the line: {err.reason})")
+        error.reason = "not_utf8"
+        raise error from None
 
 
 def read_tulu_jsonl(path: str | os.PathLike, skip_invalid: bool = False,

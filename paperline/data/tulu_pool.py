@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import random
 import shutil
+from bisect import bisect_left
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from paperline.config import StrictModel
-from paperline.data.tulu import SkipStats, TuluRecord, iter_tulu_jsonl, read_tulu_jsonl, write_tulu_jsonl
-from paperline.io import atomic_dir, write_json
+from paperline.data.chunks import ChunkMap, map_serially
+from paperline.data.tulu import (LineRange, SkipStats, TuluRecord, iter_tulu_jsonl, line_ranges, read_tulu_jsonl,
+                                 write_tulu_jsonl)
+from paperline.io import DataError, atomic_dir, write_json
 
 PositiveInt = Annotated[int, Field(ge=1)]
 TARGETS = ("gsm8k_like", "squad_like", "mmlu_like")
@@ -189,19 +192,32 @@ def off_topic_records(n: int, seed: int) -> list[TuluRecord]:
     return out
 
 
-def embedded_pool(cfg: TuluPoolConfig) -> list[TuluRecord]:
+def embedded_pool(cfg: TuluPoolConfig, map_chunks: ChunkMap = map_serially) -> list[TuluRecord]:
+    """The embedded pool: each sub-dataset drawn from its own generator and seed (a chunk of
+    sub-datasets per `map_chunks` call), then shuffled together."""
     total = sum(POOL_MIX.values())
     counts = {name: max(1, round(cfg.pool_size * share / total)) for name, share in POOL_MIX.items()}
     counts["off_topic"] += cfg.pool_size - sum(counts.values())  # rounding remainder
-    seed = cfg.seed
+    order = ("gsm_symbolic", *RG_FAMILIES, "span_extraction", "multiple_choice_facts", "chitchat", "off_topic")
+    records = map_chunks(sub_dataset_records, [(name, counts[name]) for name in order], seed=cfg.seed)
+    random.Random(cfg.seed).shuffle(records)
+    return records
+
+
+def sub_dataset_records(parts: list[tuple[str, int]], seed: int) -> list[TuluRecord]:
+    """The records of each (sub-dataset, count) of the embedded pool, in order."""
     records: list[TuluRecord] = []
-    for family in ("gsm_symbolic", *RG_FAMILIES):
-        records += reasoning_gym_records(family, counts[family], seed)
-    records += span_extraction_records("span_extraction", counts["span_extraction"], seed)
-    records += multiple_choice_records("multiple_choice_facts", counts["multiple_choice_facts"], seed)
-    records += chitchat_records(counts["chitchat"], seed)
-    records += off_topic_records(counts["off_topic"], seed)
-    random.Random(seed).shuffle(records)
+    for name, n in parts:
+        if name == "span_extraction":
+            records += span_extraction_records(name, n, seed)
+        elif name == "multiple_choice_facts":
+            records += multiple_choice_records(name, n, seed)
+        elif name == "chitchat":
+            records += chitchat_records(n, seed)
+        elif name == "off_topic":
+            records += off_topic_records(n, seed)
+        else:
+            records += reasoning_gym_records(name, n, seed)
     return records
 
 
@@ -216,28 +232,61 @@ def embedded_target(name: str, n: int, seed: int) -> list[TuluRecord]:
 
 
 # ----------------------------------------------------------------------------- the real file
-def sample_tulu_file(path: str | Path, size: int, seed: int, skip_invalid: bool,
-                     stats: SkipStats) -> Iterator[TuluRecord]:
-    """A uniform sample of `size` valid lines in two streaming passes (never the whole file in memory)."""
-    count_stats = SkipStats()
-    valid = sum(1 for _ in iter_tulu_jsonl(path, skip_invalid, count_stats))
-    if valid < size:
-        raise ValueError(f"{path}: {valid} valid records, fewer than pool_size {size}")
-    chosen = set(random.Random(seed).sample(range(valid), size))
-    for index, record in enumerate(iter_tulu_jsonl(path, skip_invalid, stats)):
-        if index in chosen:
-            yield record
+RANGE_BYTES = 64 << 20  # the Tulu file is read in ranges of whole lines this long, a chunk item each
 
 
-def write_pool(cfg: TuluPoolConfig, out_dir: str | Path, root: str | Path = ".") -> dict[str, Any]:
-    """Write the pool, the target sets and the manifest into `out_dir` (atomically); return the manifest."""
+def count_valid_lines(ranges: list[LineRange], path: str, skip_invalid: bool) -> list[int]:
+    """Pass 1: the valid records of each range (strict: the first bad line raises, naming it)."""
+    return [sum(1 for _ in iter_tulu_jsonl(path, skip_invalid, SkipStats(), lines)) for lines in ranges]
+
+
+def write_sampled_lines(jobs: list[tuple[LineRange, list[int], str]], path: str,
+                        skip_invalid: bool) -> list[tuple[int, SkipStats]]:
+    """Pass 2: per (range, the range's chosen valid-record indices, part file), those records
+    written to the part file (validated again on writing); the count and the range's skip stats."""
+    out = []
+    for lines, chosen, part in jobs:
+        stats, wanted = SkipStats(), set(chosen)
+        records = (r for i, r in enumerate(iter_tulu_jsonl(path, skip_invalid, stats, lines)) if i in wanted)
+        out.append((write_tulu_jsonl(part, records), stats))
+    return out
+
+
+def sample_tulu_file(path: str | Path, size: int, seed: int, skip_invalid: bool, out: Path,
+                     map_chunks: ChunkMap = map_serially) -> tuple[int, SkipStats]:
+    """A uniform sample of `size` valid lines, in file order, into `out`: two streaming passes over
+    the file's line ranges (never the whole file in memory), each range's work a chunk item."""
+    path = str(path)
+    ranges = line_ranges(path, RANGE_BYTES)
+    valid = map_chunks(count_valid_lines, ranges, path=path, skip_invalid=skip_invalid)
+    if sum(valid) < size:
+        raise DataError(f"{path}: {sum(valid)} valid records, fewer than pool_size {size}")
+    chosen = sorted(random.Random(seed).sample(range(sum(valid)), size))
+    parts, jobs, offset = out.parent / f".{out.name}.parts", [], 0
+    parts.mkdir()
+    for i, (lines, count) in enumerate(zip(ranges, valid)):
+        mine = [c - offset for c in chosen[bisect_left(chosen, offset):bisect_left(chosen, offset + count)]]
+        jobs.append((lines, mine, str(parts / f"{i:05d}.jsonl")))
+        offset += count
+    written = map_chunks(write_sampled_lines, jobs, path=path, skip_invalid=skip_invalid)
+    with out.open("wb") as fh:
+        for _, _, part in jobs:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, fh)
+    shutil.rmtree(parts)
+    return sum(n for n, _ in written), SkipStats.merged(stats for _, stats in written)
+
+
+def write_pool(cfg: TuluPoolConfig, out_dir: str | Path, root: str | Path = ".",
+               map_chunks: ChunkMap = map_serially) -> dict[str, Any]:
+    """Write the pool, the target sets and the manifest into `out_dir` (atomically); return the
+    manifest. The pool's work is split into chunk items (sub-datasets, or ranges of the Tulu file)."""
     out_dir = Path(out_dir)
-    stats = SkipStats()
     with atomic_dir(out_dir) as tmp:
         (tmp / "targets").mkdir()
         if cfg.source == "embedded":
-            pool = embedded_pool(cfg)
-            stats.read = len(pool)
+            pool = embedded_pool(cfg, map_chunks)
+            stats = SkipStats(read=len(pool))
             n_pool = write_tulu_jsonl(tmp / "pool.jsonl", pool)
             for j, name in enumerate(cfg.targets):
                 records = embedded_target(name, cfg.target_size + cfg.eval_size, cfg.seed + 1000 * (j + 1))
@@ -245,8 +294,8 @@ def write_pool(cfg: TuluPoolConfig, out_dir: str | Path, root: str | Path = ".")
                 write_tulu_jsonl(tmp / "targets" / f"{name}.eval.jsonl", records[cfg.target_size:])
         else:
             tulu = _resolve(cfg.tulu_path, root)
-            n_pool = write_tulu_jsonl(tmp / "pool.jsonl",
-                                      sample_tulu_file(tulu, cfg.pool_size, cfg.seed, cfg.skip_invalid, stats))
+            n_pool, stats = sample_tulu_file(tulu, cfg.pool_size, cfg.seed, cfg.skip_invalid, tmp / "pool.jsonl",
+                                             map_chunks)
             target_dir = _resolve(cfg.target_dir, root)
             for name in cfg.targets:
                 for split in ("target", "eval"):
@@ -272,7 +321,7 @@ def load_pool_dir(pool_dir: str | Path, targets: list[str] | None = None
     """(pool, target sets, eval splits) from a folder `write_pool` wrote."""
     pool_dir = Path(pool_dir)
     if not (pool_dir / "pool.jsonl").is_file():
-        raise FileNotFoundError(f"{pool_dir}/pool.jsonl: no pool (run the tulu-pool stage: python -m tasks.tulu_prep pool)")
+        raise FileNotFoundError(f"{pool_dir}/pool.jsonl: no pool (run the tulu-pool stage: python -m flows run tulu-pool)")
     names = targets or sorted(p.name[:-len(".target.jsonl")] for p in (pool_dir / "targets").glob("*.target.jsonl"))
     pool = read_tulu_jsonl(pool_dir / "pool.jsonl")
     target_sets = {n: read_tulu_jsonl(pool_dir / "targets" / f"{n}.target.jsonl") for n in names}

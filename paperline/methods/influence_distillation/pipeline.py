@@ -1,8 +1,9 @@
 """Influence Distillation end to end, as plain functions:
 
-    tulu-select stage (`run_selection`): prepare → warm_up → select_all (random, RDS+-like, exact
-        first-order, Influence Distillation; each timed in this one process, gradient evaluations
-        counted) → <selection dir>: one JSONL per method, the warm-up checkpoint, selection.json
+    tulu-select stage: start_selection → prepare_selection (the warm-up) → select_method for each
+        of random, RDS+-like, exact first-order, Influence Distillation (each timed on its own,
+        gradient evaluations counted; a GPU task each in flows/prep_tulu.py) → finish_selection:
+        <selection dir>: one JSONL per method, the warm-up checkpoint, selection.json
     the flow's tasks (`load_selection`): finetune_and_evaluate (each selection, same budget)
 
 Targets are the target examples of every target set together; selection is round-robin over them
@@ -16,13 +17,14 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 from scipy.stats import spearmanr
 
 from paperline.data.tulu_pool import load_pool_dir
-from paperline.io import atomic_path, read_json, write_json
+from paperline.io import DataError, atomic_path, read_json, write_json
 from paperline.methods.influence_distillation import baselines, landmarks
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from paperline.methods.influence_distillation.finetune import epoch_batches, evaluate, make_optimizer, train
@@ -74,7 +76,7 @@ def prepare_finetune(cfg: InfluenceDistillationConfig, pool_dir: str | Path, ids
     by_id = {r.id: r for r in pool}
     missing = [i for i in ids if i not in by_id]
     if missing:
-        raise ValueError(f"{pool_dir}/pool.jsonl: no sample with id {missing[0]!r} of the selection "
+        raise DataError(f"{pool_dir}/pool.jsonl: no sample with id {missing[0]!r} of the selection "
                          f"({len(missing)} missing); re-run tulu-select on this pool")
     return Prepared(model, tok, tokenize([by_id[i] for i in ids], tok, cfg.max_length), None, [],
                     {n: tokenize(eval_sets[n], tok, cfg.max_length) for n in sorted(target_sets)})
@@ -105,73 +107,84 @@ def _spearman(estimate: torch.Tensor, exact: torch.Tensor, rows: np.ndarray) -> 
             "spearman_of_target_mean": float(spearmanr(est.mean(1), ref.mean(1)).statistic)}
 
 
-def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torch.optim.Optimizer) -> dict:
-    """Every selection method of `cfg.methods`, each timed in this process; plus the propagated-vs-
-    exact comparison when both ran. Returns {"selections": {method: {...}}, "comparison": {...}}."""
+def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.Tensor | None, method: str) -> dict:
+    """One selection method of `cfg.methods`, timed on its own: {"indices", "wall_s",
+    "gradient_evaluations", "forward_passes", "score" (pool x targets, None for random)}, plus
+    "plain_scores" (exact first-order, Adam-aware) and "landmarks" (Influence Distillation)."""
     model, k = prep.model, cfg.select_k
-    names = model.down_proj_names()
-    adam = adam_coefficients(optimizer, model, names) if cfg.adam_aware else None
-    selections: dict[str, dict] = {}
-    scores: dict[str, torch.Tensor] = {}
-    extra: dict[str, object] = {}
+    started = time.perf_counter()
+    forward_passes, grads, score, extra = 0, 0, None, {}
 
     def featurizer() -> GradientFeaturizer:
-        return GradientFeaturizer(model, names, cfg.grad_proj_dim, cfg.seed + 11, adam, cfg.grad_max_elements,
-                                  cfg.grad_chunk)
+        return GradientFeaturizer(model, model.down_proj_names(), cfg.grad_proj_dim, cfg.seed + 11, adam,
+                                  cfg.grad_max_elements, cfg.grad_chunk)
 
-    for method in cfg.methods:
-        started = time.perf_counter()
-        forward_passes = 0
-        if method == "random":
-            chosen, score, grads = baselines.random_selection(len(prep.pool), k, cfg.seed + 3), None, 0
-        elif method == "rds_plus":
-            pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
-            target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
-            score = baselines.rds_scores(pool_emb, target_emb)
-            chosen, grads, forward_passes = round_robin(score, k), 0, len(prep.pool) + len(prep.targets)
-        elif method == "exact_first_order":
-            feat = featurizer()
-            target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
-            pool_f, pool_plain = feat.features_both(prep.pool, range(len(prep.pool)))
-            score = pool_f @ target_f.T
-            chosen, grads = round_robin(score, k), feat.evaluations
-            if adam is not None:  # the plain-gradient influence beside the Adam-aware one (same gradients)
-                extra["plain_scores"] = pool_plain @ target_f.T
-        else:  # influence_distillation
-            feat = featurizer()
-            emb = landmarks.jvp_embeddings(model, prep.pool, cfg.jvp_blocks, cfg.jvp_tangents, cfg.jvp_proj_dim,
-                                           cfg.seed + 13, cfg.eval_batch_size)
-            forward_passes = len(prep.pool) * cfg.jvp_tangents
-            landmark_idx = landmarks.choose_landmarks(len(prep.pool), min(cfg.num_landmarks, len(prep.pool)),
-                                                      cfg.seed + 17)
-            target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
-            p_landmarks = feat.features(prep.pool, landmark_idx.tolist(), source=True) @ target_f.T
-            score = landmarks.propagate(emb, landmark_idx, p_landmarks, cfg.kernel_damp, cfg.bandwidth_samples)
-            chosen, grads = round_robin(score, k), feat.evaluations
-            extra["landmarks"] = landmark_idx
-        wall = time.perf_counter() - started
-        selections[method] = {"indices": chosen, "wall_s": wall, "gradient_evaluations": grads,
-                              "forward_passes": forward_passes}
-        if score is not None:
-            scores[method] = score
+    if method == "random":
+        chosen = baselines.random_selection(len(prep.pool), k, cfg.seed + 3)
+    elif method == "rds_plus":
+        pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
+        target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
+        score = baselines.rds_scores(pool_emb, target_emb)
+        chosen, forward_passes = round_robin(score, k), len(prep.pool) + len(prep.targets)
+    elif method == "exact_first_order":
+        feat = featurizer()
+        target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
+        pool_f, pool_plain = feat.features_both(prep.pool, range(len(prep.pool)))
+        score = pool_f @ target_f.T
+        chosen, grads = round_robin(score, k), feat.evaluations
+        if adam is not None:  # the plain-gradient influence beside the Adam-aware one (same gradients)
+            extra["plain_scores"] = pool_plain @ target_f.T
+    else:  # influence_distillation
+        feat = featurizer()
+        emb = landmarks.jvp_embeddings(model, prep.pool, cfg.jvp_blocks, cfg.jvp_tangents, cfg.jvp_proj_dim,
+                                       cfg.seed + 13, cfg.eval_batch_size)
+        forward_passes = len(prep.pool) * cfg.jvp_tangents
+        landmark_idx = landmarks.choose_landmarks(len(prep.pool), min(cfg.num_landmarks, len(prep.pool)),
+                                                  cfg.seed + 17)
+        target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
+        p_landmarks = feat.features(prep.pool, landmark_idx.tolist(), source=True) @ target_f.T
+        score = landmarks.propagate(emb, landmark_idx, p_landmarks, cfg.kernel_damp, cfg.bandwidth_samples)
+        chosen, grads = round_robin(score, k), feat.evaluations
+        extra["landmarks"] = landmark_idx
+    return {"indices": chosen, "wall_s": time.perf_counter() - started, "gradient_evaluations": grads,
+            "forward_passes": forward_passes, "score": score, **extra}
 
-    comparison: dict[str, float] = {}
-    if "exact_first_order" in scores:
-        exact = scores["exact_first_order"]
-        ref, id_ = selections["exact_first_order"], selections["influence_distillation"]
-        others = np.setdiff1d(np.arange(len(prep.pool)), extra["landmarks"].numpy())
-        comparison |= {f"id_vs_exact_{k_}": v for k_, v in _spearman(scores["influence_distillation"], exact,
-                                                                      others).items()}
-        if "rds_plus" in scores:
-            comparison |= {f"rds_vs_exact_{k_}": v for k_, v in _spearman(scores["rds_plus"], exact, others).items()}
-        if "plain_scores" in extra:
-            comparison |= {f"plain_vs_adam_exact_{k_}": v for k_, v in
-                           _spearman(extra["plain_scores"], exact, np.arange(len(prep.pool))).items()}
-        comparison |= {"cost_ratio_gradient_evaluations": id_["gradient_evaluations"] / ref["gradient_evaluations"],
-                       "cost_ratio_wall_time": id_["wall_s"] / ref["wall_s"],
-                       "selection_overlap_id_exact": len(set(id_["indices"]) & set(ref["indices"])) / k}
-    return {"selections": selections, "comparison": comparison,
-            "scores": {m: s for m, s in scores.items()}}
+
+def adam_of(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+    """The warm-up's Adam coefficients over the down_proj weights (None: plain-gradient influence)."""
+    return adam_coefficients(optimizer, prep.model, prep.model.down_proj_names()) if cfg.adam_aware else None
+
+
+def compare_selections(results: dict[str, dict], pool_size: int, k: int) -> dict[str, float]:
+    """The propagated-vs-exact comparison when both ran (`select_method`'s results): Spearman
+    correlations on the non-landmark samples, cost ratios, overlap."""
+    if "exact_first_order" not in results or "influence_distillation" not in results:
+        return {}
+    ref, id_ = results["exact_first_order"], results["influence_distillation"]
+    exact = ref["score"]
+    others = np.setdiff1d(np.arange(pool_size), id_["landmarks"].numpy())
+    comparison = {f"id_vs_exact_{k_}": v for k_, v in _spearman(id_["score"], exact, others).items()}
+    if "rds_plus" in results:
+        comparison |= {f"rds_vs_exact_{k_}": v for k_, v in _spearman(results["rds_plus"]["score"], exact, others).items()}
+    if "plain_scores" in ref:
+        comparison |= {f"plain_vs_adam_exact_{k_}": v for k_, v in
+                       _spearman(ref["plain_scores"], exact, np.arange(pool_size)).items()}
+    return comparison | {"cost_ratio_gradient_evaluations": id_["gradient_evaluations"] / ref["gradient_evaluations"],
+                         "cost_ratio_wall_time": id_["wall_s"] / ref["wall_s"],
+                         "selection_overlap_id_exact": len(set(id_["indices"]) & set(ref["indices"])) / k}
+
+
+SELECTION_KEYS = ("indices", "wall_s", "gradient_evaluations", "forward_passes")
+
+
+def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torch.optim.Optimizer) -> dict:
+    """Every selection method of `cfg.methods`, one after another in this process, and their
+    comparison. Returns {"selections": {method: {...}}, "comparison": {...}, "scores": {...}}."""
+    adam = adam_of(cfg, prep, optimizer)
+    results = {method: select_method(cfg, prep, adam, method) for method in cfg.methods}
+    return {"selections": {m: {key: r[key] for key in SELECTION_KEYS} for m, r in results.items()},
+            "comparison": compare_selections(results, len(prep.pool), cfg.select_k),
+            "scores": {m: r["score"] for m, r in results.items() if r["score"] is not None}}
 
 
 def finetune_and_evaluate(cfg: InfluenceDistillationConfig, prep: Prepared, warm_state: dict, indices: list[int],
@@ -199,18 +212,18 @@ def evaluate_targets(cfg: InfluenceDistillationConfig, prep: Prepared) -> dict:
             for name, data in prep.evals.items()}
 
 
-def composition(prep: Prepared, indices: list[int]) -> dict[str, float]:
-    """Share of the selection from each target's matching sub-dataset."""
-    chosen = [prep.pool.datasets[i] for i in indices]
-    return {f"share_{name}": chosen.count(sub) / len(chosen) for name, sub in MATCHING.items()
-            if name in prep.evals}
+def composition(datasets: Sequence[str], targets: Iterable[str], indices: list[int]) -> dict[str, float]:
+    """Share of the selection from each target's matching sub-dataset (`datasets`: the pool's)."""
+    chosen = [datasets[i] for i in indices]
+    return {f"share_{name}": chosen.count(sub) / len(chosen) for name, sub in MATCHING.items() if name in targets}
 
 
-def write_selection(path: Path, prep: Prepared, indices: list[int], score: torch.Tensor | None) -> Path:
+def write_selection(path: Path, ids: Sequence[str], datasets: Sequence[str], indices: list[int],
+                    score: torch.Tensor | None) -> Path:
     """The selected ids and weights (JSONL): weight 1 each, as training is unweighted (spec §b.5)."""
     with atomic_path(path) as tmp, tmp.open("w") as fh:
         for rank, i in enumerate(indices):
-            row = {"id": prep.pool.ids[i], "dataset": prep.pool.datasets[i], "weight": 1.0, "rank": rank}
+            row = {"id": ids[i], "dataset": datasets[i], "weight": 1.0, "rank": rank}
             if score is not None:
                 row["score"] = float(score[i].max())
             fh.write(json.dumps(row) + "\n")
@@ -221,29 +234,43 @@ def selection_fingerprint(cfg: InfluenceDistillationConfig) -> dict:
     return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in NOT_SELECTION_KEYS}
 
 
-def run_selection(cfg: InfluenceDistillationConfig, out_dir: Path, device: str | torch.device = "cpu") -> dict:
-    """The tulu-select stage: warm-up (checkpointed to out_dir/warmup.pt, which a killed run resumes
-    and the fine-tuning starts from), then every method of `cfg.methods` timed here, so the cost
-    ratio compares two selections of one process. Writes out_dir/<method>.jsonl, scores.npz (the
-    target-mean exact and propagated influence) and, last, selection.json."""
+def start_selection(out_dir: Path) -> Path:
+    """The selection folder, marked unfinished (selection.json, written last, removed) while the
+    warm-up checkpoint of a killed run stays for its resume."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / SELECTION_FILE).unlink(missing_ok=True)
+    return out_dir
+
+
+def prepare_selection(cfg: InfluenceDistillationConfig, out_dir: Path, device: str | torch.device = "cpu"
+                      ) -> tuple[Prepared, torch.optim.Optimizer, dict]:
+    """The tokenized pool and targets with the warmed-up model on `device`: AdamW on random pool
+    samples, checkpointed to out_dir/warmup.pt (a killed run resumes it; a finished one is loaded),
+    which the fine-tuning of the method's flow also starts from. (prep, optimizer, history)."""
     torch.manual_seed(cfg.seed)
     prep = prepare(cfg, cfg.pool_dir).to(device)
-    optimizer, history = warm_up(cfg, prep, out_dir / WARMUP_CHECKPOINT)
-    before = evaluate_targets(cfg, prep)
-    result = select_all(cfg, prep, optimizer)
-    summary = {"config": selection_fingerprint(cfg), "pool_size": len(prep.pool), "warmup_history": history,
-               "before_finetune": before, "comparison": result["comparison"], "selections": {}}
-    for method, sel in result["selections"].items():
-        write_selection(out_dir / f"{method}.jsonl", prep, sel["indices"], result["scores"].get(method))
-        summary["selections"][method] = {k: v for k, v in sel.items() if k != "indices"} | {
-            "file": f"{method}.jsonl", **composition(prep, sel["indices"])}
-    if "exact_first_order" in result["scores"]:
+    optimizer, history = warm_up(cfg, prep, Path(out_dir) / WARMUP_CHECKPOINT)
+    return prep, optimizer, history
+
+
+def finish_selection(cfg: InfluenceDistillationConfig, out_dir: Path, warm: dict, results: dict[str, dict]) -> dict:
+    """The tulu-select stage's outputs from the warm-up (`warm`: history, before_finetune, the
+    pool's ids and datasets, the target names) and `select_method`'s results: out_dir/<method>.jsonl,
+    scores.npz (the target-mean exact and propagated influence) and, last, selection.json."""
+    out_dir = Path(out_dir)
+    ids, datasets = warm["pool_ids"], warm["pool_datasets"]
+    summary = {"config": selection_fingerprint(cfg), "pool_size": len(ids), "warmup_history": warm["history"],
+               "before_finetune": warm["before_finetune"],
+               "comparison": compare_selections(results, len(ids), cfg.select_k), "selections": {}}
+    for method, sel in results.items():
+        write_selection(out_dir / f"{method}.jsonl", ids, datasets, sel["indices"], sel["score"])
+        summary["selections"][method] = {k: sel[k] for k in SELECTION_KEYS if k != "indices"} | {
+            "file": f"{method}.jsonl", **composition(datasets, warm["targets"], sel["indices"])}
+    if "exact_first_order" in results and "influence_distillation" in results:
         with atomic_path(out_dir / "scores.npz") as tmp, tmp.open("wb") as fh:
-            np.savez(fh, exact=result["scores"]["exact_first_order"].mean(1).numpy(),
-                     propagated=result["scores"]["influence_distillation"].mean(1).numpy())
+            np.savez(fh, exact=results["exact_first_order"]["score"].mean(1).numpy(),
+                     propagated=results["influence_distillation"]["score"].mean(1).numpy())
     write_json(out_dir / SELECTION_FILE, summary)
     return summary
 
@@ -255,15 +282,15 @@ def load_selection(cfg: InfluenceDistillationConfig, sel_dir: Path) -> dict:
     path = sel_dir / SELECTION_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no finished selection; run the tulu-select stage "
-                                "(dvc repro tulu-select, or python -m tasks.tulu_prep select)")
+                                "(dvc repro tulu-select, or python -m flows run tulu-select)")
     summary = read_json(path)
     wanted = selection_fingerprint(cfg)
     differ = sorted(k for k in wanted.keys() | summary["config"].keys()
                     if wanted.get(k) != summary["config"].get(k))
     if differ:
-        raise ValueError(f"{path}: made with other parameters than this run's ({', '.join(differ)}); "
+        raise DataError(f"{path}: made with other parameters than this run's ({', '.join(differ)}); "
                          "run tulu-select with the same profile and --set options")
     missing = [m for m in cfg.methods if m not in summary["selections"]]
     if missing:
-        raise ValueError(f"{path}: no selection for {missing}")
+        raise DataError(f"{path}: no selection for {missing}")
     return summary

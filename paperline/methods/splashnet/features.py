@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from paperline.data.chunks import ChunkMap, map_serially
 from paperline.data.emg2qwerty import CHAR_TO_LABEL, SAMPLE_RATE, SessionRef, key_to_char, read_session
 from paperline.io import atomic_path, read_json, write_json
 from paperline.methods.splashnet.transforms import HOP, N_FFT, log_spectrogram, rolling_time_norm, six_bands
@@ -74,10 +75,15 @@ def channel_statistics(out_dir: Path, entries: Sequence[dict], rtn_warmup: int, 
     return {"users": users, "summary": summary}
 
 
+def featurize_sessions(refs: Sequence[SessionRef], out_dir: str | Path) -> list[dict[str, Any]]:
+    """`featurize` for each session (a chunk of sessions, one task's work)."""
+    return [featurize(ref, Path(out_dir)) for ref in refs]
+
+
 def write_features(refs: Sequence[SessionRef], out_dir: Path, rtn_warmup: int, rtn_eps: float,
-                   fingerprint: str) -> dict[str, Any]:
+                   fingerprint: str, map_chunks: ChunkMap = map_serially) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries = [featurize(ref, out_dir) for ref in refs]
+    entries = map_chunks(featurize_sessions, list(refs), out_dir=str(out_dir))
     stats = channel_statistics(out_dir, entries, rtn_warmup, rtn_eps)
     write_json(out_dir / STATS, stats)
     index = {"fingerprint": fingerprint, "sessions": entries}
@@ -89,7 +95,7 @@ def read_index(features_dir: Path) -> dict[str, Any]:
     path = features_dir / INDEX
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no feature index (run the semg-normalize stage: "
-                                "python -m tasks.semg_prep normalize)")
+                                "python -m flows run semg-normalize)")
     return read_json(path)
 
 
