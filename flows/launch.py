@@ -5,13 +5,9 @@ from typing import Any, Sequence
 
 from flows import get_method
 from flows.lineage import run_linked
-from paperline.config import load_method_config, read_params, validate
+from paperline.config import load_method_config, read_params
 from tasks.paths import params_path, repo_root
-from tasks.runners import RuntimeConfig, make_task_runner
-
-
-def runtime_config(params: dict[str, Any]) -> RuntimeConfig:
-    return validate(RuntimeConfig, params.get("runtime") or {}, f"{params_path().name}: runtime")
+from tasks.runners import make_task_runner, runtime_config
 
 
 def resolve(method: str, profile: str | None = None, overrides: Sequence[str] = ()):

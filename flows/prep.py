@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from flows import get_prep_stage
-from flows.launch import runtime_config
+from flows.lineage import run_linked
 from paperline.config import ParamsError, load_data_config, load_method_config, load_section_config, read_params
 from paperline.data.chunks import ChunkMap
 from tasks.paths import params_path
-from tasks.runners import chunk_mapper, make_task_runner
+from tasks.runners import chunk_mapper, make_task_runner, runtime_config
 
 
 def resolve_prep(stage: str, profile: str | None = None, overrides: Sequence[str] = ()) -> tuple[str | None, Any]:
@@ -30,7 +30,7 @@ def run_prep(stage: str, profile: str | None = None, overrides: Sequence[str] = 
     runtime = runtime_config(read_params(params_path()))
     profile, _ = resolve_prep(stage, profile, overrides)  # fail here, before Prefect starts
     flow = get_prep_stage(stage).load_flow().with_options(task_runner=make_task_runner(runtime))
-    return flow(profile=profile, overrides=list(overrides))
+    return run_linked(flow, profile=profile, overrides=list(overrides))  # in a deployment run's tree
 
 
 def stage_chunk_mapper(*tasks: Any) -> ChunkMap:

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field
 
-from paperline.config import StrictModel
+from paperline.config import StrictModel, validate
 
 GPU_TAG = "gpu"
 GPU_LIMIT = "gpu"
@@ -27,6 +27,13 @@ class RuntimeConfig(StrictModel):
     max_workers: int = Field(2, ge=1, description="threads of the thread-pool runner")
     dask_workers: int = Field(2, ge=1, description="workers of the LocalCluster the Dask runner starts")
     dask_address: str | None = Field(None, description="scheduler of an existing Dask cluster")
+
+
+def runtime_config(params: dict[str, Any]) -> RuntimeConfig:
+    """`runtime:` of a parsed params.yaml, validated (ParamsError names the key)."""
+    from tasks.paths import params_path
+
+    return validate(RuntimeConfig, params.get("runtime") or {}, f"{params_path().name}: runtime")
 
 
 def visible_gpus() -> int:

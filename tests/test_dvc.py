@@ -2,6 +2,7 @@
 cover the code its flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -37,26 +38,21 @@ def test_dvc_stages_and_flow_registries_name_the_same_stages():
 
 
 def test_each_stage_depends_on_the_code_its_flow_imports():
-    probes = {}  # one import probe per flow, all started at once (each is a fresh interpreter)
-    flows = {name: f"flows.launch, {spec.flow.split(':')[0]}" for name, spec in METHODS.items()}
-    flows |= {name: f"flows.prep, {spec.flow.split(':')[0]}, {spec.config.split(':')[0]}"
+    flows = {name: f"flows.__main__,flows.launch,{spec.flow.split(':')[0]}" for name, spec in METHODS.items()}
+    flows |= {name: f"flows.__main__,flows.prep,{spec.flow.split(':')[0]},{spec.config.split(':')[0]}"
               for name, spec in PREP_STAGES.items()}
-    for name, modules in flows.items():
-        probe = (f"import sys, flows.__main__, paperline.io, {modules}; "
-                 "print('\\n'.join(m.__file__ for m in list(sys.modules.values()) "
-                 "if getattr(m, '__file__', None)))")
-        probes[name] = subprocess.Popen([sys.executable, "-c", probe], cwd=CHECKOUT, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-    for name, proc in probes.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr
-        ours = {Path(f).resolve().relative_to(CHECKOUT).as_posix() for f in stdout.split()
-                if Path(f).is_absolute() and Path(f).resolve().is_relative_to(CHECKOUT) and "/.venv/" not in f}
+    # one interpreter that imports the third-party libraries once, a forked child per stage
+    probe = subprocess.run([sys.executable, str(CHECKOUT / "tests" / "import_probe.py"),
+                            *(f"{name}={modules}" for name, modules in flows.items())],
+                           cwd=CHECKOUT, capture_output=True, text=True, timeout=600)
+    assert probe.returncode == 0, probe.stderr
+    produced = {o if isinstance(o, str) else next(iter(o))  # another stage's outs: made by dvc repro
+                for s in DVC_YAML["stages"].values() for o in s.get("outs", [])}
+    for name, ours in json.loads(probe.stdout).items():
         deps = _deps(name)
-        uncovered = [f for f in ours if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]
+        uncovered = [f for f in ours if not f.startswith("tests/")
+                     and not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]
         assert not uncovered, f"stage {name} reads code it does not depend on: {uncovered}"
-        produced = {o if isinstance(o, str) else next(iter(o))  # another stage's outs: made by dvc repro
-                    for s in DVC_YAML["stages"].values() for o in s.get("outs", [])}
         missing = [d for d in deps if d not in produced and not (CHECKOUT / d).exists()]
         assert not missing, f"stage {name} depends on paths that do not exist: {missing}"
 
