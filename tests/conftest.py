@@ -38,12 +38,26 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def prefect_server():
-    from prefect.testing.utilities import prefect_test_harness
+def free_port() -> int:
+    import socket
 
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> str:
+    """One `prefect server start` on 127.0.0.1 for the session (as `make ui` starts it: its
+    scheduler and concurrency leases are a real server's), its API URL set for this process only:
+    flows run here and the stages of the tiny DAG report to it (clone_env passes it on), while a
+    subprocess started with the plain environment gets a temporary server of its own."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.prefect_server import prefect_server as serve
+
+    with serve(free_port(), _SESSION_TMP / "prefect-server.log") as url, temporary_settings({PREFECT_API_URL: url}):
+        yield url
 
 
 @pytest.fixture(scope="session")

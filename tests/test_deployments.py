@@ -1,5 +1,5 @@
-"""A run started from the Prefect UI is a versioned run: against a real `prefect server start` (as
-`make ui` starts it) and `python -m flows serve` in a fresh clone, deployment runs with parameters
+"""A run started from the Prefect UI is a versioned run: against the session's real `prefect server
+start` (as `make ui` starts it; tests/conftest.py) and `python -m flows serve` in a fresh clone, deployment runs with parameters
 become DVC experiments (`dvc exp show`) with MLflow runs tagged by them and leave the workspace as
 it was; two runs at once are serialized; bad parameters fail the run at once. One server, one
 serve process and two dnc runs at its smallest grid keep the module short."""
@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,12 +44,6 @@ def _fresh_clone(dest: Path) -> Path:
     return dest
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _stop_group(process: subprocess.Popen) -> None:
     """SIGTERM to the process's whole group (the runner's flow-run processes, DVC, its stages),
     SIGKILL to what is left after 30 s."""
@@ -78,15 +71,15 @@ def _snapshot(workspace: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(workspace, API URL): a fresh clone served by `python -m flows serve` against a
-    `prefect server start` on 127.0.0.1, both killed (with their children) at the end."""
+def served(tmp_path_factory, prefect_server):
+    """(workspace, API URL): a fresh clone served by `python -m flows serve` against the session's
+    `prefect server start` on 127.0.0.1 (conftest), the serve process killed (with its children) at
+    the end."""
     from prefect.client.orchestration import SyncPrefectClient
 
     root = tmp_path_factory.mktemp("deployments")
     workspace = _fresh_clone(root / "workspace")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/api"
+    url = prefect_server
     env = {k: v for k, v in os.environ.items()
            if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI", "PREFECT_API_URL")}
     env |= {"PATH": str(BIN) + os.pathsep + env["PATH"], "PREFECT_HOME": str(root / "prefect")}
@@ -94,17 +87,6 @@ def served(tmp_path_factory):
     logs.mkdir()
     processes = []
     try:
-        with open(logs / "server.log", "w") as log:
-            processes.append(subprocess.Popen(
-                [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        from flows.prefect_server import is_healthy
-
-        deadline = time.monotonic() + SERVER_TIMEOUT_S
-        while not is_healthy(url):
-            assert time.monotonic() < deadline and processes[0].poll() is None, \
-                (logs / "server.log").read_text()[-3000:]
-            time.sleep(0.5)
         with open(logs / "serve.log", "w") as log:
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "flows", "serve"], cwd=workspace,
@@ -112,6 +94,7 @@ def served(tmp_path_factory):
                 env=env | {"PREFECT_API_URL": url, "PREFECT_RUNNER_POLL_FREQUENCY": "1",
                            "PREFECT_LOGGING_LEVEL": "INFO"},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + SERVER_TIMEOUT_S
         with SyncPrefectClient(api=url) as client:
             while True:
                 try:
@@ -119,7 +102,7 @@ def served(tmp_path_factory):
                     client.read_deployment_by_name("dvc-pipeline/pipeline")
                     break
                 except Exception:
-                    assert time.monotonic() < deadline and processes[1].poll() is None, \
+                    assert time.monotonic() < deadline and processes[0].poll() is None, \
                         (logs / "serve.log").read_text()[-3000:]
                     time.sleep(0.5)
         yield workspace, url

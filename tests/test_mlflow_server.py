@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,17 +16,12 @@ from pathlib import Path
 import pytest
 
 from tasks import track
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.conftest import free_port
 
 
 @pytest.fixture(scope="module")
 def mlflow_server(tiny_dag):
-    port = _free_port()
+    port = free_port()
     env = os.environ | {"MLFLOW_DISABLE_TELEMETRY": "true"}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
                              f"sqlite:///{tiny_dag.root / 'mlflow.db'}", "--artifacts-destination",
