@@ -1,14 +1,22 @@
-"""Test environment: a temporary PREFECT_HOME and one Prefect test server per session, a migrated
+"""Test environment: a temporary PREFECT_HOME and one Prefect server per session, a migrated
 MLflow template database copied per test, and a temporary project root (PAPERLINE_ROOT) so no test
-writes into the checkout's models/, metrics/ or mlflow.db."""
+writes into the checkout's models/, metrics/ or mlflow.db.
+
+When the collected tests need them, the session's Prefect server and its one tiny `dvc repro` of
+the whole DAG start in the background as soon as collection ends: the DAG's stages (one
+single-threaded process each, mostly imports) then overlap the unit tests under tests/methods/,
+which run first, on the machine's second core."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +42,84 @@ os.environ.pop("PAPERLINE_ROOT", None)
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
+class _SessionServices:
+    """The Prefect server and the tiny DAG, started one after the other on a background thread."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-services")
+        self._dag_process: subprocess.Popen | None = None
+        self._server: Future | None = None
+        self._dag: Future | None = None
+
+    def server(self) -> str:
+        if self._server is None:
+            self._server = self._executor.submit(self._start_server)
+        return self._server.result()
+
+    def start_dag(self) -> None:
+        if self._dag is None:
+            if self._server is None:
+                self._server = self._executor.submit(self._start_server)
+            self._dag = self._executor.submit(self._run_dag)
+
+    def dag(self) -> "TinyDag":
+        self.start_dag()
+        return self._dag.result()
+
+    def _start_server(self) -> str:
+        from flows.prefect_server import prefect_server as serve
+
+        return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log"))
+
+    def _run_dag(self) -> "TinyDag":
+        clone = make_clone(_mkdir(_SESSION_TMP / "tiny-dag") / "clone")
+        dvc = str(Path(sys.executable).parent / "dvc")
+        started = time.monotonic()
+        self._dag_process = subprocess.Popen(
+            [dvc, "repro"], cwd=clone, env=clone_env(clone, self._server.result()), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            output, _ = self._dag_process.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            self._kill_dag()
+            raise
+        assert self._dag_process.returncode == 0, output[-30000:]
+        return TinyDag(clone, time.monotonic() - started, output)
+
+    def _kill_dag(self) -> None:
+        if self._dag_process is not None and self._dag_process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._dag_process.pid, signal.SIGKILL)
+            self._dag_process.wait()
+
+    def close(self) -> None:
+        self._kill_dag()  # a session stopped early (-x, Ctrl-C) does not wait for the DAG
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._stack.close()
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+_SERVICES = _SessionServices()
+
+
+def _needs_dag(item) -> bool:
+    return bool({"tiny_dag", "dag"} & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Tests that read the tiny DAG run last (in their collected order), the others meanwhile."""
+    if any(_needs_dag(item) for item in items):
+        items.sort(key=_needs_dag)  # stable
+        _SERVICES.start_dag()
+
+
 def pytest_sessionfinish(session, exitstatus):
+    _SERVICES.close()
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
@@ -48,15 +133,14 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def prefect_server() -> str:
-    """One `prefect server start` on 127.0.0.1 for the session (as `make ui` starts it: its
-    scheduler and concurrency leases are a real server's), its API URL set for this process only:
-    flows run here and the stages of the tiny DAG report to it (clone_env passes it on), while a
-    subprocess started with the plain environment gets a temporary server of its own."""
+    """The session's `prefect server start` on 127.0.0.1 (as `make ui` starts it: its scheduler and
+    concurrency leases are a real server's), its API URL set for this process only: flows run
+    here and the stages of the tiny DAG report to it (clone_env passes it on), while a subprocess
+    started with the plain environment gets a temporary server of its own."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.prefect_server import prefect_server as serve
-
-    with serve(free_port(), _SESSION_TMP / "prefect-server.log") as url, temporary_settings({PREFECT_API_URL: url}):
+    url = _SERVICES.server()
+    with temporary_settings({PREFECT_API_URL: url}):
         yield url
 
 
@@ -132,13 +216,14 @@ def make_clone(dest: Path, profile: str | None = "tiny") -> Path:
     return dest
 
 
-def clone_env(clone: Path) -> dict[str, str]:
+def clone_env(clone: Path, api: str | None = None) -> dict[str, str]:
     """The environment of a command run in a clone as `make run` runs it: the venv first on PATH,
     the clone's own mlflow.db (the default), and the session's Prefect server (every stage reports
     to it rather than starting a temporary server: ~8 s a stage on 2 cores)."""
-    from prefect.settings import get_current_settings
+    if api is None:
+        from prefect.settings import get_current_settings
 
-    api = get_current_settings().api.url
+        api = get_current_settings().api.url
     assert api, "the prefect_server fixture sets the API URL"
     env = {k: v for k, v in os.environ.items() if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI")}
     return env | {"PATH": str(Path(sys.executable).parent) + os.pathsep + env["PATH"],
@@ -153,16 +238,11 @@ class TinyDag:
 
 
 @pytest.fixture(scope="session")
-def tiny_dag(prefect_server, tmp_path_factory) -> TinyDag:
-    """The whole DAG, run once per test session: `dvc repro` on a fresh clone at the tiny profile.
-    Each method's flow test checks its outputs here instead of running its flow again."""
-    clone = make_clone(tmp_path_factory.mktemp("tiny-dag") / "clone")
-    dvc = str(Path(sys.executable).parent / "dvc")
-    started = time.monotonic()
-    run = subprocess.run([dvc, "repro"], cwd=clone, env=clone_env(clone), capture_output=True, text=True,
-                         timeout=1200)
-    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-20000:]
-    return TinyDag(clone, time.monotonic() - started, run.stdout)
+def tiny_dag(prefect_server) -> TinyDag:
+    """The whole DAG, run once per test session: `dvc repro` on a fresh clone at the tiny profile,
+    started in the background at collection. Each method's flow test checks its outputs here
+    instead of running its flow again."""
+    return _SERVICES.dag()
 
 
 @pytest.fixture

@@ -14,13 +14,16 @@ from flows.launch import run_method
 from tasks import track
 from tests.conftest import CHECKOUT
 
-# Long enough to be killed mid-way, short enough for the suite.
-# grad_tol=1e-300: GD never stops early, so there is time to kill it mid-way.
+# One group (K = 4, L = 3, d = 1, two seeds), long enough to be killed mid-way, short enough for
+# the suite. grad_tol=1e-300: GD never stops early, so there is time to kill it mid-way.
 SETTINGS = ["--set", "adam_steps=300", "--set", "gd_steps=3000", "--set", "checkpoint_every=100",
-            "--set", "grad_tol=1e-300"]
+            "--set", "grad_tol=1e-300", "--set", "depths=[3]", "--set", "width_multipliers=[1]"]
 
 
 def _cli(project, *args) -> subprocess.Popen:
+    # Each process on a temporary Prefect server of its own (~15 s to start): on a shared server
+    # the killed run's `gpu` slot stays taken until its lease expires (tasks/runners.py
+    # GPU_LEASE_SECONDS), a wait of up to 75 s that says nothing about resuming.
     env = os.environ | {"PAPERLINE_ROOT": str(project), "PYTHONUNBUFFERED": "1", "PREFECT_LOGGING_LEVEL": "INFO",
                         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
     return subprocess.Popen([sys.executable, "-m", "flows", "run", "dnc", "--profile", "tiny", *args],
