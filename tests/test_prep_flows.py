@@ -3,7 +3,7 @@ runner as under the thread runner (a slide that fails reported alike); `python -
 both kinds, validates without importing Prefect or torch, and exits 2 on a bad parameter (naming the
 key), 1 on bad input (naming the file).
 Each stage's flow runs at the tiny profile in its method's tests (tests/test_*_flow.py,
-tests/methods/test_lm_corpus.py, tests/methods/test_influence_distillation_tulu.py)."""
+tests/test_text_corpus_flow.py and the tulu-pool test below)."""
 from __future__ import annotations
 
 import json
@@ -18,6 +18,9 @@ from flows.__main__ import main as flows_cli
 from flows.prep import run_prep
 from paperline.data import wsi, wsi_synth
 from tests.conftest import CHECKOUT
+
+TULU_DATA = CHECKOUT / "tests" / "data" / "influence_distillation"
+TULU_SAMPLE, TULU_MALFORMED = TULU_DATA / "tulu_v2_sample.jsonl", TULU_DATA / "tulu_v2_malformed.jsonl"
 
 
 def _cohort_with_a_broken_slide(project: Path) -> None:
@@ -82,3 +85,23 @@ def test_the_cli_lists_prep_stages_and_exits_2_on_a_bad_key_1_on_bad_input(proje
     assert flows_cli(["run", "wsi-downsample", "--profile", "tiny"]) == 1  # no cohort yet
     assert "data/wsi/cohort/cohort.csv: cannot read the cohort CSV" in capsys.readouterr().err
     assert not (project / "data" / "wsi" / "thumbnails").exists()
+
+
+def test_pool_flow_exits_1_naming_a_bad_line_and_skip_invalid_counts(project, prefect_server, capsys):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    target_dir = project / "targets"
+    target_dir.mkdir()
+    for name in ("a",):
+        for split in ("target", "eval"):
+            shutil.copy(TULU_SAMPLE, target_dir / f"{name}.{split}.jsonl")
+    params["tulu"]["profiles"]["paper"] = {"source": "tulu_file", "tulu_path": str(TULU_MALFORMED),
+                                           "target_dir": "targets", "targets": ["a"], "pool_size": 2}
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    assert flows_cli(["run", "tulu-pool", "--profile", "paper"]) == 1  # strict: the bad line stops it
+    assert "tulu_v2_malformed.jsonl: line 2: not valid JSON" in capsys.readouterr().err
+    assert not (project / "data" / "tulu").exists()  # nothing half-written
+    assert flows_cli(["run", "tulu-pool", "--profile", "paper", "--set", "skip_invalid=true"]) == 0
+    manifest = json.loads((project / "data" / "tulu" / "manifest.json").read_text())
+    assert manifest["skipped"]["skipped"] == 4 and manifest["skipped"]["reasons"]["unknown_role"] == 1
+    assert flows_cli(["run", "tulu-pool", "--profile", "paper", "--set", "pool_size=0"]) == 2
+    assert "tulu.profiles.paper.pool_size" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The Tulu V2 format: streaming validation with errors naming file, line and field; skip_invalid
 counting; open-instruct's chat template and its assistant-only loss mask; the embedded pool writer
-and the real-file path of the tulu-pool stage."""
+and the real-file path of the tulu-pool stage (its flow: tests/test_prep_flows.py)."""
 from __future__ import annotations
 
 import json
@@ -128,27 +128,3 @@ def test_real_file_path_samples_and_skips_invalid(tmp_path):
     too_many = cfg.model_copy(update={"pool_size": 3})
     with pytest.raises(ValueError, match="2 valid records, fewer than pool_size 3"):
         write_pool(too_many, tmp_path / "big", root=tmp_path)
-
-
-def test_pool_flow_exits_1_naming_a_bad_line_and_skip_invalid_counts(project, prefect_server, capsys):
-    import yaml
-
-    from flows.__main__ import main as flows_cli
-
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    target_dir = project / "targets"
-    target_dir.mkdir()
-    for name in ("a",):
-        for split in ("target", "eval"):
-            shutil.copy(SAMPLE, target_dir / f"{name}.{split}.jsonl")
-    params["tulu"]["profiles"]["paper"] = {"source": "tulu_file", "tulu_path": str(MALFORMED),
-                                           "target_dir": "targets", "targets": ["a"], "pool_size": 2}
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
-    assert flows_cli(["run", "tulu-pool", "--profile", "paper"]) == 1  # strict: the bad line stops it
-    assert "tulu_v2_malformed.jsonl: line 2: not valid JSON" in capsys.readouterr().err
-    assert not (project / "data" / "tulu").exists()  # nothing half-written
-    assert flows_cli(["run", "tulu-pool", "--profile", "paper", "--set", "skip_invalid=true"]) == 0
-    manifest = json.loads((project / "data" / "tulu" / "manifest.json").read_text())
-    assert manifest["skipped"]["skipped"] == 4 and manifest["skipped"]["reasons"]["unknown_role"] == 1
-    assert flows_cli(["run", "tulu-pool", "--profile", "paper", "--set", "pool_size=0"]) == 2
-    assert "tulu.profiles.paper.pool_size" in capsys.readouterr().err
