@@ -8,10 +8,13 @@ A stage's cost at the tiny profile is what it adds to the suite's one `dvc repro
 README's per-method budget); CPU seconds (user + sys of the stage's processes) move less with the
 machine's load than wall seconds. Each stage runs as `dvc repro --single-item <stage>` in DAG order,
 so DVC's own start-up (~3 s) is counted per stage, as a whole `dvc repro` counts it once.
+`--temporary-servers` times the stages as they ran before `make run` shared one server: each flow
+starts a temporary Prefect server of its own (no PREFECT_API_URL).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import subprocess
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="tiny", choices=["tiny", "smoke", "paper"])
     parser.add_argument("--stages", nargs="*", help="only these (their upstream stages still run first, untimed)")
     parser.add_argument("--port", type=int, default=4251)
+    parser.add_argument("--temporary-servers", action="store_true",
+                        help="no shared server: each stage's flow starts a temporary one")
     args = parser.parse_args(argv)
 
     from flows.prefect_server import prefect_server
@@ -63,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PREFECT_HOME"] = env["PREFECT_HOME"]
     dvc = str(Path(sys.executable).parent / "dvc")
     rows = []
-    with prefect_server(args.port, work / "prefect-server.log") as api:
-        env["PREFECT_API_URL"] = api
+    env.pop("PREFECT_API_URL", None)
+    server = contextlib.nullcontext() if args.temporary_servers else prefect_server(args.port, work / "prefect-server.log")
+    with server as api:
+        if api:
+            env["PREFECT_API_URL"] = api
         for stage in stage_order(clone, env, args.stages):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.monotonic()
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((stage, wall, cpu))
                 print(f"{stage:26s} {wall:7.1f} s wall {cpu:7.1f} s CPU", flush=True)
     print(f"{'total':26s} {sum(r[1] for r in rows):7.1f} s wall {sum(r[2] for r in rows):7.1f} s CPU "
-          f"({args.profile}, {len(rows)} stages, load average {os.getloadavg()[0]:.1f} at the end)")
+          f"({args.profile}, {len(rows)} stages, {'temporary servers' if args.temporary_servers else 'one shared server'}, load average {os.getloadavg()[0]:.1f} at the end)")
     return 0
 
 
