@@ -62,9 +62,11 @@ def _default_server_command(port: int) -> list[str]:
 
 
 @contextmanager
-def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | None = None) -> Iterator[str]:
+def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | None = None,
+                   env: dict[str, str] | None = None) -> Iterator[str]:
     """The API URL of a Prefect server on 127.0.0.1:`port`: the one already answering there, or
-    one started now (its output in `log_path`) and stopped when the block ends."""
+    one started now (its output in `log_path`, its environment `env`, default this process's) and
+    stopped when the block ends."""
     url = api_url(port)
     if is_healthy(url):
         yield url
@@ -74,7 +76,8 @@ def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | No
     with open(log_path, "w") as log:
         # a session of its own: Ctrl-C reaches the command's stages, which still report to the
         # server while they stop; the server is stopped after them
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                  env=env)
     try:
         if not _wait_healthy(url, server, STARTUP_TIMEOUT_S):
             # the port may belong to a server that is still starting (`make ui` just launched)

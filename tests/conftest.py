@@ -46,6 +46,10 @@ class _SessionServices:
     """The Prefect server and the tiny DAG, started one after the other on a background thread."""
 
     def __init__(self) -> None:
+        # Every subprocess started on the background thread gets this copy of the environment,
+        # taken on the main thread: one started with the default (the C `environ`, read while
+        # exec'ing) raced a test's monkeypatch.setenv and failed with "[Errno 14] Bad address".
+        self._env: dict[str, str] = {}
         self._stack = contextlib.ExitStack()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-services")
         self._dag_process: subprocess.Popen | None = None
@@ -53,15 +57,18 @@ class _SessionServices:
         self._dag: Future | None = None
 
     def server(self) -> str:
-        if self._server is None:
-            self._server = self._executor.submit(self._start_server)
+        self._start_server_once()
         return self._server.result()
 
     def start_dag(self) -> None:
+        self._start_server_once()
         if self._dag is None:
-            if self._server is None:
-                self._server = self._executor.submit(self._start_server)
             self._dag = self._executor.submit(self._run_dag)
+
+    def _start_server_once(self) -> None:
+        if self._server is None:
+            self._env = dict(os.environ)
+            self._server = self._executor.submit(self._start_server)
 
     def dag(self) -> "TinyDag":
         self.start_dag()
@@ -70,14 +77,14 @@ class _SessionServices:
     def _start_server(self) -> str:
         from flows.prefect_server import prefect_server as serve
 
-        return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log"))
+        return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log", env=self._env))
 
     def _run_dag(self) -> "TinyDag":
-        clone = make_clone(_mkdir(_SESSION_TMP / "tiny-dag") / "clone")
+        clone = make_clone(_mkdir(_SESSION_TMP / "tiny-dag") / "clone", env=self._env)
         dvc = str(Path(sys.executable).parent / "dvc")
         started = time.monotonic()
         self._dag_process = subprocess.Popen(
-            [dvc, "repro"], cwd=clone, env=clone_env(clone, self._server.result()), text=True,
+            [dvc, "repro"], cwd=clone, env=clone_env(clone, self._server.result(), self._env), text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             output, _ = self._dag_process.communicate(timeout=1500)
@@ -186,11 +193,11 @@ def finished_flow_runs(project: Path, method: str, profile: str = "tiny"):
 OUTPUT_DIRS = ("metrics/", "runs/", "reports/", "plots/")
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout
 
 
-def make_clone(dest: Path, profile: str | None = "tiny") -> Path:
+def make_clone(dest: Path, profile: str | None = "tiny", env: dict[str, str] | None = None) -> Path:
     """A fresh clone of the working tree as `git clone` of a commit of it would give (tracked and
     untracked-but-not-ignored files, the committed DVC outputs left out), every method and data
     section at `profile`, committed in a new git repository (DVC experiments need one)."""
@@ -198,9 +205,8 @@ def make_clone(dest: Path, profile: str | None = "tiny") -> Path:
 
     from flows import METHODS
 
-    _git(CHECKOUT, "worktree", "prune")
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                           cwd=CHECKOUT, capture_output=True, text=True, check=True).stdout.split()
+    _git(CHECKOUT, "worktree", "prune", env=env)
+    files = _git(CHECKOUT, "ls-files", "--cached", "--others", "--exclude-standard", env=env).split()
     for f in files:
         if (CHECKOUT / f).is_file() and not f.startswith(OUTPUT_DIRS):
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
@@ -210,13 +216,13 @@ def make_clone(dest: Path, profile: str | None = "tiny") -> Path:
         for name in METHODS:
             params[name]["profile"] = profile
         (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _git(dest, "init", "-q")
-    _git(dest, "add", "-A")
-    _git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone")
+    _git(dest, "init", "-q", env=env)
+    _git(dest, "add", "-A", env=env)
+    _git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone", env=env)
     return dest
 
 
-def clone_env(clone: Path, api: str | None = None) -> dict[str, str]:
+def clone_env(clone: Path, api: str | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a command run in a clone as `make run` runs it: the venv first on PATH,
     the clone's own mlflow.db (the default), and the session's Prefect server (every stage reports
     to it rather than starting a temporary server: ~8 s a stage on 2 cores)."""
@@ -225,7 +231,7 @@ def clone_env(clone: Path, api: str | None = None) -> dict[str, str]:
 
         api = get_current_settings().api.url
     assert api, "the prefect_server fixture sets the API URL"
-    env = {k: v for k, v in os.environ.items() if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI")}
+    env = {k: v for k, v in (base or os.environ).items() if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI")}
     return env | {"PATH": str(Path(sys.executable).parent) + os.pathsep + env["PATH"],
                   "PREFECT_API_URL": str(api)}
 
