@@ -80,7 +80,7 @@ class _SessionServices:
         return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log", env=self._env))
 
     def _run_dag(self) -> "TinyDag":
-        clone = make_clone(_mkdir(_SESSION_TMP / "tiny-dag") / "clone", env=self._env)
+        clone = make_clone(_SESSION_TMP / "tiny-dag" / "clone", env=self._env)
         dvc = str(Path(sys.executable).parent / "dvc")
         started = time.monotonic()
         self._dag_process = subprocess.Popen(
@@ -104,11 +104,6 @@ class _SessionServices:
         self._kill_dag()  # a session stopped early (-x, Ctrl-C) does not wait for the DAG
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._stack.close()
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 _SERVICES = _SessionServices()
@@ -193,22 +188,24 @@ def finished_flow_runs(project: Path, method: str, profile: str = "tiny"):
 OUTPUT_DIRS = ("metrics/", "runs/", "reports/", "plots/")
 
 
-def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+def run_git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout
 
 
-def make_clone(dest: Path, profile: str | None = "tiny", env: dict[str, str] | None = None) -> Path:
+def make_clone(dest: Path, profile: str | None = "tiny", env: dict[str, str] | None = None,
+               with_outputs: bool = False) -> Path:
     """A fresh clone of the working tree as `git clone` of a commit of it would give (tracked and
-    untracked-but-not-ignored files, the committed DVC outputs left out), every method and data
-    section at `profile`, committed in a new git repository (DVC experiments need one)."""
+    untracked-but-not-ignored files; the committed DVC outputs only `with_outputs`, a workspace as
+    a user has it after `make run`), every method and data section at `profile` (None: as
+    params.yaml says), committed in a new git repository (DVC experiments need one)."""
     import yaml
 
     from flows import METHODS
 
-    _git(CHECKOUT, "worktree", "prune", env=env)
-    files = _git(CHECKOUT, "ls-files", "--cached", "--others", "--exclude-standard", env=env).split()
+    run_git(CHECKOUT, "worktree", "prune", env=env)
+    files = run_git(CHECKOUT, "ls-files", "--cached", "--others", "--exclude-standard", env=env).split()
     for f in files:
-        if (CHECKOUT / f).is_file() and not f.startswith(OUTPUT_DIRS):
+        if (CHECKOUT / f).is_file() and (with_outputs or not f.startswith(OUTPUT_DIRS)):
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(CHECKOUT / f, dest / f)
     if profile:
@@ -216,9 +213,9 @@ def make_clone(dest: Path, profile: str | None = "tiny", env: dict[str, str] | N
         for name in METHODS:
             params[name]["profile"] = profile
         (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _git(dest, "init", "-q", env=env)
-    _git(dest, "add", "-A", env=env)
-    _git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone", env=env)
+    run_git(dest, "init", "-q", env=env)
+    run_git(dest, "add", "-A", env=env)
+    run_git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone", env=env)
     return dest
 
 

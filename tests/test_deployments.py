@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,30 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CHECKOUT
+from tests.conftest import make_clone, run_git as _git
 
 BIN = Path(sys.executable).parent
 RUN_TIMEOUT_S = 300
 SERVER_TIMEOUT_S = 120
 TRACKED_OUTPUTS = ("dvc.lock", "params.yaml", "metrics", "runs", "plots", "reports")
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
-def _fresh_clone(dest: Path) -> Path:
-    """The checkout's files as git sees them (uncommitted edits included), committed in a new repo
-    with its committed outputs (metrics/, runs/, ...): a workspace as a user has it."""
-    listed = _git(CHECKOUT, "ls-files", "--cached", "--others", "--exclude-standard").split()
-    for name in listed:
-        if (CHECKOUT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(CHECKOUT / name, dest / name)
-    _git(dest, "init", "-q")
-    _git(dest, "add", "-A")
-    _git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone")
-    return dest
 
 
 def _stop_group(process: subprocess.Popen) -> None:
@@ -78,7 +59,7 @@ def served(tmp_path_factory, prefect_server):
     from prefect.client.orchestration import SyncPrefectClient
 
     root = tmp_path_factory.mktemp("deployments")
-    workspace = _fresh_clone(root / "workspace")
+    workspace = make_clone(root / "workspace", profile=None, with_outputs=True)
     url = prefect_server
     env = {k: v for k, v in os.environ.items()
            if k not in ("PAPERLINE_ROOT", "MLFLOW_TRACKING_URI", "PREFECT_API_URL")}
