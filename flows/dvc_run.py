@@ -30,7 +30,7 @@ from flows.launch import resolve
 from flows.lineage import parent_env
 from paperline.config import PROFILES, ParamsError, StrictModel, parse_override, read_params, validate
 from tasks.paths import params_path, repo_root
-from tasks.runners import GPU_LEASE_SECONDS  # the dvc slot is leased like a gpu slot
+from tasks.runners import SLOT_LEASE_SECONDS  # the dvc slot is leased like a gpu slot
 from tasks.track import tracking_uri
 
 DVC_LIMIT = "dvc"
@@ -153,7 +153,7 @@ def run_dvc(command: list[str]) -> None:
         "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
     }
     logger.info("waiting for the %r concurrency slot (one DVC run at a time)", DVC_LIMIT)
-    with concurrency(DVC_LIMIT, occupy=1, strict=True, lease_duration=GPU_LEASE_SECONDS):
+    with concurrency(DVC_LIMIT, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS):
         logger.info("$ %s", " ".join(command))
         tail: collections.deque[str] = collections.deque(maxlen=_ERROR_TAIL)
         # a process group of its own, so that a cancelled run can stop DVC and its stage as a

@@ -7,6 +7,16 @@ from pathlib import Path
 
 from tasks.paths import repo_root
 
+# Prefect's TaskRunRecorder service writes every task-run event into the server's SQLite database,
+# and a task's request for a `gpu` concurrency slot waited ~2 s behind those writes each time (a
+# trivial flow of ten 1-s GPU tasks: 29-31 s with it, 15.7-17.1 s without; ngn_m tiny 77.7 s ->
+# 56.7 s; measured with py-spy: the slot's INSERT sat in SQLite's busy handler). The servers this
+# project starts for one command (`make run` without `make ui`, the test session) and the
+# temporary one a flow starts when no PREFECT_API_URL is set have no UI anyone opens, so they run
+# without it: their flow runs are recorded, their task runs are not. `make ui`'s server keeps it,
+# so a user looking there sees every task run (and pays the wait). Set the variable to override.
+TASK_RUN_RECORDER = "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED"
+
 
 def set_default_env() -> None:
     # Under `dvc exp run --temp` a stage runs in a temporary copy of the repository that DVC deletes
@@ -25,5 +35,8 @@ def set_default_env() -> None:
         "TRANSFORMERS_OFFLINE": "1",
         "MPLBACKEND": "Agg",
     }
+    if not os.environ.get("PREFECT_API_URL"):
+        # the temporary server Prefect starts for this flow: no UI anyone opens (TASK_RUN_RECORDER)
+        defaults[TASK_RUN_RECORDER] = "false"
     for key, value in defaults.items():
         os.environ.setdefault(key, value)

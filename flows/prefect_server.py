@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from flows.env import TASK_RUN_RECORDER
+
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 120.0  # ~12 s on a quiet 2-core machine, far more when it is loaded
 _LOG_TAIL = 20
@@ -57,6 +59,12 @@ def _stop(server: subprocess.Popen) -> None:
             server.wait()
 
 
+def without_task_run_recorder(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a server of ours: the task-run recorder off unless `env` sets it (flows/env.py
+    TASK_RUN_RECORDER says why)."""
+    return {TASK_RUN_RECORDER: "false"} | env
+
+
 def _default_server_command(port: int) -> list[str]:
     return [str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", HOST, "--port", str(port)]
 
@@ -65,8 +73,8 @@ def _default_server_command(port: int) -> list[str]:
 def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | None = None,
                    env: dict[str, str] | None = None) -> Iterator[str]:
     """The API URL of a Prefect server on 127.0.0.1:`port`: the one already answering there, or
-    one started now (its output in `log_path`, its environment `env`, default this process's) and
-    stopped when the block ends."""
+    one started now (its output in `log_path`, its environment `env`, default this process's, with
+    the task-run recorder off) and stopped when the block ends."""
     url = api_url(port)
     if is_healthy(url):
         yield url
@@ -77,7 +85,7 @@ def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | No
         # a session of its own: Ctrl-C reaches the command's stages, which still report to the
         # server while they stop; the server is stopped after them
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                  env=env)
+                                  env=without_task_run_recorder(dict(os.environ if env is None else env)))
     try:
         if not _wait_healthy(url, server, STARTUP_TIMEOUT_S):
             # the port may belong to a server that is still starting (`make ui` just launched)

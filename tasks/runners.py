@@ -107,7 +107,7 @@ def _gpu_gate() -> threading.BoundedSemaphore:
 # a SIGKILLed run on a shared server (`make run`, `make ui`) for five minutes, and its resumed run
 # waited that long (measured: 6:16 for the kill-and-resume test); the server's repossessor frees
 # an expired lease within 15 s, so a resumed run now waits at most 75 s (60 s: the server's minimum).
-GPU_LEASE_SECONDS = 60.0
+SLOT_LEASE_SECONDS = 60.0
 
 
 @contextlib.contextmanager
@@ -117,7 +117,7 @@ def gpu_slot() -> Iterator[Any]:
     from prefect.concurrency.sync import concurrency
 
     with _gpu_gate(), concurrency(GPU_LIMIT, occupy=1, strict=True,
-                                         lease_duration=GPU_LEASE_SECONDS):
+                                         lease_duration=SLOT_LEASE_SECONDS):
         if visible_gpus() == 0:
             yield torch.device("cpu")
             return

@@ -53,3 +53,15 @@ def test_under_a_dvc_experiment_mlflow_and_prefect_state_stay_in_the_workspace(m
     set_default_env()
     assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert Path(os.environ["PREFECT_HOME"]) == tmp_path / ".prefect"
+
+
+def test_a_flow_without_a_server_url_starts_its_temporary_server_without_the_task_run_recorder(monkeypatch):
+    from flows.env import TASK_RUN_RECORDER
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", TASK_RUN_RECORDER)}
+    monkeypatch.setattr(os, "environ", dict(environ))
+    set_default_env()
+    assert os.environ[TASK_RUN_RECORDER] == "false"
+    monkeypatch.setattr(os, "environ", environ | {"PREFECT_API_URL": "http://127.0.0.1:4200/api"})
+    set_default_env()
+    assert TASK_RUN_RECORDER not in os.environ  # a server of its own: `make ui`'s keeps its recorder

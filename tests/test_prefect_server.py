@@ -4,6 +4,7 @@ server (a few lines of http.server answering /api/health) keeps this fast; the t
 deployments starts the real one."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import textwrap
 import pytest
 
 from flows import prefect_server
+from flows.env import TASK_RUN_RECORDER
 from flows.prefect_server import api_url, is_healthy
 
 STAND_IN = textwrap.dedent("""
@@ -74,3 +76,14 @@ def test_the_command_sees_the_servers_url_and_its_exit_status_is_returned(tmp_pa
     argv = ["--port", str(port), "--log", str(tmp_path / "server.log"), "--", sys.executable, "-c"]
     assert prefect_server.main(argv + [check]) == 0
     assert prefect_server.main(argv + ["import sys; sys.exit(5)"]) == 5
+
+
+def test_a_started_server_runs_without_the_task_run_recorder_unless_its_environment_says(tmp_path, monkeypatch):
+    monkeypatch.setattr(prefect_server, "STARTUP_TIMEOUT_S", 1.0)
+    show = [sys.executable, "-c",
+            f"import os; print('recorder=' + os.environ.get({TASK_RUN_RECORDER!r}, 'unset'))"]
+    base = {k: v for k, v in os.environ.items() if k != TASK_RUN_RECORDER}
+    for env, seen in [(base, "false"), (base | {TASK_RUN_RECORDER: "true"}, "true")]:
+        with pytest.raises(RuntimeError, match=f"recorder={seen}"):
+            with prefect_server.prefect_server(_free_port(), tmp_path / "server.log", show, env=env):
+                pass

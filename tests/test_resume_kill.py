@@ -23,7 +23,7 @@ SETTINGS = ["--set", "adam_steps=300", "--set", "gd_steps=3000", "--set", "check
 def _cli(project, *args) -> subprocess.Popen:
     # Each process on a temporary Prefect server of its own (~15 s to start): on a shared server
     # the killed run's `gpu` slot stays taken until its lease expires (tasks/runners.py
-    # GPU_LEASE_SECONDS), a wait of up to 75 s that says nothing about resuming.
+    # SLOT_LEASE_SECONDS), a wait of up to 75 s that says nothing about resuming.
     env = os.environ | {"PAPERLINE_ROOT": str(project), "PYTHONUNBUFFERED": "1", "PREFECT_LOGGING_LEVEL": "INFO",
                         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
     return subprocess.Popen([sys.executable, "-m", "flows", "run", "dnc", "--profile", "tiny", *args],
