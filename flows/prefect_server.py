@@ -7,6 +7,7 @@ Imports nothing heavy: it runs before every `make run`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -65,6 +66,30 @@ def without_task_run_recorder(env: dict[str, str]) -> dict[str, str]:
     return {TASK_RUN_RECORDER: "false"} | env
 
 
+def _api(url: str, method: str, path: str, body: dict | None = None) -> object:
+    request = urllib.request.Request(f"{url}{path}", method=method, data=None if body is None else
+                                     json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read()
+    return json.loads(text) if text else None
+
+
+def release_orphaned_slots(url: str) -> list[str]:
+    """Free every slot that the database of a server that has just started still counts as taken;
+    returns the names of the limits it freed. A server keeps its slot leases in its memory
+    (Prefect's default lease storage) and its limits in its database: a slot held when the
+    previous server process stopped (a `make run` interrupted while a task held `gpu`) had its
+    lease die with that process, so nothing would ever free it, and every GPU task of the next
+    run waited forever (measured: `gpu` left at 1 of 1, the next `make run` hung in its first
+    task). A server that has just started holds no lease, so every taken slot is such a slot."""
+    freed = []
+    for limit in _api(url, "POST", "/v2/concurrency_limits/filter", {}):
+        if limit.get("active_slots"):
+            _api(url, "PATCH", f"/v2/concurrency_limits/{limit['id']}", {"active_slots": 0})
+            freed.append(limit["name"])
+    return freed
+
+
 def _default_server_command(port: int) -> list[str]:
     return [str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", HOST, "--port", str(port)]
 
@@ -74,7 +99,8 @@ def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | No
                    env: dict[str, str] | None = None) -> Iterator[str]:
     """The API URL of a Prefect server on 127.0.0.1:`port`: the one already answering there, or
     one started now (its output in `log_path`, its environment `env`, default this process's, with
-    the task-run recorder off) and stopped when the block ends."""
+    the task-run recorder off; slots left taken in its database freed) and stopped when the block
+    ends."""
     url = api_url(port)
     if is_healthy(url):
         yield url
@@ -93,6 +119,11 @@ def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | No
                 tail = log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL:]
                 raise RuntimeError(f"no Prefect server answered at {url} ({' '.join(command)}; "
                                    f"{log_path}):\n" + "\n".join(tail))
+        elif server.poll() is None:  # ours answered: it holds no lease yet
+            freed = release_orphaned_slots(url)
+            if freed:
+                print(f"freed the slots of {', '.join(freed)} left taken when the previous server stopped",
+                      file=sys.stderr)
         yield url
     finally:
         _stop(server)

@@ -42,6 +42,9 @@ os.environ.pop("PAPERLINE_ROOT", None)
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
+_DAG_CLONE = _SESSION_TMP / "tiny-dag" / "clone"
+
+
 class _SessionServices:
     """The Prefect server and the tiny DAG, started one after the other on a background thread."""
 
@@ -74,13 +77,25 @@ class _SessionServices:
         self.start_dag()
         return self._dag.result()
 
+    def stage_outputs(self, method: str) -> Path:
+        """The DAG's clone once `method`'s stage is done (its metrics written and its entry in
+        dvc.lock, so DVC has committed its outputs), while later stages may still run."""
+        self.start_dag()
+        metrics, lock = _DAG_CLONE / "metrics" / f"{method}.json", _DAG_CLONE / "dvc.lock"
+        while not (metrics.exists() and lock.exists() and f"\n  {method}:\n" in lock.read_text()):
+            if self._dag.done():
+                self._dag.result()  # raises the DAG's failure
+                raise AssertionError(f"the tiny DAG ended without a {method} stage")
+            time.sleep(0.5)
+        return _DAG_CLONE
+
     def _start_server(self) -> str:
         from flows.prefect_server import prefect_server as serve
 
         return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log", env=self._env))
 
     def _run_dag(self) -> "TinyDag":
-        clone = make_clone(_SESSION_TMP / "tiny-dag" / "clone", env=self._env)
+        clone = make_clone(_DAG_CLONE, env=self._env)
         dvc = str(Path(sys.executable).parent / "dvc")
         started = time.monotonic()
         self._dag_process = subprocess.Popen(
@@ -107,16 +122,35 @@ class _SessionServices:
 
 
 _SERVICES = _SessionServices()
+_STAGE_ORDER: list[str] = []
 
 
-def _needs_dag(item) -> bool:
-    return bool({"tiny_dag", "dag"} & set(getattr(item, "fixturenames", ())))
+def pytest_configure(config):
+    config.addinivalue_line("markers", "dag_stage(method): the test compares its own run with the "
+                                       "outputs of the tiny DAG's `method` stage (fixture dag_stage)")
+
+
+def _dag_order(item) -> tuple[int, int]:
+    """(0, 0) a test that needs no DAG; (1, i) one that needs the DAG's stage i (dvc.yaml order);
+    (2, 0) one that reads the whole DAG."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if {"tiny_dag", "dag"} & fixtures:
+        return 2, 0
+    if "dag_stage" in fixtures:
+        return 1, _STAGE_ORDER.index(item.get_closest_marker("dag_stage").args[0])
+    return 0, 0
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Tests that read the tiny DAG run last (in their collected order), the others meanwhile."""
-    if any(_needs_dag(item) for item in items):
-        items.sort(key=_needs_dag)  # stable
+    """Tests that read the tiny DAG run last (in their collected order), after those that compare
+    with one of its stages (in the DAG's order, each as soon as its stage is done), the others
+    first, while the DAG runs."""
+    if any(_dag_order(item) != (0, 0) for item in items):
+        global _STAGE_ORDER
+        import yaml
+
+        _STAGE_ORDER = list(yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())["stages"])
+        items.sort(key=_dag_order)  # stable
         _SERVICES.start_dag()
 
 
@@ -246,6 +280,17 @@ def tiny_dag(prefect_server) -> TinyDag:
     started in the background at collection. Each method's flow test checks its outputs here
     instead of running its flow again."""
     return _SERVICES.dag()
+
+
+@pytest.fixture
+def dag_stage(request, prefect_server) -> Path:
+    """The tiny DAG's clone once the stage the test's `dag_stage` mark names is done, the rest of
+    the DAG possibly still running: a test that compares a run of its own with that stage's files
+    runs beside the DAG instead of after it. Files only: the clone's MLflow store is still being
+    written (use `dag` for its runs)."""
+    mark = request.node.get_closest_marker("dag_stage")
+    assert mark, "a test using dag_stage names its stage: @pytest.mark.dag_stage(method)"
+    return _SERVICES.stage_outputs(mark.args[0])
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from flows.launch import run_method
@@ -52,9 +53,10 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / "dnc" / "run.json").read_text())["complete"]
 
 
-def test_dask_runner_reproduces_the_dag_run(dag, project, prefect_server):
+@pytest.mark.dag_stage("dnc")
+def test_dask_runner_reproduces_the_dag_run(dag_stage, project, prefect_server):
     """The same seed gives the same metrics, and the Dask runner gives what the thread runner gave."""
-    expected = json.loads((dag / "metrics" / "dnc.json").read_text())
+    expected = json.loads((dag_stage / "metrics" / "dnc.json").read_text())
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["runtime"]["task_runner"] = "dask"
     (project / "params.yaml").write_text(yaml.safe_dump(params))

@@ -74,9 +74,10 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / METHOD / "run.json").read_text())["complete"]
 
 
-def test_a_mismatched_selection_is_refused_and_a_killed_run_resumes_to_the_dag_metrics(dag, project, prefect_server):
-    expected = json.loads((dag / "metrics" / f"{METHOD}.json").read_text())
-    shutil.copytree(dag / "data" / "tulu", project / "data" / "tulu")  # the DAG's pool and selections
+@pytest.mark.dag_stage("influence_distillation")
+def test_a_mismatched_selection_is_refused_and_a_killed_run_resumes_to_the_dag_metrics(dag_stage, project, prefect_server):
+    expected = json.loads((dag_stage / "metrics" / f"{METHOD}.json").read_text())
+    shutil.copytree(dag_stage / "data" / "tulu", project / "data" / "tulu")  # the DAG's pool and selections
 
     # a selection made with other parameters than the flow's is refused, naming the key
     from flows.launch import resolve

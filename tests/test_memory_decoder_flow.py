@@ -77,7 +77,8 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / METHOD / "run.json").read_text())["complete"]
 
 
-def test_a_corrupt_domain_text_is_refused_naming_the_file_and_line(dag, project):
+@pytest.mark.dag_stage("memory_decoder")
+def test_a_corrupt_domain_text_is_refused_naming_the_file_and_line(dag_stage, project):
     """The flow's data step, on the DAG's general corpus (nothing to build): it fails before anything
     is written for training."""
     from flows.launch import resolve
@@ -87,7 +88,7 @@ def test_a_corrupt_domain_text_is_refused_naming_the_file_and_line(dag, project)
     bad = project / "domain.txt"
     bad.write_bytes(b"the first line\nthe second \xff line\n")
     _, cfg = resolve(METHOD, "tiny", [f"domain.text={bad.name}",
-                                      f"general_corpus_dir={dag / 'data' / 'text' / 'shakespeare'}"])
+                                      f"general_corpus_dir={dag_stage / 'data' / 'text' / 'shakespeare'}"])
     with pytest.raises(CorpusError, match=r"domain.txt: line 2: not UTF-8"):
         data(cfg)
     assert not (project / "models" / METHOD).exists()

@@ -19,13 +19,15 @@ from tasks import track
 from tests.conftest import free_port
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tiny_dag):
+@pytest.fixture
+def mlflow_server(dag_stage):
+    """`mlflow server` on the tiny DAG's store as soon as its dnc stage is done: later stages still
+    write to the store meanwhile, as `make run` does under `make ui`."""
     port = free_port()
     env = os.environ | {"MLFLOW_DISABLE_TELEMETRY": "true"}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-                             f"sqlite:///{tiny_dag.root / 'mlflow.db'}", "--artifacts-destination",
-                             str(tiny_dag.root / "mlartifacts"), "--host", "127.0.0.1", "--port", str(port),
+                             f"sqlite:///{dag_stage / 'mlflow.db'}", "--artifacts-destination",
+                             str(dag_stage / "mlartifacts"), "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -58,9 +60,10 @@ def _post(url: str, path: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def test_a_method_compared_through_the_mlflow_server(mlflow_server, tiny_dag):
-    record = json.loads((tiny_dag.root / "metrics" / "dnc.json").read_text())
-    pointer = json.loads((tiny_dag.root / "runs" / "dnc" / "mlflow_run.json").read_text())
+@pytest.mark.dag_stage("dnc")
+def test_a_method_compared_through_the_mlflow_server(mlflow_server, dag_stage):
+    record = json.loads((dag_stage / "metrics" / "dnc.json").read_text())
+    pointer = json.loads((dag_stage / "runs" / "dnc" / "mlflow_run.json").read_text())
     exp = _get(mlflow_server, "experiments/get-by-name", experiment_name="dnc")["experiment"]
     assert {t["key"]: t["value"] for t in exp["tags"]}[track.EXPERIMENT_KIND_TAG] == "custom_model_development"
 

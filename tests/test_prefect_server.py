@@ -4,6 +4,7 @@ server (a few lines of http.server answering /api/health) keeps this fast; the t
 deployments starts the real one."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,16 +18,32 @@ from flows.env import TASK_RUN_RECORDER
 from flows.prefect_server import api_url, is_healthy
 
 STAND_IN = textwrap.dedent("""
-    import http.server, sys, time
+    import http.server, json, sys, time
     time.sleep(float(sys.argv[2]))  # a server takes a while to answer
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path == "/api/health" else 404)
+    limits = json.loads(sys.argv[3])  # the global concurrency limits in its database
+    class Api(http.server.BaseHTTPRequestHandler):
+        def reply(self, code, body=None):
+            self.send_response(code)
             self.end_headers()
-            self.wfile.write(b"true")
+            if body is not None:
+                self.wfile.write(json.dumps(body).encode())
+        def do_GET(self):
+            if self.path == "/api/health":
+                self.reply(200, True)
+            elif self.path.startswith("/api/v2/concurrency_limits/"):
+                self.reply(200, next(l for l in limits if l["id"] == self.path.rsplit("/", 1)[1]))
+            else:
+                self.reply(404)
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.reply(200, limits) if self.path == "/api/v2/concurrency_limits/filter" else self.reply(404)
+        def do_PATCH(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            next(l for l in limits if l["id"] == self.path.rsplit("/", 1)[1]).update(body)
+            self.reply(204)
         def log_message(self, *args):
             pass
-    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Api).serve_forever()
 """)
 
 
@@ -36,8 +53,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _stand_in(port: int, delay: float = 0.0) -> list[str]:
-    return [sys.executable, "-c", STAND_IN, str(port), str(delay)]
+def _stand_in(port: int, delay: float = 0.0, limits: list[dict] | None = None) -> list[str]:
+    return [sys.executable, "-c", STAND_IN, str(port), str(delay), json.dumps(limits or [])]
 
 
 def test_a_server_is_started_for_the_command_and_stopped_after_it(tmp_path):
@@ -87,3 +104,21 @@ def test_a_started_server_runs_without_the_task_run_recorder_unless_its_environm
         with pytest.raises(RuntimeError, match=f"recorder={seen}"):
             with prefect_server.prefect_server(_free_port(), tmp_path / "server.log", show, env=env):
                 pass
+
+
+def test_slots_a_started_servers_database_still_counts_as_taken_are_freed(tmp_path):
+    """A server starts without leases (they live in its memory): a `gpu` slot its database counts
+    as taken was held under the server before, and would never be freed."""
+    port = _free_port()
+    limits = [{"id": "1", "name": "gpu", "limit": 1, "active_slots": 1},
+              {"id": "2", "name": "dvc", "limit": 1, "active_slots": 0}]
+    with prefect_server.prefect_server(port, tmp_path / "server.log", _stand_in(port, limits=limits)) as url:
+        assert [prefect_server._api(url, "GET", f"/v2/concurrency_limits/{i}")["active_slots"]
+                for i in ("1", "2")] == [0, 0]
+    running = subprocess.Popen(_stand_in(port, limits=limits))  # a server already up: its slots are live
+    try:
+        with prefect_server.prefect_server(port, tmp_path / "server.log", ["false"]) as url:
+            assert prefect_server._api(url, "GET", "/v2/concurrency_limits/1")["active_slots"] == 1
+    finally:
+        running.kill()
+        running.wait()

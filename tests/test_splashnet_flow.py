@@ -78,7 +78,8 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / "splashnet" / "run.json").read_text())["complete"]
 
 
-def test_a_run_that_died_resumes_and_other_features_are_refused(dag, project, prefect_server):
+@pytest.mark.dag_stage("splashnet")
+def test_a_run_that_died_resumes_and_other_features_are_refused(dag_stage, project, prefect_server):
     """The baseline alone, on the DAG's features: it dies after the generic model's first
     checkpoint (step 2 of 3), then runs again from it; features missing or made with other data
     parameters are refused before any work."""
@@ -86,7 +87,7 @@ def test_a_run_that_died_resumes_and_other_features_are_refused(dag, project, pr
     with pytest.raises(FileNotFoundError, match="manifest.json: not prepared; run the semg stages"):
         run_method("splashnet", "tiny", only_baseline)
     assert not (project / "models" / "splashnet").exists()
-    shutil.copytree(dag / "data" / "splashnet", project / "data" / "splashnet")
+    shutil.copytree(dag_stage / "data" / "splashnet", project / "data" / "splashnet")
     tiny = _tiny(project)
     real_fit = pipeline._fit
 

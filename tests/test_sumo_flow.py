@@ -72,10 +72,11 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / "sumo" / "run.json").read_text())["complete"]
 
 
-def test_the_same_seed_gives_the_dag_metrics_again(dag, project, prefect_server):
+@pytest.mark.dag_stage("sumo")
+def test_the_same_seed_gives_the_dag_metrics_again(dag_stage, project, prefect_server):
     """AdamW alone (its whole lr grid), against the DAG's record: every number but the timings and
     the ratio to the baseline (GaLore's in the DAG, AdamW's own here)."""
-    expected = _metrics(dag)
+    expected = _metrics(dag_stage)
 
     def comparable(row):
         return {k: v for k, v in row.items() if k not in TIMING_KEYS and not k.endswith("_vs_baseline")}
