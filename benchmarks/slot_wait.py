@@ -64,8 +64,7 @@ def run_flow(tasks: int, work: float) -> dict:
 
 def measure(recorder: bool, tasks: int, work: float, work_dir: Path) -> dict:
     from flows.env import TASK_RUN_RECORDER
-    from flows.prefect_server import prefect_server
-    from tests.conftest import free_port
+    from flows.prefect_server import free_port, prefect_server
 
     env = os.environ | {"PREFECT_HOME": str(work_dir / f"prefect-{recorder}"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                         "DO_NOT_TRACK": "1", TASK_RUN_RECORDER: str(recorder).lower()}

@@ -26,6 +26,15 @@ STARTUP_TIMEOUT_S = 120.0  # ~12 s on a quiet 2-core machine, far more when it i
 _LOG_TAIL = 20
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server of a test or a benchmark)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
 def api_url(port: int) -> str:
     return f"http://{HOST}:{port}/api"
 

@@ -90,7 +90,7 @@ class _SessionServices:
         return _DAG_CLONE
 
     def _start_server(self) -> str:
-        from flows.prefect_server import prefect_server as serve
+        from flows.prefect_server import free_port, prefect_server as serve
 
         return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log", env=self._env))
 
@@ -157,14 +157,6 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_sessionfinish(session, exitstatus):
     _SERVICES.close()
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

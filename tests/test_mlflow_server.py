@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tasks import track
-from tests.conftest import free_port
+from flows.prefect_server import free_port
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import pytest
 
 from flows import prefect_server
 from flows.env import TASK_RUN_RECORDER
-from flows.prefect_server import api_url, is_healthy
+from flows.prefect_server import api_url, free_port, is_healthy
 
 STAND_IN = textwrap.dedent("""
     import http.server, json, sys, time
@@ -47,25 +46,19 @@ STAND_IN = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _stand_in(port: int, delay: float = 0.0, limits: list[dict] | None = None) -> list[str]:
     return [sys.executable, "-c", STAND_IN, str(port), str(delay), json.dumps(limits or [])]
 
 
 def test_a_server_is_started_for_the_command_and_stopped_after_it(tmp_path):
-    port = _free_port()
+    port = free_port()
     with prefect_server.prefect_server(port, tmp_path / "server.log", _stand_in(port, delay=1.0)) as url:
         assert url == api_url(port) and is_healthy(url)
     assert not is_healthy(url)
 
 
 def test_a_running_server_is_used_and_left_running(tmp_path):
-    port = _free_port()
+    port = free_port()
     running = subprocess.Popen(_stand_in(port))
     try:
         with prefect_server.prefect_server(port, tmp_path / "server.log", ["false"]) as url:
@@ -77,7 +70,7 @@ def test_a_running_server_is_used_and_left_running(tmp_path):
 
 
 def test_a_server_that_does_not_start_is_reported_with_its_log(tmp_path):
-    port = _free_port()
+    port = free_port()
     failing = [sys.executable, "-c", "import sys; print('port in use'); sys.exit(1)"]
     with pytest.raises(RuntimeError, match=r"no Prefect server answered(.|\n)*port in use"), \
             pytest.MonkeyPatch.context() as patch:
@@ -87,7 +80,7 @@ def test_a_server_that_does_not_start_is_reported_with_its_log(tmp_path):
 
 
 def test_the_command_sees_the_servers_url_and_its_exit_status_is_returned(tmp_path, monkeypatch):
-    port = _free_port()
+    port = free_port()
     monkeypatch.setattr(prefect_server, "_default_server_command", lambda p: _stand_in(p))
     check = f"import os, sys; sys.exit(0 if os.environ['PREFECT_API_URL'] == {api_url(port)!r} else 3)"
     argv = ["--port", str(port), "--log", str(tmp_path / "server.log"), "--", sys.executable, "-c"]
@@ -102,14 +95,14 @@ def test_a_started_server_runs_without_the_task_run_recorder_unless_its_environm
     base = {k: v for k, v in os.environ.items() if k != TASK_RUN_RECORDER}
     for env, seen in [(base, "false"), (base | {TASK_RUN_RECORDER: "true"}, "true")]:
         with pytest.raises(RuntimeError, match=f"recorder={seen}"):
-            with prefect_server.prefect_server(_free_port(), tmp_path / "server.log", show, env=env):
+            with prefect_server.prefect_server(free_port(), tmp_path / "server.log", show, env=env):
                 pass
 
 
 def test_slots_a_started_servers_database_still_counts_as_taken_are_freed(tmp_path):
     """A server starts without leases (they live in its memory): a `gpu` slot its database counts
     as taken was held under the server before, and would never be freed."""
-    port = _free_port()
+    port = free_port()
     limits = [{"id": "1", "name": "gpu", "limit": 1, "active_slots": 1},
               {"id": "2", "name": "dvc", "limit": 1, "active_slots": 0}]
     with prefect_server.prefect_server(port, tmp_path / "server.log", _stand_in(port, limits=limits)) as url:
