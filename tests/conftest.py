@@ -1,11 +1,11 @@
-"""Test environment: a temporary PREFECT_HOME and one Prefect server per session, a migrated
-MLflow template database copied per test, and a temporary project root (PAPERLINE_ROOT) so no test
-writes into the checkout's models/, metrics/ or mlflow.db.
+"""Test environment: a temporary PREFECT_HOME and one Prefect server per session (a second one for
+the tiny DAG), a migrated MLflow template database copied per test, and a temporary project root
+(PAPERLINE_ROOT) so no test writes into the checkout's models/, metrics/ or mlflow.db.
 
 When the collected tests need them, the session's Prefect server and its one tiny `dvc repro` of
-the whole DAG start in the background as soon as collection ends: the DAG's stages (one
-single-threaded process each, mostly imports) then overlap the unit tests under tests/methods/,
-which run first, on the machine's second core."""
+the whole DAG (on a server of its own) start in the background as soon as collection ends: the
+DAG's stages (one single-threaded process each, mostly imports) then overlap the unit tests under
+tests/methods/, which run first, on the machine's second core."""
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="paperline-tests-"))
+_SESSION_STARTED = time.monotonic()
 
 # Before anything imports prefect or mlflow (measured pitfalls: ../shared/TOOLING.md).
 os.environ.update({
@@ -46,7 +48,8 @@ _DAG_CLONE = _SESSION_TMP / "tiny-dag" / "clone"
 
 
 class _SessionServices:
-    """The Prefect server and the tiny DAG, started one after the other on a background thread."""
+    """The session's Prefect server, then the tiny DAG on a server of its own, started one after
+    the other on a background thread."""
 
     def __init__(self) -> None:
         # Every subprocess started on the background thread gets this copy of the environment,
@@ -58,6 +61,7 @@ class _SessionServices:
         self._dag_process: subprocess.Popen | None = None
         self._server: Future | None = None
         self._dag: Future | None = None
+        self.dag_result: TinyDag | None = None
 
     def server(self) -> str:
         self._start_server_once()
@@ -95,19 +99,35 @@ class _SessionServices:
         return self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server.log", env=self._env))
 
     def _run_dag(self) -> "TinyDag":
+        from flows.prefect_server import free_port, prefect_server as serve
+
         clone = make_clone(_DAG_CLONE, env=self._env)
+        # The DAG's stages report to a server (and database) of their own: on the session's, their
+        # `gpu` slot (one on a CPU machine) was the one the foreground tests' flows take, so each
+        # side's training waited for the other's while a core sat idle.
+        server_env = self._env | {"PREFECT_HOME": str(_SESSION_TMP / "prefect-dag")}
+        api = self._stack.enter_context(serve(free_port(), _SESSION_TMP / "prefect-server-dag.log", env=server_env))
         dvc = str(Path(sys.executable).parent / "dvc")
         started = time.monotonic()
         self._dag_process = subprocess.Popen(
-            [dvc, "repro"], cwd=clone, env=clone_env(clone, self._server.result(), self._env), text=True,
+            [dvc, "repro"], cwd=clone, env=clone_env(clone, api, self._env), text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        lines: list[tuple[float, str]] = []  # (seconds since the start, line) as DVC prints them
+        reader = threading.Thread(target=lambda: lines.extend((time.monotonic() - started, line)
+                                                              for line in self._dag_process.stdout))
+        reader.start()
         try:
-            output, _ = self._dag_process.communicate(timeout=1500)
+            self._dag_process.wait(timeout=1500)
         except subprocess.TimeoutExpired:
             self._kill_dag()
             raise
+        finally:
+            reader.join()
+        output, seconds = "".join(line for _, line in lines), time.monotonic() - started
         assert self._dag_process.returncode == 0, output[-30000:]
-        return TinyDag(clone, time.monotonic() - started, output)
+        self.dag_result = TinyDag(clone, seconds, output, _stage_seconds(lines, seconds),
+                                  time.monotonic() - _SESSION_STARTED)
+        return self.dag_result
 
     def _kill_dag(self) -> None:
         if self._dag_process is not None and self._dag_process.poll() is None:
@@ -154,6 +174,16 @@ def pytest_collection_modifyitems(session, config, items):
         _SERVICES.start_dag()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The tiny DAG's wall time, stage by stage: what each method's stage costs the suite (its
+    budget: README, Adding a method)."""
+    dag = _SERVICES.dag_result
+    if dag is not None:
+        stages = ", ".join(f"{name} {seconds:.0f}" for name, seconds in dag.stage_seconds.items())
+        terminalreporter.write_line(f"tiny DAG in the background: {dag.seconds:.0f} s, done {dag.done_at:.0f} s "
+                                    f"after the session started ({stages})")
+
+
 def pytest_sessionfinish(session, exitstatus):
     _SERVICES.close()
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
@@ -163,8 +193,9 @@ def pytest_sessionfinish(session, exitstatus):
 def prefect_server() -> str:
     """The session's `prefect server start` on 127.0.0.1 (as `make ui` starts it: its scheduler and
     concurrency leases are a real server's), its API URL set for this process only: flows run
-    here and the stages of the tiny DAG report to it (clone_env passes it on), while a subprocess
-    started with the plain environment gets a temporary server of its own."""
+    here and a test's subprocess reports to it when clone_env passes it on, while a subprocess
+    started with the plain environment gets a temporary server of its own (the tiny DAG has its
+    own long-lived one)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     url = _SERVICES.server()
@@ -264,6 +295,14 @@ class TinyDag:
     root: Path
     seconds: float
     output: str
+    stage_seconds: dict[str, float]  # wall time of each stage, DVC's own work around it included
+    done_at: float  # seconds after the session started
+
+
+def _stage_seconds(lines: list[tuple[float, str]], end: float) -> dict[str, float]:
+    """Each stage's wall time: from its "Running stage" line to the next one (or the end)."""
+    starts = [(t, line.split("'")[1]) for t, line in lines if line.startswith("Running stage '")]
+    return {name: round(t_next - t, 1) for (t, name), (t_next, _) in zip(starts, [*starts[1:], (end, "")])}
 
 
 @pytest.fixture(scope="session")
