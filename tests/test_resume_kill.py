@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from flows.launch import run_method
 from tasks import track
@@ -20,24 +21,27 @@ SETTINGS = ["--set", "adam_steps=300", "--set", "gd_steps=3000", "--set", "check
             "--set", "grad_tol=1e-300", "--set", "depths=[3]", "--set", "width_multipliers=[1]"]
 
 
-def _cli(project, *args, api: str | None = None) -> subprocess.Popen:
+def _cli(project, *args, api: str | None = None, prefect_db: Path | None = None) -> subprocess.Popen:
     env = os.environ | {"PAPERLINE_ROOT": str(project), "PYTHONUNBUFFERED": "1", "PREFECT_LOGGING_LEVEL": "INFO",
                         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
     if api:
         env["PREFECT_API_URL"] = api
     else:  # the temporary server's database apart from the session server's, or its slots show there
-        env["PREFECT_HOME"] = str(project / ".prefect-temporary")
+        home = project / ".prefect-temporary"
+        home.mkdir()
+        shutil.copy(prefect_db, home / "prefect.db")  # migrated already
+        env["PREFECT_HOME"] = str(home)
     return subprocess.Popen([sys.executable, "-m", "flows", "run", "dnc", "--profile", "tiny", *args],
                             cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
 
-def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, tmp_path, monkeypatch):
+def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, prefect_template_db, tmp_path, monkeypatch):
     # The killed run on a temporary Prefect server of its own, which dies with it: on the shared
     # server its `gpu` slot would stay taken until the lease expires (tasks/runners.py
     # SLOT_LEASE_SECONDS), a wait of up to 75 s that says nothing about resuming. The resumed run
     # on the session's server (no server to start: ~15 s).
-    killed = _cli(project, *SETTINGS)
+    killed = _cli(project, *SETTINGS, prefect_db=prefect_template_db)
     deadline = time.monotonic() + 240
     checkpoints = []
     while not checkpoints and killed.poll() is None and time.monotonic() < deadline:
@@ -51,7 +55,11 @@ def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, tmp_
     killed_parent = json.loads((project / "models" / "dnc" / "run.json").read_text())["parent_run"]
 
     resumed = _cli(project, *SETTINGS, api=prefect_server)
-    out, _ = resumed.communicate(timeout=600)
+    try:
+        out, _ = resumed.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(resumed.pid, signal.SIGKILL)  # not left running into the rest of the session
+        raise
     assert resumed.returncode == 0, out
     assert "resuming from its checkpoints" in out
     resumed_metrics = json.loads((project / "metrics" / "dnc.json").read_text())
