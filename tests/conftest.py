@@ -51,20 +51,21 @@ _PREFECT_TEMPLATE_DB = _SESSION_TMP / "template-prefect.db"
 
 
 class _SessionServices:
-    """The session's Prefect server and the tiny DAG on a server of its own, started on two
-    background threads: the DAG's clone is made while the session's server starts, and the DAG's
-    server starts on a copy of the session server's migrated database (a fresh one spends ~14 of
-    its ~25 s of CPU on migrations)."""
+    """The tiny DAG on a Prefect server of its own and the session's server, started on background
+    threads. The DAG is the suite's critical path, so its server starts first, on a fresh database;
+    a copy of that migrated database is the session server's (a fresh one spends ~14 of its ~25 s
+    of CPU on migrations), which the tests under tests/methods, run first, do not need."""
 
     def __init__(self) -> None:
-        # Every subprocess started on the background thread gets this copy of the environment,
+        # Every subprocess started on a background thread gets this copy of the environment,
         # taken on the main thread: one started with the default (the C `environ`, read while
         # exec'ing) raced a test's monkeypatch.setenv and failed with "[Errno 14] Bad address".
         self._env: dict[str, str] = {}
         self._stack = contextlib.ExitStack()
         self._stack_lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="session-services")
+        self._executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="session-services")
         self._dag_process: subprocess.Popen | None = None
+        self._dag_server: Future | None = None
         self._server: Future | None = None
         self._dag: Future | None = None
         self.dag_result: TinyDag | None = None
@@ -74,13 +75,21 @@ class _SessionServices:
         return self._server.result()
 
     def start_dag(self) -> None:
-        self._start_server_once()
         if self._dag is None:
+            self._env = self._env or dict(os.environ)
+            # The DAG's stages report to a server (and database) of their own: on the session's,
+            # their `gpu` slot (one on a CPU machine) was the one the foreground tests' flows
+            # take, so each side's training waited for the other's while a core sat idle.
+            home = _SESSION_TMP / "prefect-dag"
+            self._dag_server = (
+                self._executor.submit(self._serve_fresh, "prefect-server-dag.log", home) if self._server is None
+                else self._executor.submit(self._serve_copy, "prefect-server-dag.log", home, self._server))
             self._dag = self._executor.submit(self._run_dag)
+            self._start_server_once()
 
     def _start_server_once(self) -> None:
         if self._server is None:
-            self._env = dict(os.environ)
+            self._env = self._env or dict(os.environ)
             self._server = self._executor.submit(self._start_server)
 
     def dag(self) -> "TinyDag":
@@ -99,26 +108,38 @@ class _SessionServices:
             time.sleep(0.5)
         return _DAG_CLONE
 
-    def _serve(self, log: str, env: dict[str, str]) -> str:
+    def _serve(self, log: str, home: Path) -> str:
         from flows.prefect_server import free_port, prefect_server as serve
 
-        server = serve(free_port(), _SESSION_TMP / log, env=env)
+        server = serve(free_port(), _SESSION_TMP / log, env=self._env | {"PREFECT_HOME": str(home)})
         url = server.__enter__()
         with self._stack_lock:
             self._stack.push(server.__exit__)
         return url
 
-    def _start_server(self) -> str:
+    def _serve_fresh(self, log: str, home: Path) -> str:
+        """A server on a new database, copied once migrated, before any flow writes to it: the
+        template of the other servers (fixture prefect_template_db)."""
         import sqlite3
 
-        url = self._serve("prefect-server.log", self._env)
-        # a migrated database, copied before any flow writes to it: the template of the DAG's
-        # server and of the temporary servers tests start (fixture prefect_template_db)
-        live = Path(self._env["PREFECT_HOME"]) / "prefect.db"
-        with contextlib.closing(sqlite3.connect(live)) as source, \
+        url = self._serve(log, home)
+        with contextlib.closing(sqlite3.connect(home / "prefect.db")) as source, \
                 contextlib.closing(sqlite3.connect(_PREFECT_TEMPLATE_DB)) as template:
             source.backup(template)
         return url
+
+    def _serve_copy(self, log: str, home: Path, first: Future) -> str:
+        """A server on a copy of the template, once the `first` server has made it."""
+        first.result()
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(_PREFECT_TEMPLATE_DB, home / "prefect.db")
+        return self._serve(log, home)
+
+    def _start_server(self) -> str:
+        home = Path(self._env["PREFECT_HOME"])
+        if self._dag_server is None:
+            return self._serve_fresh("prefect-server.log", home)
+        return self._serve_copy("prefect-server.log", home, self._dag_server)
 
     def prefect_template_db(self) -> Path:
         self.server()
@@ -126,14 +147,7 @@ class _SessionServices:
 
     def _run_dag(self) -> "TinyDag":
         clone = make_clone(_DAG_CLONE, env=self._env)
-        # The DAG's stages report to a server (and database) of their own: on the session's, their
-        # `gpu` slot (one on a CPU machine) was the one the foreground tests' flows take, so each
-        # side's training waited for the other's while a core sat idle.
-        home = _SESSION_TMP / "prefect-dag"
-        home.mkdir()
-        self._server.result()
-        shutil.copy(_PREFECT_TEMPLATE_DB, home / "prefect.db")
-        api = self._serve("prefect-server-dag.log", self._env | {"PREFECT_HOME": str(home)})
+        api = self._dag_server.result()
         dvc = str(Path(sys.executable).parent / "dvc")
         started = time.monotonic()
         self._dag_process = subprocess.Popen(
