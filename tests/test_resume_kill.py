@@ -40,7 +40,7 @@ def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, pref
     # The killed run on a temporary Prefect server of its own, which dies with it: on the shared
     # server its `gpu` slot would stay taken until the lease expires (tasks/runners.py
     # SLOT_LEASE_SECONDS), a wait of up to 75 s that says nothing about resuming. The resumed run
-    # on the session's server (no server to start: ~15 s).
+    # on the session's server: no second server to start (~11 s of CPU on a migrated database).
     killed = _cli(project, *SETTINGS, prefect_db=prefect_template_db)
     deadline = time.monotonic() + 240
     checkpoints = []
