@@ -9,13 +9,21 @@ from tasks.paths import repo_root
 
 # Prefect's TaskRunRecorder service writes every task-run event into the server's SQLite database,
 # and a task's request for a `gpu` concurrency slot waited ~2 s behind those writes each time (a
-# trivial flow of ten 1-s GPU tasks: 29-31 s with it, 15.7-17.1 s without; ngn_m tiny 77.7 s ->
-# 56.7 s; measured with py-spy: the slot's INSERT sat in SQLite's busy handler). The servers this
+# trivial flow of ten 1-s GPU tasks: 36.4-38.4 s with it, 19.4-22.5 s without, benchmarks/slot_wait.py;
+# ngn_m tiny 77.7 s -> 56.7 s; py-spy: the slot's INSERT sat in SQLite's busy handler). The servers this
 # project starts for one command (`make run` without `make ui`, the test session) and the
 # temporary one a flow starts when no PREFECT_API_URL is set have no UI anyone opens, so they run
 # without it: their flow runs are recorded, their task runs are not. `make ui`'s server keeps it,
 # so a user looking there sees every task run (and pays the wait). Set the variable to override.
 TASK_RUN_RECORDER = "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED"
+
+# The temporary server keeps its own database in PREFECT_HOME, apart from the prefect.db of the
+# servers `make ui` and `make run` start there. On one file, a temporary server reset the other's
+# taken `gpu` slots (tasks/runners.py ensure_gpu_limit: over-admission), and a killed flow's slot
+# stayed taken in it with no lease that would ever free it (the next run there waited forever;
+# reproduced twice in the test suite). Its runs show in no UI, as before (no one opens it).
+TEMPORARY_SERVER_DB = "temporary-server.db"
+DATABASE_URL = "PREFECT_API_DATABASE_CONNECTION_URL"
 
 
 def set_default_env() -> None:
@@ -40,3 +48,6 @@ def set_default_env() -> None:
         defaults[TASK_RUN_RECORDER] = "false"
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    if not os.environ.get("PREFECT_API_URL"):
+        os.environ.setdefault(DATABASE_URL,
+                              f"sqlite+aiosqlite:///{Path(os.environ['PREFECT_HOME']) / TEMPORARY_SERVER_DB}")

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from flows.env import TASK_RUN_RECORDER
+from flows.env import DATABASE_URL, TASK_RUN_RECORDER, TEMPORARY_SERVER_DB
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 120.0  # ~12 s on a quiet 2-core machine, far more when it is loaded
@@ -69,10 +69,14 @@ def _stop(server: subprocess.Popen) -> None:
             server.wait()
 
 
-def without_task_run_recorder(env: dict[str, str]) -> dict[str, str]:
+def server_env(env: dict[str, str]) -> dict[str, str]:
     """`env` for a server of ours: the task-run recorder off unless `env` sets it (flows/env.py
-    TASK_RUN_RECORDER says why)."""
-    return {TASK_RUN_RECORDER: "false"} | env
+    TASK_RUN_RECORDER says why), and its database PREFECT_HOME's prefect.db, never the temporary
+    server's, which a process that ran a flow without a server URL passes on (flows/env.py)."""
+    env = {TASK_RUN_RECORDER: "false"} | env
+    if env.get(DATABASE_URL, "").endswith(TEMPORARY_SERVER_DB):
+        del env[DATABASE_URL]
+    return env
 
 
 def _api(url: str, method: str, path: str, body: dict | None = None) -> object:
@@ -120,7 +124,7 @@ def prefect_server(port: int, log_path: Path, server_command: Sequence[str] | No
         # a session of its own: Ctrl-C reaches the command's stages, which still report to the
         # server while they stop; the server is stopped after them
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                  env=without_task_run_recorder(dict(os.environ if env is None else env)))
+                                  env=server_env(dict(os.environ if env is None else env)))
     try:
         if not _wait_healthy(url, server, STARTUP_TIMEOUT_S):
             # the port may belong to a server that is still starting (`make ui` just launched)

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flows import METHODS, PREP_STAGES
@@ -30,11 +31,32 @@ def test_dvc_stages_and_flow_registries_name_the_same_stages():
         assert f"metrics/{name}.json" in [next(iter(m)) for m in stage["metrics"]]
         assert f"metrics/{name}.json" in _deps(REPORT)
         assert f"{name}.profiles.${{{name}.profile}}" in stage["params"]
+        assert {"flows/registry.yaml": [f"methods.{name}"]} in stage["params"]
     for name, spec in PREP_STAGES.items():
         stage = DVC_YAML["stages"][name]
+        assert {"flows/registry.yaml": [f"prep_stages.{name}"]} in stage["params"]
         assert stage["cmd"] == f"python -m flows run {name}"
         assert "runtime" in stage["params"]  # the stage's task runner
         assert any(p.split(".")[0] == spec.section for p in stage["params"]), (name, spec.section)
+
+
+def test_a_stage_depends_on_its_own_registry_entry_only():
+    """A new method's entry in flows/registry.yaml leaves every other stage up to date: the file
+    is no stage's dependency as a whole, only the report's `methods` list is."""
+    for name, stage in DVC_YAML["stages"].items():
+        assert "flows/registry.yaml" not in stage["deps"], name
+        entries = [p["flows/registry.yaml"] for p in stage["params"] if isinstance(p, dict)]
+        assert entries == ([["methods"]] if name == REPORT else [[f"{'methods' if name in METHODS else 'prep_stages'}.{name}"]])
+
+
+def test_a_misspelt_registry_entry_names_the_file(tmp_path, monkeypatch):
+    import flows
+
+    registry = tmp_path / "registry.yaml"
+    registry.write_text("methods:\n  m: {title: t, config: 'a:B', flow: 'a:f', staus: pipeline}\n")
+    monkeypatch.setattr(flows, "REGISTRY", registry)
+    with pytest.raises(ValueError, match=r"registry.yaml: an entry of `methods`.*staus"):
+        flows._specs("methods", flows.MethodSpec)
 
 
 def test_each_stage_depends_on_the_code_its_flow_imports():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.env import set_default_env
+from flows.env import TEMPORARY_SERVER_DB, set_default_env
 from flows.lineage import PARENT_FLOW_RUN_ENV, lineage_tags
 from tasks import track
 
@@ -62,6 +62,10 @@ def test_a_flow_without_a_server_url_starts_its_temporary_server_without_the_tas
     monkeypatch.setattr(os, "environ", dict(environ))
     set_default_env()
     assert os.environ[TASK_RUN_RECORDER] == "false"
+    # and a database of its own, apart from the prefect.db of `make ui`'s server in the same home
+    database = os.environ["PREFECT_API_DATABASE_CONNECTION_URL"]
+    assert database == f"sqlite+aiosqlite:///{Path(os.environ['PREFECT_HOME']) / TEMPORARY_SERVER_DB}"
     monkeypatch.setattr(os, "environ", environ | {"PREFECT_API_URL": "http://127.0.0.1:4200/api"})
     set_default_env()
     assert TASK_RUN_RECORDER not in os.environ  # a server of its own: `make ui`'s keeps its recorder
+    assert "PREFECT_API_DATABASE_CONNECTION_URL" not in os.environ

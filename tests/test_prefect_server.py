@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import textwrap
 import pytest
 
 from flows import prefect_server
-from flows.env import TASK_RUN_RECORDER
+from flows.env import DATABASE_URL, TASK_RUN_RECORDER, TEMPORARY_SERVER_DB
 from flows.prefect_server import api_url, free_port, is_healthy
 
 STAND_IN = textwrap.dedent("""
@@ -89,12 +90,16 @@ def test_the_command_sees_the_servers_url_and_its_exit_status_is_returned(tmp_pa
 
 
 def test_a_started_server_runs_without_the_task_run_recorder_unless_its_environment_says(tmp_path, monkeypatch):
+    """... and on PREFECT_HOME's database, never the temporary server's that a process which ran a
+    flow without a server URL passes on in its environment (flows/env.py)."""
     monkeypatch.setattr(prefect_server, "STARTUP_TIMEOUT_S", 1.0)
-    show = [sys.executable, "-c",
-            f"import os; print('recorder=' + os.environ.get({TASK_RUN_RECORDER!r}, 'unset'))"]
-    base = {k: v for k, v in os.environ.items() if k != TASK_RUN_RECORDER}
-    for env, seen in [(base, "false"), (base | {TASK_RUN_RECORDER: "true"}, "true")]:
-        with pytest.raises(RuntimeError, match=f"recorder={seen}"):
+    show = [sys.executable, "-c", f"import os; print('recorder=' + os.environ.get({TASK_RUN_RECORDER!r}, 'unset')"
+                                  f" + ' db=' + os.environ.get({DATABASE_URL!r}, 'unset'))"]
+    base = {k: v for k, v in os.environ.items() if k not in (TASK_RUN_RECORDER, DATABASE_URL)}
+    temporary, other = f"sqlite+aiosqlite:////x/{TEMPORARY_SERVER_DB}", "sqlite+aiosqlite:////x/other.db"
+    for env, seen in [(base, "recorder=false db=unset"), (base | {TASK_RUN_RECORDER: "true"}, "recorder=true"),
+                      (base | {DATABASE_URL: temporary}, "db=unset"), (base | {DATABASE_URL: other}, f"db={other}")]:
+        with pytest.raises(RuntimeError, match=re.escape(seen)):
             with prefect_server.prefect_server(free_port(), tmp_path / "server.log", show, env=env):
                 pass
 

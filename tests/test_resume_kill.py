@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from flows.env import TEMPORARY_SERVER_DB
 from flows.launch import run_method
 from tasks import track
 from tests.conftest import CHECKOUT
@@ -26,11 +27,8 @@ def _cli(project, *args, api: str | None = None, prefect_db: Path | None = None)
                         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
     if api:
         env["PREFECT_API_URL"] = api
-    else:  # the temporary server's database apart from the session server's, or its slots show there
-        home = project / ".prefect-temporary"
-        home.mkdir()
-        shutil.copy(prefect_db, home / "prefect.db")  # migrated already
-        env["PREFECT_HOME"] = str(home)
+    else:  # the temporary server's own database (flows/env.py), migrated already
+        shutil.copy(prefect_db, Path(env["PREFECT_HOME"]) / TEMPORARY_SERVER_DB)
     return subprocess.Popen([sys.executable, "-m", "flows", "run", "dnc", "--profile", "tiny", *args],
                             cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
