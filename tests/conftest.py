@@ -207,6 +207,7 @@ def _dag_order(item) -> tuple[int, int]:
     return 0, 0
 
 
+@pytest.hookimpl(trylast=True)  # after `-k`/`-m` deselect: a run of other tests starts no DAG
 def pytest_collection_modifyitems(session, config, items):
     """Tests that read the tiny DAG run last (in their collected order), after those that compare
     with one of its stages (in the DAG's order, each as soon as its stage is done), the others
