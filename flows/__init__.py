@@ -56,6 +56,9 @@ METHODS: dict[str, MethodSpec] = {
                    "flows.memory_decoder:memory_decoder_flow", "pipeline"),
         MethodSpec("qfft", "QFFT: question-free fine-tuning on long-CoT responses vs SFT, with RAK, AES and noise level IV",
                    "paperline.methods.qfft.config:QFFTConfig", "flows.qfft:qfft_flow", "pipeline"),
+        MethodSpec("model_shapley", "Model Shapley: closed-form Shapley values of neurons (block-Fisher EWMA) vs |θ|, |g·θ|, OBD",
+                   "paperline.methods.model_shapley.config:ModelShapleyConfig",
+                   "flows.model_shapley:model_shapley_flow", "pipeline"),
     ]
 }
 
