@@ -160,3 +160,18 @@ def test_spearman_equals_scipys_with_ties():
     a = [3.0, 1.0, 2.0, 2.0, 5.0, 1.0]
     b = [0.5, 0.1, 0.9, 0.3, 0.2, 0.1]
     assert S.spearman(a, b) == pytest.approx(float(spearmanr(a, b).statistic), abs=1e-12)
+
+
+def test_the_ground_truth_resumes_from_its_checkpoint(tmp_path):
+    """A finished (or killed) ground truth is read back from its chunks, not recomputed: a second
+    call with a model of other weights returns the first call's values."""
+    from paperline.methods.model_shapley import pipeline
+    from paperline.methods.model_shapley.config import ModelShapleyConfig
+
+    cfg = ModelShapleyConfig(digits={"hidden": 5}, permutations=6, permutation_batch=3)
+    first = pipeline.ground_truth(cfg, D.make_mlp(5, 0), tmp_path / "gt.pt")
+    again = pipeline.ground_truth(cfg, D.make_mlp(5, 1), tmp_path / "gt.pt")
+    assert again["phi"] == first["phi"] and again["permutations"] == 6
+    assert again["sum_phi"] == pytest.approx(first["value_full_minus_empty"], abs=1e-9)
+    fresh = pipeline.ground_truth(cfg, D.make_mlp(5, 1), None)
+    assert fresh["phi"] != first["phi"]
