@@ -28,7 +28,8 @@ Fisher information, which for a block that the logits are piecewise linear in, a
 first layer, is in expectation that block's exact Hessian (Gauss-Newton); a second backward per
 batch). Measured on the digits MLP the empirical Fisher ranks neurons far worse (docs); `sampled`
 is the default, `model_shapley_empirical` the row with the empirical one. The spec's code uses the
-batch-mean gradient Gram GGᵀ instead.
+batch-mean gradient Gram GGᵀ instead, under bf16 autocast (spec §f): here gradients are float32 and
+the statistics float64.
 """
 from __future__ import annotations
 
