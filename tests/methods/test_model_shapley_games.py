@@ -155,11 +155,10 @@ def test_digits_are_scikit_learns():
 
 
 def test_spearman_equals_scipys_with_ties():
-    from scipy.stats import spearmanr
-
+    # scipy.stats.spearmanr(a, b).statistic with scipy 1.17.1 (not imported here: seconds of import)
     a = [3.0, 1.0, 2.0, 2.0, 5.0, 1.0]
     b = [0.5, 0.1, 0.9, 0.3, 0.2, 0.1]
-    assert S.spearman(a, b) == pytest.approx(float(spearmanr(a, b).statistic), abs=1e-12)
+    assert S.spearman(a, b) == pytest.approx(0.5373732906238788, abs=1e-12)
 
 
 def test_the_ground_truth_resumes_from_its_checkpoint(tmp_path):
