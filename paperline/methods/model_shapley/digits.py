@@ -1,0 +1,233 @@
+"""The small-scale game (spec §e): scikit-learn's digits, a 64-h-10 ReLU MLP, the value of a
+coalition of hidden neurons (−validation loss with the others masked), pruning curves, and
+"train only the top neurons" on a noisy-digits shift. A neuron's parameters are its incoming row
+and bias [W1[u] | b1[u]] (the rows the official code scores): zeroing them zeroes the neuron
+(ReLU(0) = 0), so the neuron game and the parameter-group game are the same game."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from paperline.io import DataError
+from paperline.methods.model_shapley.ranking import keep_masks
+
+FEATURES, CLASSES = 64, 10
+
+
+class DigitsDataError(DataError):
+    """An array that is not digits features/labels, or a checkpoint that does not fit the MLP."""
+
+
+def digits_file() -> Path:
+    """The file scikit-learn's load_digits reads (what the data version hashes), found without
+    importing sklearn.datasets (≈ 3 s, 12 s on a loaded machine)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or spec.origin is None:
+        raise DigitsDataError("scikit-learn is not installed: its digits data set is the small-scale game")
+    return Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+
+
+def read_digits() -> tuple[np.ndarray, np.ndarray]:
+    """(1797, 64) pixel counts 0..16 and labels, as sklearn.datasets.load_digits returns them
+    (the same file, parsed the same way; a test compares the two)."""
+    path = digits_file()
+    if not path.is_file():
+        raise DigitsDataError(f"{path}: missing from the scikit-learn installation")
+    data = np.loadtxt(path, delimiter=",")
+    if data.ndim != 2 or data.shape[1] != FEATURES + 1:
+        raise DigitsDataError(f"{path}: shape {data.shape}: expected (N, {FEATURES + 1})")
+    return data[:, :-1], data[:, -1].astype(np.int64)
+
+
+def check_arrays(x, y, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 64) finite floats and (N,) integer labels in 0..9, or a DigitsDataError naming `where`."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.ndim != 2 or x.shape[1] != FEATURES:
+        raise DigitsDataError(f"{where}: features of shape {x.shape}: expected (N, {FEATURES})")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise DigitsDataError(f"{where}: features of dtype {x.dtype}: expected floating point")
+    if not np.isfinite(x).all():
+        raise DigitsDataError(f"{where}: features hold NaN or inf")
+    if y.shape != (len(x),):
+        raise DigitsDataError(f"{where}: labels of shape {y.shape}: expected ({len(x)},), one per row of features")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise DigitsDataError(f"{where}: labels of dtype {y.dtype}: expected integers")
+    if len(y) and (y.min() < 0 or y.max() >= CLASSES):
+        raise DigitsDataError(f"{where}: label {int(y.min() if y.min() < 0 else y.max())} outside 0..{CLASSES - 1}")
+    return x.astype(np.float32), y.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Split:
+    x: torch.Tensor  # (N, 64) float32 in [0, 1] (plus noise on the shifted task)
+    y: torch.Tensor  # (N,) int64
+
+    @classmethod
+    def of(cls, x, y, where: str) -> "Split":
+        x, y = check_arrays(x, y, where)
+        return cls(torch.from_numpy(x), torch.from_numpy(y))
+
+
+@dataclass(frozen=True)
+class DigitsTasks:
+    train: Split
+    val: Split
+    test: Split
+    shifted_train: Split
+    shifted_test: Split
+
+
+def load_tasks(val_fraction: float, test_fraction: float, noise_std: float, seed: int) -> DigitsTasks:
+    """Seeded train/val/test split of the 1797 digits (pixels / 16), and the shifted task: the
+    train and test splits with seeded N(0, noise_std²) pixel noise."""
+    x, y = read_digits()
+    x = (x / 16.0).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(x))
+    n_val, n_test = round(val_fraction * len(x)), round(test_fraction * len(x))
+    val, test, train = order[:n_val], order[n_val:n_val + n_test], order[n_val + n_test:]
+    noise = np.random.default_rng([seed, 1]).normal(0.0, noise_std, size=x.shape).astype(np.float32)
+    return DigitsTasks(Split.of(x[train], y[train], "digits train"), Split.of(x[val], y[val], "digits val"),
+                       Split.of(x[test], y[test], "digits test"),
+                       Split.of(x[train] + noise[train], y[train], "noisy digits train"),
+                       Split.of(x[test] + noise[test], y[test], "noisy digits test"))
+
+
+def make_mlp(hidden: int, seed: int) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES))
+
+
+def batches(split: Split, batch_size: int, generator: torch.Generator):
+    order = torch.randperm(len(split.y), generator=generator)
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        yield split.x[idx], split.y[idx]
+
+
+def sample_batches(split: Split, batch_size: int, count: int, generator: torch.Generator) -> list:
+    """`count` random mini-batches (with replacement across batches), for the Fisher estimate."""
+    return [(split.x[idx], split.y[idx]) for idx in
+            (torch.randint(len(split.y), (batch_size,), generator=generator) for _ in range(count))]
+
+
+def mean_ce(model, x, y) -> torch.Tensor:
+    return F.cross_entropy(model(x), y)
+
+
+def train_mlp(model: nn.Sequential, train: Split, epochs: int, batch_size: int, lr: float, weight_decay: float,
+              seed: int, checkpoint_path=None, progress: bool = False) -> dict:
+    """Adam, one checkpoint per epoch (a killed run resumes from the last one)."""
+    from tqdm.auto import trange
+
+    from paperline.train.checkpoint import Resumable
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    run = Resumable(checkpoint_path, {"epochs": epochs, "batch_size": batch_size, "lr": lr,
+                                      "weight_decay": weight_decay, "seed": seed,
+                                      "hidden": model[0].out_features},
+                    every=1, model=model, optimizer=optimizer, generator=generator)
+    record = run.resume() or {"step": 0, "history": {"epoch": [], "train_loss": []}}
+    model.train()
+    for epoch in trange(record["step"], epochs, initial=record["step"], total=epochs, desc="mlp",
+                        disable=not progress, leave=False):
+        total, count = 0.0, 0
+        for x, y in batches(train, batch_size, generator):
+            optimizer.zero_grad(set_to_none=True)
+            loss = mean_ce(model, x, y)
+            loss.backward()
+            optimizer.step()
+            total, count = total + loss.item() * len(y), count + len(y)
+        record["step"] = epoch + 1
+        record["history"]["epoch"].append(epoch + 1)
+        record["history"]["train_loss"].append(total / count)
+        if run.due(record["step"], epochs):
+            run.save(record)
+    model.eval()
+    return {"history": record["history"], "train_time_s": run.elapsed()}
+
+
+def hidden_activations(model: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model[1](model[0](x))
+
+
+def masked_outputs(model: nn.Sequential, hidden: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Logits (K, N, 10) with the absent neurons of each mask (K, h) zeroed."""
+    head = model[2]
+    with torch.no_grad():
+        return torch.einsum("nh,kh,oh->kno", hidden, masks.to(hidden.dtype), head.weight) + head.bias
+
+
+def value_function(model: nn.Sequential, split: Split):
+    """v(S) = −mean cross-entropy on `split` with the neurons outside S masked (spec §e)."""
+    hidden = hidden_activations(model, split.x)
+
+    def value(masks: torch.Tensor) -> torch.Tensor:
+        logits = masked_outputs(model, hidden, masks)
+        ce = F.cross_entropy(logits.reshape(-1, CLASSES), split.y.repeat(len(masks)), reduction="none")
+        return -ce.view(len(masks), -1).mean(1)
+    return value
+
+
+def pruning_curve(model: nn.Sequential, split: Split, importance: torch.Tensor, fractions: list[float]) -> dict:
+    """Accuracy and loss on `split` with the least important fraction of neurons removed."""
+    masks = keep_masks(importance, fractions)
+    logits = masked_outputs(model, hidden_activations(model, split.x), masks)
+    accuracy = (logits.argmax(-1) == split.y).double().mean(1)
+    loss = F.cross_entropy(logits.reshape(-1, CLASSES), split.y.repeat(len(masks)), reduction="none")
+    return {"fraction": list(fractions), "accuracy": accuracy.tolist(),
+            "loss": loss.view(len(masks), -1).mean(1).tolist()}
+
+
+def finetune_units(model: nn.Sequential, units: list[int], train: Split, test: Split, steps: int, batch_size: int,
+                   lr: float, seed: int) -> dict:
+    """Train only `units`' incoming rows and biases (the rest frozen) on `train` with Adam; the
+    model is copied, not changed. Test accuracy and loss before and after."""
+    import copy
+
+    tuned = copy.deepcopy(model)
+    for p in tuned.parameters():
+        p.requires_grad_(False)
+    layer = tuned[0]
+    layer.weight.requires_grad_(True)
+    layer.bias.requires_grad_(True)
+    keep = torch.zeros(layer.out_features, dtype=torch.bool)
+    keep[units] = True
+    optimizer = torch.optim.Adam([layer.weight, layer.bias], lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+
+    def evaluate():
+        with torch.no_grad():
+            logits = tuned(test.x)
+            return float((logits.argmax(-1) == test.y).double().mean()), float(F.cross_entropy(logits, test.y))
+
+    before = evaluate()
+    tuned.train()
+    for _ in range(steps):
+        idx = torch.randint(len(train.y), (batch_size,), generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        mean_ce(tuned, train.x[idx], train.y[idx]).backward()
+        layer.weight.grad[~keep] = 0  # only the selected neurons move (Adam keeps zero-grad rows still)
+        layer.bias.grad[~keep] = 0
+        optimizer.step()
+    after = evaluate()
+    return {"units": units, "accuracy_before": before[0], "loss_before": before[1],
+            "accuracy": after[0], "loss": after[1]}
+
+
+def sampled_ce(model, x, generator: torch.Generator) -> torch.Tensor:
+    """Cross-entropy of labels drawn from the model's own predictive distribution (the Fisher
+    information's gradients; estimators.py)."""
+    logits = model(x)
+    with torch.no_grad():
+        labels = torch.multinomial(F.softmax(logits.float(), -1), 1, generator=generator).squeeze(1)
+    return F.cross_entropy(logits, labels)
