@@ -56,6 +56,8 @@ METHODS: dict[str, MethodSpec] = {
                    "flows.memory_decoder:memory_decoder_flow", "pipeline"),
         MethodSpec("qfft", "QFFT: question-free fine-tuning on long-CoT responses vs SFT, with RAK, AES and noise level IV",
                    "paperline.methods.qfft.config:QFFTConfig", "flows.qfft:qfft_flow", "pipeline"),
+        MethodSpec("codemerge", "CodeMerge: test-time merging of a checkpoint bank by fingerprints and ridge leverage scores",
+                   "paperline.methods.codemerge.config:CodeMergeConfig", "flows.codemerge:codemerge_flow", "pipeline"),
     ]
 }
 
@@ -100,6 +102,9 @@ PREP_STAGES: dict[str, PrepSpec] = {
         PrepSpec("tulu-select", "Influence Distillation's selections and its baselines' on the Tulu pool (GPU tasks)",
                  "paperline.methods.influence_distillation.config:InfluenceDistillationConfig",
                  "flows.prep_tulu:tulu_select_flow", "influence_distillation", "influence_distillation"),
+        PrepSpec("vit-source", "Source ViT of the vision methods, pretrained on clean offline images (or a checkpoint by path)",
+                 "paperline.data.vit_source:VitSourceConfig", "flows.prep_vision:vit_source_flow", "vit_source",
+                 "codemerge"),
     ]
 }
 
