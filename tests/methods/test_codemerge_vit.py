@@ -63,8 +63,12 @@ def test_bad_image_arrays_are_named(images, labels, message):
 
 
 def test_digits_load_and_split_seeded():
+    from sklearn.datasets import load_digits
+
     x, y = load_images("digits")
     assert x.shape == (1797, 8, 8) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
+    d = load_digits()  # the file read directly is what scikit-learn's loader gives
+    assert np.array_equal(x, (d.images / 16.0).astype(np.float32)) and np.array_equal(y, d.target)
     a = split_images(x, y, ImageDataConfig(train_fraction=0.5, max_images=100, seed=3))
     b = split_images(x, y, ImageDataConfig(train_fraction=0.5, max_images=100, seed=3))
     assert len(a["train_x"]) == 50 and len(a["test_x"]) == 50
