@@ -77,3 +77,18 @@ def test_digits_load_and_split_seeded():
     assert all(np.array_equal(a[k], b[k]) for k in a)
     with pytest.raises(ImageDataError, match="unknown image source"):
         load_images("cifar")  # type: ignore[arg-type]
+
+
+def test_fashion_mnist_idx_files_are_read_and_a_missing_package_is_named(tmp_path):
+    from paperline.data import images
+
+    x = (np.arange(2 * 28 * 28) % 256).astype(np.uint8).reshape(2, 28, 28)
+    y = np.array([3, 7], np.uint8)
+    header = lambda code, shape: bytes([0, 0, 8, code]) + b"".join(n.to_bytes(4, "big") for n in shape)  # noqa: E731
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(header(3, x.shape) + x.tobytes())
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(header(1, y.shape) + y.tobytes())
+    got_x, got_y = images._fashion_mnist(tmp_path)
+    np.testing.assert_allclose(got_x, x / 255.0, rtol=1e-6)
+    assert got_y.tolist() == [3, 7] and got_y.dtype == np.int64
+    with pytest.raises(ImageDataError, match="no t10k-images-idx3-ubyte\\* under .*dataset-fashion-mnist"):
+        images._fashion_mnist(tmp_path / "nowhere" / "dataset-fashion-mnist")
