@@ -1,0 +1,87 @@
+"""Tasks of the CodeMerge flow: the data (the vit-source stage's folder, built when missing), one
+task per variant running the whole test-time adaptation stream (one MLflow child each, resumable
+from its checkpoint), then the report."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.config import read_params
+from paperline.data.vit_source import CLASSIFIER_FILE, RECORD_FILE, SPLIT_FILE, VitSourceConfig
+from paperline.methods.codemerge import plots
+from paperline.methods.codemerge.config import CodeMergeConfig
+from paperline.methods.codemerge.summary import method_metrics, variant_row
+from paperline.methods.codemerge.tta import StreamResult
+from tasks import track, vit_source
+from tasks.paths import models_dir, params_path, plots_dir
+from tasks.publish import Report
+from tasks.runners import GPU_TAG, gpu_slot
+
+METHOD = "codemerge"
+
+
+@dataclass(frozen=True)
+class SourceData:
+    folder: str  # the vit-source stage's output
+    fingerprint: str  # of the parameters it was built from
+    record: dict
+    version: str
+
+
+def source_config(profile: str | None) -> VitSourceConfig:
+    """vit_source at the profile this run uses (`codemerge.profile` unless given)."""
+    return vit_source.resolve(read_params(params_path()), profile)[1]
+
+
+def data(cfg: CodeMergeConfig, source_cfg: VitSourceConfig) -> SourceData:
+    """The source classifier and its held-out images, checked (a wrong image array or a classifier
+    that does not fit its shape fails here, before the run starts), versioned by content."""
+    from paperline.nn.vit import load_classifier
+    from paperline.train.vit import read_vit_source, source_fingerprint
+
+    folder = vit_source.ensure(source_cfg)
+    fingerprint = source_fingerprint(source_cfg)
+    split, record = read_vit_source(folder, fingerprint)
+    load_classifier(folder / CLASSIFIER_FILE, source_cfg.shape)
+    if split["test_x"].shape[1:] != (source_cfg.shape.image_size,) * 2:
+        from paperline.data.images import ImageDataError
+
+        raise ImageDataError(f"{folder / SPLIT_FILE}: {split['test_x'].shape[1:]} images for a ViT of "
+                             f"image_size {source_cfg.shape.image_size}")
+    files = [folder / name for name in (SPLIT_FILE, CLASSIFIER_FILE, RECORD_FILE)]
+    return SourceData(str(folder), fingerprint, record, track.data_version(files))
+
+
+# DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+@task(name="codemerge-stream", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def run_variant(cfg: CodeMergeConfig, variant: str, source: SourceData, ctx: track.RunContext) -> StreamResult:
+    """One variant over the seeded corruption stream: its row on its MLflow child run, the per-batch
+    accuracy as a history, its resume checkpoint under models/codemerge/<variant>/."""
+    import torch
+
+    from paperline.methods.codemerge.corruptions import make_stream
+    from paperline.methods.codemerge.tta import run_stream
+    from paperline.nn.vit import load_classifier
+    from paperline.train.vit import read_vit_source
+
+    torch.set_num_threads(cfg.threads)  # tiny matmuls; variants run side by side
+    with gpu_slot() as device, ctx.child(variant, params={"variant": variant, "device": str(device)}) as run:
+        split, _ = read_vit_source(source.folder, source.fingerprint)
+        model = load_classifier(f"{source.folder}/{CLASSIFIER_FILE}")
+        stream_x, stream_y = make_stream(split["test_x"], split["test_y"], cfg.stream, cfg.seed)
+        result = run_stream(model, stream_x, stream_y, cfg, variant,
+                            checkpoint_path=models_dir(METHOD) / variant / "stream.pt",
+                            fingerprint=source.fingerprint, progress=sys.stderr.isatty())
+        run.log_history("accuracy_per_batch", range(len(result.accuracy)), result.accuracy)
+        run.log_metrics({k: float(v) for k, v in variant_row(cfg, result).items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return result
+
+
+@task(name="codemerge-report", cache_policy=NO_CACHE)
+def report(cfg: CodeMergeConfig, results: dict[str, StreamResult], source: SourceData, ctx: track.RunContext) -> Report:
+    metrics = method_metrics(cfg, results, source.record, ctx.profile)
+    return Report(metrics, plots.write_all(cfg, results, metrics.rows, plots_dir(METHOD)))
