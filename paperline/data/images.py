@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from paperline.config import StrictModel
+from paperline.data.digits import read_digits
 from paperline.io import DataError
 
 ImageSource = Literal["digits", "mnist", "fashion_mnist"]
@@ -33,16 +34,8 @@ class ImageDataConfig(StrictModel):
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's bundled digits.csv.gz, read directly: what `load_digits` returns, without
-    importing scikit-learn (seconds of a stage's start on 2 busy cores)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImageDataError("source 'digits' needs scikit-learn (not installed)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
-    table = np.loadtxt(path, delimiter=",", dtype=np.float64)
-    return (table[:, :-1].reshape(-1, 8, 8) / 16.0).astype(np.float32), table[:, -1].astype(np.int64)
+    x, y = read_digits()
+    return (x.reshape(-1, 8, 8) / 16.0).astype(np.float32), y
 
 
 def _mnist() -> tuple[np.ndarray, np.ndarray]:

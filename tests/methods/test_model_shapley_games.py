@@ -148,7 +148,9 @@ def test_digits_are_scikit_learns():
     scikit-learn 1.9.1): read without importing sklearn.datasets, which costs seconds."""
     import hashlib
 
-    x, y = D.read_digits()
+    from paperline.data.digits import read_digits
+
+    x, y = read_digits()
     assert x.shape == (1797, 64) and x.dtype == np.float64 and y.dtype == np.int64
     assert hashlib.sha256(x.tobytes()).hexdigest() == "20def7f70a702f0af9732fbba4375e147a7d54fe70d8c45569b8e7c1c7010c10"
     assert hashlib.sha256(y.tobytes()).hexdigest() == "a3c91c262eddcf7ba8f0e37507c30284493c9b20412ffe4af30d536401f7ba21"

@@ -6,44 +6,20 @@ and bias [W1[u] | b1[u]] (the rows the official code scores): zeroing them zeroe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from paperline.data.digits import CLASSES, FEATURES, read_digits
 from paperline.io import DataError
 from paperline.methods.model_shapley.ranking import keep_masks
 
-FEATURES, CLASSES = 64, 10
 
 
 class DigitsDataError(DataError):
     """An array that is not digits features/labels, or a checkpoint that does not fit the MLP."""
-
-
-def digits_file() -> Path:
-    """The file scikit-learn's load_digits reads (what the data version hashes), found without
-    importing sklearn.datasets (≈ 3 s, 12 s on a loaded machine)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or spec.origin is None:
-        raise DigitsDataError("scikit-learn is not installed: its digits data set is the small-scale game")
-    return Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
-
-
-def read_digits() -> tuple[np.ndarray, np.ndarray]:
-    """(1797, 64) pixel counts 0..16 and labels, as sklearn.datasets.load_digits returns them
-    (the same file, parsed the same way; a test compares the two)."""
-    path = digits_file()
-    if not path.is_file():
-        raise DigitsDataError(f"{path}: missing from the scikit-learn installation")
-    data = np.loadtxt(path, delimiter=",")
-    if data.ndim != 2 or data.shape[1] != FEATURES + 1:
-        raise DigitsDataError(f"{path}: shape {data.shape}: expected (N, {FEATURES + 1})")
-    return data[:, :-1], data[:, -1].astype(np.int64)
 
 
 def check_arrays(x, y, where: str) -> tuple[np.ndarray, np.ndarray]:

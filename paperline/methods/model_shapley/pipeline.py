@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from paperline.data.digits import digits_file
 from paperline.methods.model_shapley import cost, digits, estimators, lm, ranking, shapley
 from paperline.methods.model_shapley.checkpoints import load_trained
 from paperline.methods.model_shapley.config import ModelShapleyConfig
@@ -25,7 +26,7 @@ class ShapleyData:
     version: str = ""
 
     def files(self) -> list[Path]:
-        return [digits.digits_file()] + [Path(self.corpus_dir) / n for n in ("train.bin", "val.bin", "tokenizer.json")]
+        return [digits_file()] + [Path(self.corpus_dir) / n for n in ("train.bin", "val.bin", "tokenizer.json")]
 
 
 def open_data(cfg: ModelShapleyConfig) -> ShapleyData:
