@@ -14,6 +14,7 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field
 
+from flows.prefect_server import release_orphaned_slots
 from paperline.config import StrictModel, validate
 
 GPU_TAG = "gpu"
@@ -57,17 +58,13 @@ def ensure_gpu_limit(slots: int | None = None) -> int:
     PREFECT_API_URL at that server, whose leases expire.)
     """
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
     from prefect.settings import get_current_settings
 
     slots = slots or gpu_slots()
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(GPU_LIMIT, slots)
         if get_current_settings().api.url is None:
-            limit = client.read_global_concurrency_limit_by_name(GPU_LIMIT)
-            if limit.active_slots:
-                client.update_global_concurrency_limit(
-                    GPU_LIMIT, GlobalConcurrencyLimitUpdate(active_slots=0))
+            release_orphaned_slots(str(client.api_url).rstrip("/"))
     return slots
 
 

@@ -9,7 +9,8 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.methods.sumo import plots
 from paperline.methods.sumo.config import SumoConfig
-from paperline.methods.sumo.data import c4_version, digits_file, load_digits_split
+from paperline.data.digits import digits_file
+from paperline.methods.sumo.data import c4_version, load_digits_split
 from paperline.methods.sumo.summary import lr_table, method_metrics, summarize
 from paperline.methods.sumo.theory import ns_error_vs_condition_number
 from paperline.methods.sumo.train import digits_step_times, train_one

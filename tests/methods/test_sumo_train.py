@@ -8,7 +8,8 @@ import torch
 
 from paperline.config import ParamsError, load_method_config
 from paperline.methods.sumo.config import SumoConfig
-from paperline.methods.sumo.data import digits_file, load_digits_split
+from paperline.data.digits import digits_file
+from paperline.methods.sumo.data import load_digits_split
 from paperline.methods.sumo.summary import best_lr, method_metrics, summarize
 from paperline.methods.sumo.train import digits_step_times, lr_factor, train_one
 

@@ -165,10 +165,11 @@ class StochasticRosenbrock(Problem):
 def digits_split(test_fraction: float) -> tuple[np.ndarray, ...]:
     """scikit-learn's 8×8 digits (1,797 real handwritten digits) scaled to [0, 1], a stratified
     train/test split fixed across runs (seed 0) so every run is scored on the same test set."""
-    from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    X, y = load_digits(return_X_y=True)
+    from paperline.data.digits import read_digits
+
+    X, y = read_digits()
     X = (X / 16.0).astype(np.float32)
     return tuple(train_test_split(X, y, test_size=test_fraction, stratify=y, random_state=0))
 

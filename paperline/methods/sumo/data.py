@@ -9,14 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from paperline.data.digits import read_digits
 from paperline.methods.sumo.transforms import Standardizer
-
-
-def digits_file() -> Path:
-    """The data file (its hash is the runs' data_version)."""
-    import sklearn.datasets
-
-    return Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"
 
 
 @dataclass(frozen=True)
@@ -32,9 +26,7 @@ class DigitsSplit:
 
 def load_digits_split(test_fraction: float, split_seed: int = 0) -> DigitsSplit:
     """A stratified train/test split (the same for a given split_seed on every machine)."""
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
+    x, y = read_digits()
     rng = np.random.default_rng(split_seed)
     test_idx = []
     for label in np.unique(y):
