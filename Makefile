@@ -15,6 +15,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
+export RAY_USAGE_STATS_ENABLED := 0
 # `python` in dvc.yaml commands is the project venv's
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 

@@ -42,6 +42,7 @@ def set_default_env() -> None:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "MPLBACKEND": "Agg",
+        "RAY_USAGE_STATS_ENABLED": "0",  # the Ray runner: no usage report (offline)
     }
     if not os.environ.get("PREFECT_API_URL"):
         # the temporary server Prefect starts for this flow: no UI anyone opens (TASK_RUN_RECORDER)

@@ -24,10 +24,12 @@ GPU_LIMIT = "gpu"
 class RuntimeConfig(StrictModel):
     """`runtime:` in params.yaml: where the flows' tasks run."""
 
-    task_runner: Literal["thread", "dask"] = "thread"
+    task_runner: Literal["thread", "dask", "ray"] = "thread"
     max_workers: int = Field(2, ge=1, description="threads of the thread-pool runner")
     dask_workers: int = Field(2, ge=1, description="workers of the LocalCluster the Dask runner starts")
     dask_address: str | None = Field(None, description="scheduler of an existing Dask cluster")
+    ray_workers: int = Field(2, ge=1, description="CPUs of the local Ray instance the Ray runner starts")
+    ray_address: str | None = Field(None, description="an existing Ray cluster, e.g. ray://10.0.0.5:10001")
 
 
 def runtime_config(params: dict[str, Any]) -> RuntimeConfig:
@@ -126,21 +128,28 @@ def gpu_slot() -> Iterator[Any]:
             pool.put(index)
 
 
-def _running_on_dask() -> bool:
+def _task_runner_name() -> str | None:
     from prefect.context import FlowRunContext
 
     ctx = FlowRunContext.get()
-    return ctx is not None and type(ctx.task_runner).__name__ == "DaskTaskRunner"
+    return None if ctx is None else type(ctx.task_runner).__name__
 
 
 def submit_gpu(task: Any, *args: Any, **kwargs: Any) -> Any:
-    """`task.submit(...)` for a GPU task: with the Dask resource annotation under the Dask runner."""
+    """`task.submit(...)` for a GPU task: with the Dask resource annotation under the Dask runner,
+    Ray's `num_gpus=1` under the Ray runner."""
     if GPU_TAG not in task.tags:
         raise ValueError(f"task {task.name!r} is submitted as a GPU task but lacks the {GPU_TAG!r} tag")
-    if _running_on_dask():
+    runner = _task_runner_name()
+    if runner == "DaskTaskRunner":
         import dask
 
         with dask.annotate(resources={"GPU": 1}):
+            return task.submit(*args, **kwargs)
+    if runner == "RayTaskRunner":
+        from prefect_ray.context import remote_options
+
+        with remote_options(num_gpus=1):
             return task.submit(*args, **kwargs)
     return task.submit(*args, **kwargs)
 
@@ -152,7 +161,7 @@ CHUNKS_PER_WORKER = 4
 
 def parallelism(runtime: RuntimeConfig) -> int:
     """Tasks the configured runner runs at once."""
-    return runtime.max_workers if runtime.task_runner == "thread" else runtime.dask_workers
+    return {"thread": runtime.max_workers, "dask": runtime.dask_workers, "ray": runtime.ray_workers}[runtime.task_runner]
 
 
 def chunk_mapper(runtime: RuntimeConfig, *tasks: Any) -> Any:
@@ -180,6 +189,8 @@ def make_task_runner(runtime: RuntimeConfig) -> Any:
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=runtime.max_workers)
+    if runtime.task_runner == "ray":
+        return _ray_task_runner(runtime)
     from prefect_dask import DaskTaskRunner
 
     if runtime.dask_address:
@@ -195,3 +206,20 @@ def make_task_runner(runtime: RuntimeConfig) -> Any:
             "dashboard_address": None,
         }
     )
+
+
+def _ray_task_runner(runtime: RuntimeConfig) -> Any:
+    """prefect-ray's RayTaskRunner: on `ray_address`'s cluster, whose GPUs are its own, or on a
+    local Ray instance of `ray_workers` CPUs. The local one declares as many GPUs as are visible,
+    and one on a CPU machine, so that GPU tasks (`num_gpus=1`) run one at a time as with the other
+    runners rather than never being scheduled."""
+    from prefect_ray import RayTaskRunner
+
+    if runtime.ray_address:
+        return RayTaskRunner(address=runtime.ray_address)
+    return RayTaskRunner(init_kwargs={
+        "num_cpus": runtime.ray_workers,
+        "num_gpus": gpu_slots(),
+        "include_dashboard": False,
+        "log_to_driver": False,
+    })

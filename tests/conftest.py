@@ -38,6 +38,7 @@ os.environ.update({
     "DVC_NO_ANALYTICS": "1",
     "HF_HUB_OFFLINE": "1",
     "MPLBACKEND": "Agg",
+    "RAY_USAGE_STATS_ENABLED": "0",
 })
 os.environ.pop("PREFECT_API_URL", None)
 os.environ.pop("PAPERLINE_ROOT", None)
@@ -212,11 +213,11 @@ def pytest_collection_modifyitems(session, config, items):
     """Tests that read the tiny DAG run last (in their collected order), after those that compare
     with one of its stages (in the DAG's order, each as soon as its stage is done), the others
     first, while the DAG runs."""
-    if any(_dag_order(item) != (0, 0) for item in items):
-        global _STAGE_ORDER
-        import yaml
+    global _STAGE_ORDER
+    import yaml
 
-        _STAGE_ORDER = list(yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())["stages"])
+    _STAGE_ORDER = list(yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())["stages"])
+    if any(_dag_order(item) != (0, 0) for item in items):
         items.sort(key=_dag_order)  # stable
         _SERVICES.start_dag()
 

@@ -54,11 +54,13 @@ def test_tiny_dag_outputs(dag):
 
 
 @pytest.mark.dag_stage("dnc")
-def test_dask_runner_reproduces_the_dag_run(dag_stage, project, prefect_server):
-    """The same seed gives the same metrics, and the Dask runner gives what the thread runner gave."""
+@pytest.mark.parametrize("runner", ["dask", "ray"])
+def test_scale_out_runners_reproduce_the_dag_run(runner, dag_stage, project, prefect_server):
+    """The same seed gives the same metrics, and the Dask and Ray runners give what the thread
+    runner gave."""
     expected = json.loads((dag_stage / "metrics" / "dnc.json").read_text())
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["runtime"]["task_runner"] = "dask"
+    params["runtime"]["task_runner"] = runner
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     run_method("dnc", "tiny")
     assert json.loads((project / "metrics" / "dnc.json").read_text()) == expected

@@ -57,3 +57,11 @@ def test_task_runner_choice():
     dask_runner = make_task_runner(RuntimeConfig(task_runner="dask", dask_workers=2))
     assert isinstance(dask_runner, DaskTaskRunner)
     assert dask_runner.cluster_kwargs["resources"] == {"GPU": 1}
+    from prefect_ray import RayTaskRunner
+
+    ray_runner = make_task_runner(RuntimeConfig(task_runner="ray", ray_workers=3))
+    assert isinstance(ray_runner, RayTaskRunner) and ray_runner.address is None
+    # a CPU machine declares one logical GPU, or `num_gpus=1` tasks would never be scheduled
+    assert (ray_runner.init_kwargs["num_cpus"], ray_runner.init_kwargs["num_gpus"]) == (3, 1)
+    assert make_task_runner(RuntimeConfig(task_runner="ray", ray_address="ray://10.0.0.5:10001")).address \
+        == "ray://10.0.0.5:10001"
