@@ -7,14 +7,17 @@ object per line,
 - `iter_tulu_jsonl` streams a file line by line (a 5.8M-line pool never sits in memory) and
   validates every line; a malformed one raises `TuluFormatError` naming the file, the line and the
   field, or with `skip_invalid` is counted in a `SkipStats` and skipped.
-- `encode_tulu` applies open-instruct's Tulu chat template
+- `encode_tulu` applies open-instruct's Tulu chat template as it was when Tulu V2 was trained
   (`open_instruct/finetune.py: _concat_messages / encode_with_messages_format`):
 
-      <|system|>\\n{system}\\n<|user|>\\n{user}\\n<|assistant|>\\n{assistant}</s>\\n ...
+      <bos><|system|>\\n{system}\\n<|user|>\\n{user}\\n<|assistant|>\\n{assistant}</s>\\n ... {last}</s>
 
-  with loss only on the assistant tokens: every non-assistant message, and the `<|assistant|>\\n`
-  header that follows it, is masked, so the loss covers each assistant reply, its `</s>` and the
-  newline after it (as open-instruct's labels do).
+  the concatenation stripped (nothing follows the last `</s>`), the tokenizer's own leading special
+  tokens first (a Llama tokenizer's BOS; none for the byte tokenizer). The loss mask is
+  open-instruct's labels: each non-assistant message is masked from its start through the
+  `<|assistant|>\\n` header of a reply that follows it; everything else is trained, so each
+  assistant reply, its `</s>` and the newline after it, and the header of a reply that no user or
+  system turn precedes (the conversation's first message, or a reply after a reply).
 - `ByteTokenizer`: bytes 0–255, then `</s>` and a pad id (no downloads; the small LM's vocabulary).
 """
 from __future__ import annotations
@@ -225,6 +228,7 @@ class Tokenizer(Protocol):
     eos_id: int
     pad_id: int
     vocab_size: int
+    prefix_ids: Sequence[int]  # what the tokenizer puts before a text (a BOS), open-instruct's first ids
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -235,6 +239,7 @@ class ByteTokenizer:
     eos_id = 256
     pad_id = 257
     vocab_size = 258
+    prefix_ids: tuple[int, ...] = ()
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -253,27 +258,33 @@ class HFTokenizer:
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.vocab_size = len(tokenizer)
+        # open-instruct tokenizes with the special tokens on: those the tokenizer puts before a text
+        with_special, plain = tokenizer.encode("a", add_special_tokens=True), self.encode("a")
+        start = next((i for i in range(len(with_special) - len(plain) + 1)
+                      if with_special[i:i + len(plain)] == plain), 0)
+        self.prefix_ids = tuple(with_special[:start])
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
 
 
 def tulu_segments(messages: Sequence[dict[str, str]]) -> list[tuple[str | None, bool]]:
-    """The template as (text, trained) segments; text None stands for the eos token.
-
-    open-instruct masks message i (non-assistant) from its start to the end of its text plus the
-    next `<|assistant|>\\n` header; the assistant reply, eos and trailing newline are trained."""
+    """The template as (text, trained) segments; text None stands for the eos token (module doc)."""
     segments: list[tuple[str | None, bool]] = []
     for i, msg in enumerate(messages):
         role, content = msg["role"], msg["content"].strip()
         if role == "assistant":
-            if not (i > 0 and messages[i - 1]["role"] != "assistant"):
-                segments.append((HEADERS["assistant"], False))  # a header no user turn precedes
+            if i == 0 or messages[i - 1]["role"] == "assistant":
+                segments.append((HEADERS["assistant"], True))  # no masked turn before it covers it
             segments += [(content, True), (None, True), ("\n", True)]
         else:
             segments.append((HEADERS[role] + content + "\n", False))
             if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
                 segments.append((HEADERS["assistant"], False))
+    # open-instruct strips the concatenation: the last "\n" goes (contents are stripped already)
+    text, trained = segments.pop()
+    if text != "\n":
+        segments.append((text[:-1], trained))
     return segments
 
 
@@ -285,9 +296,10 @@ def tulu_text(messages: Sequence[dict[str, str]], eos: str = "</s>") -> str:
 def encode_tulu(messages: Sequence[dict[str, str]], tokenizer: Tokenizer,
                 max_length: int | None = None) -> tuple[list[int], list[bool]]:
     """(token ids, loss mask) under the Tulu template; truncated on the right to max_length."""
-    ids: list[int] = []
-    mask: list[bool] = []
-    for text, trained in tulu_segments(messages):
+    segments = tulu_segments(messages)
+    ids: list[int] = list(tokenizer.prefix_ids)
+    mask: list[bool] = [segments[0][1]] * len(ids)  # labelled as the first message's start
+    for text, trained in segments:
         piece = [tokenizer.eos_id] if text is None else tokenizer.encode(text)
         ids += piece
         mask += [trained] * len(piece)

@@ -224,11 +224,11 @@ def test_training_resumes_from_its_checkpoint(tiny, tmp_path):
 
 
 def test_micro_batches_accumulate_to_the_whole_batch_step(tiny):
-    model = tiny[1]
+    model = tiny[1].double()  # float32 rounding, amplified by Adam where a gradient is ~0, reached 5e-5
     whole, reference, sliced = _train_twice(tiny, epoch_batches(10, 5, 2, 0), micro_batch_size=2)
-    assert sliced["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-5)
+    assert sliced["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-9)
     for name, value in model.state_dict().items():
-        assert torch.allclose(value, reference[name], atol=1e-5), name  # float rounding through Adam
+        assert torch.allclose(value, reference[name], atol=1e-9), (name, (value - reference[name]).abs().max())
 
 
 def test_long_samples_keep_their_answer_in_the_window():
@@ -236,7 +236,7 @@ def test_long_samples_keep_their_answer_in_the_window():
     _, tok = build_model(cfg, 0)
     rec = TuluRecord("d", "long", ({"role": "user", "content": "x" * 200}, {"role": "assistant", "content": "yes"}))
     data = tokenize([rec], tok, 48)
-    assert data.tokens.shape[1] == 48 and data.mask[0].sum() == len("yes") + 2  # reply, eos, newline
+    assert data.tokens.shape[1] == 48 and data.mask[0].sum() == len("yes") + 1  # reply, eos (nothing after it)
 
 
 def test_config_errors_name_the_key():

@@ -75,11 +75,11 @@ def test_open_instruct_template_and_assistant_only_mask():
                 {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"},
                 {"role": "assistant", "content": "Bye!"}]
     assert tulu_text(messages) == ("<|system|>\nBe brief.\n<|user|>\nHi?\n<|assistant|>\nHello.</s>\n"
-                                   "<|user|>\nBye\n<|assistant|>\nBye!</s>\n")
+                                   "<|user|>\nBye\n<|assistant|>\nBye!</s>")  # stripped: nothing after the last eos
     tok = ByteTokenizer()
     ids, mask = encode_tulu(messages, tok)
     trained = [i for i, m in zip(ids, mask) if m]
-    assert trained == tok.encode("Hello.") + [tok.eos_id] + tok.encode("\n") + tok.encode("Bye!") + [tok.eos_id] + tok.encode("\n")
+    assert trained == tok.encode("Hello.") + [tok.eos_id] + tok.encode("\n") + tok.encode("Bye!") + [tok.eos_id]
     assert tok.decode([i for i, m in zip(ids, mask) if not m]) == (
         "<|system|>\nBe brief.\n<|user|>\nHi?\n<|assistant|>\n<|user|>\nBye\n<|assistant|>\n")
     short, short_mask = encode_tulu(messages, tok, max_length=10)
@@ -128,3 +128,72 @@ def test_real_file_path_samples_and_skips_invalid(tmp_path):
     too_many = cfg.model_copy(update={"pool_size": 3})
     with pytest.raises(ValueError, match="2 valid records, fewer than pool_size 3"):
         write_pool(too_many, tmp_path / "big", root=tmp_path)
+
+
+class _CharTokenizer:
+    """A stand-in for a transformers tokenizer: one id per character, `</s>` one special token, and
+    a BOS put in front when asked for special tokens (as Llama's tokenizer does)."""
+
+    eos_token, eos_token_id, bos_token_id, pad_token_id = "</s>", 1, 2, 0
+
+    def __len__(self) -> int:
+        return 300
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = [self.bos_token_id] if add_special_tokens else []
+        for i, part in enumerate(text.split(self.eos_token)):
+            ids += ([self.eos_token_id] if i else []) + [3 + ord(c) for c in part]
+        return ids
+
+
+def _open_instruct_labels(messages, tokenizer) -> tuple[list[int], list[bool]]:
+    """encode_with_messages_format of open-instruct at the Tulu V2 release, rewritten from its
+    description: the whole stripped concatenation tokenized with special tokens, then each
+    non-assistant message's token range (prefix lengths of the unstripped concatenation, through the
+    `<|assistant|>\\n` header when a reply follows) labelled -100. Returns (ids, trained)."""
+    def concat(msgs):
+        return "".join(f"<|{m['role']}|>\n" + m["content"].strip()
+                       + (tokenizer.eos_token + "\n" if m["role"] == "assistant" else "\n") for m in msgs)
+
+    ids = tokenizer.encode(concat(messages).strip())
+    trained = [True] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            continue
+        start = 0 if i == 0 else len(tokenizer.encode(concat(messages[:i])))
+        so_far = concat(messages[:i + 1])
+        if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
+            so_far += "<|assistant|>\n"
+        end = len(tokenizer.encode(so_far))
+        trained[start:end] = [False] * len(trained[start:end])
+    return ids, trained
+
+
+_SHAPES = {
+    "user, assistant": ["user", "assistant"],
+    "system first": ["system", "user", "assistant"],
+    "multi-turn": ["user", "assistant", "user", "assistant", "user", "assistant"],
+    "assistant first": ["assistant", "user", "assistant"],
+    "assistant only": ["assistant"],
+    "two replies in a row": ["user", "assistant", "assistant"],
+    "ends on a user turn": ["system", "user", "assistant", "user"],
+    "system then assistant": ["system", "assistant"],
+    "two user turns in a row": ["user", "user", "assistant"],
+}
+
+
+@pytest.mark.parametrize("shape", list(_SHAPES))
+def test_template_and_mask_are_open_instructs(shape):
+    from paperline.data.tulu import HFTokenizer
+
+    messages = [{"role": role, "content": f" {role} says {i} \n"} for i, role in enumerate(_SHAPES[shape])]
+    hf = _CharTokenizer()
+    expected_ids, expected_trained = _open_instruct_labels(messages, hf)
+    ids, mask = encode_tulu(messages, HFTokenizer(hf))
+    assert ids == expected_ids and ids[0] == hf.bos_token_id
+    assert mask == expected_trained
+    # the byte tokenizer has no BOS: the same text and labels without it
+    tok = ByteTokenizer()
+    ids, mask = encode_tulu(messages, tok)
+    assert tok.decode(ids) == tulu_text(messages).replace("</s>", "") and ids[-1] != tok.encode("\n")[0]
+    assert mask == expected_trained[1:]
