@@ -1,14 +1,15 @@
 """HRM-PET: class-incremental learning on the frozen vit-source ViT, a LoRA per task matched by a
 TII head, with direct and confidence-based re-matching at inference and CTIRD in training, against
 HiDe-LoRA (initial matching) and each component alone, on several seeded task sequences of real
-images (one MLflow child per variant; each (sequence, seed, learner) trained once, nested under
-the first variant it serves, and every variant that runs on it evaluated from its logits)."""
+images (one MLflow child per variant; each learner trained once per (sequence, seed), its run
+nested under the first variant it serves, and every variant that runs on it evaluated from its
+logits)."""
 from __future__ import annotations
 
 from prefect import flow
 
 from flows.skeleton import method_run
-from tasks.hrm_pet import METHOD, data, first_variant, report, source_config, train_learner
+from tasks.hrm_pet import METHOD, data, first_variant, report, source_config, train_learners
 from tasks.runners import submit_gpu
 
 
@@ -19,8 +20,8 @@ def hrm_pet_flow(profile: str | None = None, overrides: list[str] | None = None)
                     run_config=lambda cfg: cfg.model_dump() | {"vit_source": source.model_dump()}) as run:
         cfg = run.cfg
         with run.context.children({v: {"variant": v} for v in cfg.variants}) as children:
-            futures = {f"{s.name}/{seed}/{learner}": submit_gpu(train_learner, cfg, learner, s.name, seed, run.data,
-                                                                 run.context, children[first_variant(cfg, learner)])
-                       for s in cfg.sequences for seed in cfg.seeds for learner in cfg.learners()}
-            results = {key: f.result() for key, f in futures.items()}
+            parents = {learner: children[first_variant(cfg, learner)] for learner in cfg.learners()}
+            futures = [submit_gpu(train_learners, cfg, s.name, seed, run.data, run.context, parents)
+                       for s in cfg.sequences for seed in cfg.seeds]
+            results = {key: value for f in futures for key, value in f.result().items()}
             return run.publish(report.submit(cfg, results, run.context))

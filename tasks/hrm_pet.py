@@ -1,7 +1,7 @@
 """Tasks of the HRM-PET flow: the data (the vit-source stage's backbone, built when missing, and the
-seeded task sequences on real images), one task per (sequence, seed, learner) training the learner
-through every task and evaluating every inference rule after each (resumable per task, its MLflow
-run nested under the child run of the variant it serves first), then the report."""
+seeded task sequences on real images), one task per (sequence, seed) training each learner through
+every task and evaluating every inference rule after each (resumable per task, each learner's
+MLflow run nested under the child run of the variant it serves first), then the report."""
 from __future__ import annotations
 
 import hashlib
@@ -75,11 +75,14 @@ def first_variant(cfg: HrmPetConfig, learner: str) -> str:
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
-@task(name="hrm_pet-learner", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_learner(cfg: HrmPetConfig, learner: str, sequence: str, seed: int, source: HrmPetData,
-                  ctx: track.RunContext, parent: track.Run) -> dict:
-    """One learner through one seeded task sequence: its losses and per-task accuracy on a nested
-    MLflow run, its per-task checkpoint under models/hrm_pet/<sequence>/<seed>/<learner>.pt."""
+@task(name="hrm_pet-learners", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def train_learners(cfg: HrmPetConfig, sequence: str, seed: int, source: HrmPetData, ctx: track.RunContext,
+                   parents: dict[str, track.Run]) -> dict[str, dict]:
+    """Every learner through one seeded task sequence (one task: the learners are seconds each at
+    smoke, and a GPU slot per learner cost more in waiting than in work), each on its own MLflow run
+    nested under the child run of the first variant it serves (`parents`: learner -> that run),
+    with its losses and per-task accuracy, its per-task checkpoint under
+    models/hrm_pet/<sequence>/<seed>/<learner>.pt. Returns unit key -> run_learner's output."""
     import torch
 
     from paperline.methods.hrm_pet.train import learner_fingerprint, run_learner
@@ -87,23 +90,25 @@ def train_learner(cfg: HrmPetConfig, learner: str, sequence: str, seed: int, sou
 
     torch.set_num_threads(cfg.threads)
     seq = source.sequences[f"{sequence}/{seed}"]
-    key = unit_key(sequence, seed, learner)
-    with gpu_slot() as device, ctx.child(key, params={"learner": learner, "sequence": sequence, "seed": seed,
-                                                      "source": seq.source, "device": str(device)},
-                                         parent=parent) as run:
-        def on_task(t: int, state: dict) -> None:
-            run.log_metrics({"tii_loss": state["history"][-1]["tii_loss"],
-                             "lora_loss": state["history"][-1]["lora_loss"]}, step=t)
-            for name, records in state["evaluations"].items():
-                if "[" not in name:
-                    run.log_metrics({f"accuracy_{name}": records[-1]["accuracy"]}, step=t)
+    out = {}
+    with gpu_slot() as device:
+        for learner in cfg.learners():
+            key = unit_key(sequence, seed, learner)
+            with ctx.child(key, params={"learner": learner, "sequence": sequence, "seed": seed,
+                                        "source": seq.source, "device": str(device)}, parent=parents[learner]) as run:
+                def on_task(t: int, state: dict, run=run) -> None:  # one write a task
+                    run.log_metrics({"tii_loss": state["history"][-1]["tii_loss"],
+                                     "lora_loss": state["history"][-1]["lora_loss"],
+                                     **{f"accuracy_{name}": records[-1]["accuracy"]
+                                        for name, records in state["evaluations"].items() if "[" not in name}}, step=t)
 
-        result = run_learner(cfg, learner, seq, load_classifier(source.backbone), seed,
-                             checkpoint=models_dir(METHOD) / sequence / str(seed) / f"{learner}.pt",
-                             fingerprint=learner_fingerprint(cfg, learner, sequence, seed, source.fingerprint),
-                             progress=sys.stderr.isatty(), on_task=on_task)
-        run.log_metrics({"train_seconds": result["train_seconds"]})
-    return result | {"source": seq.source}
+                result = run_learner(cfg, learner, seq, load_classifier(source.backbone), seed,
+                                     checkpoint=models_dir(METHOD) / sequence / str(seed) / f"{learner}.pt",
+                                     fingerprint=learner_fingerprint(cfg, learner, sequence, seed, source.fingerprint),
+                                     progress=sys.stderr.isatty(), on_task=on_task)
+                run.log_metrics({"train_seconds": result["train_seconds"]})
+            out[key] = result | {"source": seq.source}
+    return out
 
 
 @task(name="hrm_pet-report", cache_policy=NO_CACHE)

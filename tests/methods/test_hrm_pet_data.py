@@ -72,6 +72,6 @@ def test_final_average_accuracy_and_forgetting():
     assert forgetting(records) == pytest.approx(((0.9 - 0.6) + (0.7 - 0.75)) / 2)
     assert forgetting(records[:1]) == 0.0
     last = {"matching": 0.8, "initial_matching": 0.7, "extra_passes": 0.25, "drm_rematched": 0.1,
-            "crm_flagged": 0.2, "crm_switched": 0.05}
+            "crm_flagged": 0.2, "crm_switched": 0.05, "oracle_accuracy_per_task": [1.0, 0.5, 0.75], "absorbed": 0.3}
     m = run_metrics([r | last for r in records])
-    assert m["forward_passes"] == 2.25 and m["matching"] == 0.8
+    assert m["forward_passes"] == 2.25 and m["matching"] == 0.8 and m["oracle_final_accuracy"] == 0.75

@@ -90,3 +90,17 @@ def test_gen_input_paper_after_drm_code_before():
     code = infer(tii, lora, CLASS_TASK, 4, Rules(drm=True, crm=True, gen_input="code"), strict)
     assert code.crm_flagged.item() and code.extra_passes.item() == 2  # flagged on the pre-DRM softmax
     assert code.pred.item() == 3  # LoRA 0's flat output loses the comparison
+
+
+def test_evaluate_task_records_matching_oracle_and_absorption():
+    from paperline.methods.hrm_pet.evaluate import evaluate_task
+
+    labels = torch.tensor([0, 3])
+    tii = torch.tensor([[3.0, 0.0, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0]])  # both matched to task 0
+    lora = torch.tensor([[[4.0, 0.0, 0.0, 0.0], [0.0, 4.0, 0.0, 0.0]],  # LoRA 0: both into task 0
+                         [[0.0, 0.0, 4.0, 0.0], [0.0, 0.0, 0.0, 4.0]]])  # LoRA 1: both into task 1
+    rec = evaluate_task({"base": Rules(), "drm": Rules(drm=True)}, CrmConfig(), tii, lora, labels, CLASS_TASK, 4, 2)
+    assert rec["base"]["accuracy_per_task"] == [1.0, 0.0] and rec["base"]["matching"] == 0.5
+    assert rec["base"]["oracle_accuracy_per_task"] == [1.0, 1.0]  # the true task's LoRA is right on both
+    assert rec["base"]["absorbed"] == 1.0  # each LoRA pulls the other task's sample into its classes
+    assert rec["drm"]["extra_passes"] == 0.0  # so DRM finds nothing to re-match

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from paperline.methods.hrm_pet.config import SWITCHES, VARIANT_SPECS, CrmConfig, HrmPetConfig, Rules
-from paperline.methods.hrm_pet.inference import infer
+from paperline.methods.hrm_pet.inference import infer, masked
 
 BASE_PASSES = 2  # the TII head's pass on the frozen backbone and the matched LoRA's pass
 
@@ -33,6 +33,15 @@ def evaluations(cfg: HrmPetConfig, learner: str) -> dict[str, Rules]:
 def evaluate_task(rules: dict[str, Rules], crm: CrmConfig, tii_logits: torch.Tensor, lora_logits: torch.Tensor,
                   labels: torch.Tensor, class_task: torch.Tensor, seen: int, n_tasks: int) -> dict[str, dict]:
     true_task = class_task[labels]
+    rows = torch.arange(len(labels))
+    # the learner's own figures, the same under every rule: the oracle (each sample through its true
+    # task's LoRA: what perfect matching would give) and how often a LoRA pulls another task's
+    # samples into its own classes (what leaves DRM nothing to detect)
+    oracle = (masked(lora_logits[true_task, rows], seen).argmax(1) == labels).float()
+    own = class_task[masked(lora_logits, seen).argmax(2)]  # (T, N) the task of each LoRA's prediction
+    absorbed = [float((own[s][true_task != s] == s).float().mean()) for s in range(n_tasks) if (true_task != s).any()]
+    learner = {"oracle_accuracy_per_task": [float(oracle[true_task == s].mean()) for s in range(n_tasks)],
+               "absorbed": sum(absorbed) / len(absorbed) if absorbed else 0.0}
     out = {}
     for name, r in rules.items():
         res = infer(tii_logits, lora_logits, class_task, seen, r, crm)
@@ -46,6 +55,7 @@ def evaluate_task(rules: dict[str, Rules], crm: CrmConfig, tii_logits: torch.Ten
             "drm_rematched": float(res.drm_rematched.float().mean()),
             "crm_flagged": float(res.crm_flagged.float().mean()),
             "crm_switched": float(res.crm_switched.float().mean()),
+            **learner,
         }
     return out
 
@@ -74,4 +84,6 @@ def run_metrics(records: list[dict]) -> dict[str, float]:
             "matching": last["matching"], "initial_matching": last["initial_matching"],
             "extra_passes": last["extra_passes"], "forward_passes": BASE_PASSES + last["extra_passes"],
             "drm_rematched": last["drm_rematched"], "crm_flagged": last["crm_flagged"],
-            "crm_switched": last["crm_switched"]}
+            "crm_switched": last["crm_switched"],
+            "oracle_final_accuracy": sum(last["oracle_accuracy_per_task"]) / len(last["oracle_accuracy_per_task"]),
+            "absorbed": last["absorbed"]}

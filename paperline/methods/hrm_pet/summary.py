@@ -14,7 +14,8 @@ from paperline.metrics import MethodMetrics
 
 PRIMARY = "final_accuracy"
 BASELINE = "hide_lora"
-FIGURES = ("final_accuracy", "forgetting", "matching", "initial_matching", "extra_passes", "forward_passes")
+FIGURES = ("final_accuracy", "forgetting", "matching", "initial_matching", "extra_passes", "forward_passes",
+           "oracle_final_accuracy", "absorbed")
 
 
 def unit_key(sequence: str, seed: int, learner: str) -> str:
