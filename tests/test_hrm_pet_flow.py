@@ -5,7 +5,6 @@ that does not fit, a class split that leaves a task empty) failing before any ru
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import yaml
@@ -14,7 +13,7 @@ from paperline.methods.hrm_pet.config import SWITCHES, VARIANTS
 from paperline.metrics import validate_metrics
 from paperline.nn.vit import CheckpointMismatchError, ViT, save_classifier
 from tasks import track
-from tests.conftest import finished_flow_runs, report_rows
+from tests.conftest import finished_flow_runs, report_rows, vit_source_copy
 
 
 def _tiny(project) -> dict:
@@ -66,13 +65,10 @@ def test_tiny_dag_outputs(dag):
 def test_refused_inputs_are_named(dag, tmp_path):
     from paperline.methods.hrm_pet.config import HrmPetConfig
     from paperline.methods.hrm_pet.data import TaskSplitError
-    from tasks import hrm_pet, vit_source
+    from tasks import hrm_pet
 
-    params = yaml.safe_load((dag / "params.yaml").read_text())
-    _, source_cfg = vit_source.resolve(params, "tiny")
+    cfg_here = vit_source_copy(dag, tmp_path)
     folder = tmp_path / "vit_source"
-    shutil.copytree(dag / "data" / "vit_source", folder)
-    cfg_here = source_cfg.model_copy(update={"out": str(folder)})
     cfg = HrmPetConfig(**_tiny(dag))
     got = hrm_pet.data(cfg, cfg_here)  # the copy is accepted as it is
     assert sorted(got.sequences) == sorted(f"{s.name}/{seed}" for s in cfg.sequences for seed in cfg.seeds)
