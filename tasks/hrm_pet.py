@@ -43,8 +43,7 @@ def data(cfg: HrmPetConfig, source_cfg: VitSourceConfig) -> HrmPetData:
     """The frozen backbone (checked: a classifier that does not fit its shape fails here, before the
     run starts) and every (sequence, seed) task sequence (a bad image array or a split that leaves a
     task empty fails here too), versioned by content."""
-    from paperline.data.images import ImageDataError, load_images
-    from paperline.methods.hrm_pet.data import build_sequence
+    from paperline.methods.hrm_pet.data import build_sequence, load_source
     from paperline.nn.vit import load_classifier
     from paperline.train.vit import source_fingerprint
 
@@ -53,13 +52,9 @@ def data(cfg: HrmPetConfig, source_cfg: VitSourceConfig) -> HrmPetData:
     digest = hashlib.sha256(track.data_version([folder / n for n in (SPLIT_FILE, CLASSIFIER_FILE, RECORD_FILE)]).encode())
     sequences = {}
     for s in cfg.sequences:
-        try:
-            (x, y), used = load_images(s.source), s.source
-        except ImageDataError:
-            if s.fallback is None:
-                raise
-            print(f"hrm_pet: sequence {s.name}: {s.source} not installed; using {s.fallback}")
-            (x, y), used = load_images(s.fallback), s.fallback
+        x, y, used = load_source(s)
+        if used != s.source:
+            print(f"hrm_pet: sequence {s.name}: {s.source} could not be loaded; using {used}")
         for seed in cfg.seeds:
             seq = build_sequence(x, y, s, source_cfg.shape.image_size, seed, used)
             sequences[f"{s.name}/{seed}"] = seq

@@ -75,3 +75,17 @@ def test_final_average_accuracy_and_forgetting():
             "crm_flagged": 0.2, "crm_switched": 0.05, "oracle_accuracy_per_task": [1.0, 0.5, 0.75], "absorbed": 0.3}
     m = run_metrics([r | last for r in records])
     assert m["forward_passes"] == 2.25 and m["matching"] == 0.8 and m["oracle_final_accuracy"] == 0.75
+
+
+def test_a_missing_source_falls_back_only_when_a_fallback_is_named(monkeypatch):
+    from paperline.data import images
+    from paperline.methods.hrm_pet.data import load_source
+
+    def missing():
+        raise ImageDataError("source 'fashion_mnist': no t10k-images-idx3-ubyte* under /nowhere")
+
+    monkeypatch.setattr(images, "_fashion_mnist", missing)
+    x, y, used = load_source(SequenceConfig(name="f", source="fashion_mnist", fallback="digits"))
+    assert used == "digits" and x.shape == (1797, 8, 8)
+    with pytest.raises(ImageDataError, match="no t10k-images-idx3-ubyte"):
+        load_source(SequenceConfig(name="f", source="fashion_mnist"))

@@ -97,14 +97,14 @@ def build_sequence(x: np.ndarray, y: np.ndarray, cfg: SequenceConfig, image_size
                         small[test_idx], new_y[test_idx])
 
 
-def load_sequence(cfg: SequenceConfig, image_size: int, seed: int) -> TaskSequence:
-    """`cfg.source`'s images (or `cfg.fallback`'s when the source is not installed) as a sequence."""
+def load_source(cfg: SequenceConfig) -> tuple[np.ndarray, np.ndarray, str]:
+    """(images, labels, the source used): `cfg.source`'s, or `cfg.fallback`'s when loading the
+    source fails (not installed: Fashion-MNIST needs a Debian package)."""
     try:
         x, y = load_images(cfg.source)
-        used = cfg.source
+        return x, y, cfg.source
     except ImageDataError:
         if cfg.fallback is None:
             raise
-        x, y = load_images(cfg.fallback)
-        used = cfg.fallback
-    return build_sequence(x, y, cfg, image_size, seed, used)
+    x, y = load_images(cfg.fallback)
+    return x, y, cfg.fallback

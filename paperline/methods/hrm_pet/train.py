@@ -108,11 +108,12 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
                 on_task=None) -> dict:
     """The learner through every task of `seq`; returns {"evaluations": name -> per-task records,
     "history": per-task losses, "train_seconds", "tasks"}. `on_task(t, record)` after each task."""
-    torch.manual_seed(seed)
     n_tasks, n_classes = len(seq.task_classes), seq.num_classes
     class_task = torch.as_tensor(seq.class_task())
-    model = LoraViT(backbone, n_tasks, n_classes, cfg.lora.rank, cfg.lora.alpha)
-    tii = TiiHead(backbone.shape["dim"], n_classes, cfg.tii.hidden_ratio)
+    with torch.random.fork_rng(devices=[]):  # the initial weights from `seed`, whatever runs beside
+        torch.manual_seed(seed)
+        model = LoraViT(backbone, n_tasks, n_classes, cfg.lora.rank, cfg.lora.alpha)
+        tii = TiiHead(backbone.shape["dim"], n_classes, cfg.tii.hidden_ratio)
     dim = backbone.shape["dim"]
     tii_stats, lora_stats = ClassStats(dim, cfg.covariance_eps), ClassStats(dim, cfg.covariance_eps)
     gen = torch.Generator().manual_seed(seed)
