@@ -399,3 +399,17 @@ def report_rows(project: Path, method: str) -> list[str]:
             break
         rows.append(line.split("|")[1].strip().removesuffix(" (baseline)"))
     return rows
+
+
+def vit_source_copy(project: Path, tmp_path: Path, profile: str = "tiny"):
+    """The vit_source config at `profile` pointing at a copy of the project's vit-source folder (a
+    test may break the copy's files: the refused-input tests of the vision methods)."""
+    import yaml
+
+    from tasks import vit_source
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    _, source_cfg = vit_source.resolve(params, profile)
+    folder = tmp_path / "vit_source"
+    shutil.copytree(project / "data" / "vit_source", folder)
+    return source_cfg.model_copy(update={"out": str(folder)})

@@ -5,7 +5,6 @@ does not fit its shape) failing before any run starts, naming the file."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from paperline.methods.codemerge.config import VARIANTS
 from paperline.metrics import validate_metrics
 from paperline.nn.vit import CheckpointMismatchError, ViT, save_classifier
 from tasks import track
-from tests.conftest import finished_flow_runs, report_rows
+from tests.conftest import finished_flow_runs, report_rows, vit_source_copy
 
 
 def _tiny(project) -> dict:
@@ -58,13 +57,10 @@ def test_tiny_dag_outputs(dag):
 
 
 def test_refused_inputs_name_the_file(dag, tmp_path):
-    from tasks import codemerge, vit_source
+    from tasks import codemerge
 
-    params = yaml.safe_load((dag / "params.yaml").read_text())
-    _, source_cfg = vit_source.resolve(params, "tiny")
+    cfg_here = vit_source_copy(dag, tmp_path)
     folder = tmp_path / "vit_source"
-    shutil.copytree(dag / "data" / "vit_source", folder)
-    cfg_here = source_cfg.model_copy(update={"out": str(folder)})
     method_cfg = codemerge.CodeMergeConfig(**_tiny(dag))
     assert codemerge.data(method_cfg, cfg_here).folder == str(folder)  # the copy is accepted as it is
 

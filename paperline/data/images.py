@@ -19,7 +19,7 @@ from paperline.data.digits import read_digits
 from paperline.io import DataError
 
 ImageSource = Literal["digits", "mnist", "fashion_mnist"]
-FASHION_MNIST_DIR = Path("/usr/share/dataset-fashion-mnist")  # Debian's dataset-fashion-mnist
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # where Debian's dataset-fashion-mnist installs
 
 
 class ImageDataError(DataError):

@@ -1,0 +1,138 @@
+"""The models of HRM-PET on the frozen backbone: a task-specific LoRA per task on every block's
+qkv (peft's LoRA layers injected into paperline.nn.vit.ViT, one named adapter per task), the
+unified classifier, the TII head, and the Gaussian class statistics both heads are aligned with."""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from paperline.nn.vit import ViT
+
+
+def adapter_name(task: int) -> str:
+    return f"task{task}"
+
+
+class LoraViT(nn.Module):
+    """The frozen ViT (its head dropped) with one LoRA adapter per task on `qkv` (rank r, scaling
+    alpha/r, B initialized to zero by peft) and the unified linear classifier over all classes.
+    `features(x, task)` runs the backbone with task `task`'s LoRA; `features(x, None)` without any
+    (the frozen features the TII head reads)."""
+
+    def __init__(self, backbone: ViT, tasks: int, num_classes: int, rank: int, alpha: float):
+        super().__init__()
+        from peft import LoraConfig, inject_adapter_in_model
+        from peft.tuners.lora import LoraLayer
+
+        vit = copy.deepcopy(backbone)
+        vit.head = nn.Identity()
+        for p in vit.parameters():
+            p.requires_grad_(False)
+        with warnings.catch_warnings():  # peft warns on every adapter after the first: that is the design
+            warnings.simplefilter("ignore")
+            for t in range(tasks):
+                vit = inject_adapter_in_model(
+                    LoraConfig(r=rank, lora_alpha=alpha, target_modules=["qkv"], lora_dropout=0.0), vit,
+                    adapter_name=adapter_name(t))
+        self.vit, self.tasks = vit, tasks
+        self.lora_layers = [m for m in vit.modules() if isinstance(m, LoraLayer)]
+        self.head = nn.Linear(backbone.shape["dim"], num_classes)
+        self._active: int | None = -1
+        self.use(0)
+
+    def use(self, task: int | None) -> None:
+        """Make task `task`'s adapter the active one (None: run the frozen backbone alone)."""
+        if task == self._active:
+            return
+        for layer in self.lora_layers:
+            if task is None:
+                layer.enable_adapters(False)  # the frozen features
+            else:
+                layer.enable_adapters(True)
+                layer.set_adapter(adapter_name(task))
+        self._active = task
+
+    def lora_parameters(self, task: int) -> list[nn.Parameter]:
+        name = adapter_name(task)
+        return [p for layer in self.lora_layers for d in (layer.lora_A, layer.lora_B) for p in d[name].parameters()]
+
+    def train_only(self, task: int) -> list[nn.Parameter]:
+        """Freeze everything but task `task`'s LoRA and the head; returns those parameters."""
+        for p in self.parameters():
+            p.requires_grad_(False)
+        params = self.lora_parameters(task) + list(self.head.parameters())
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    @torch.no_grad()
+    def momentum_init(self, task: int, momentum: float) -> None:
+        """HiDe's momentum initialization, applied to LoRA as HiDe-Prompt applies it to prompts [I]:
+        adapter_t ← m·mean(adapters < t) + (1 − m)·adapter_t (its fresh initialization)."""
+        if task == 0 or momentum == 0:
+            return
+        for layer in self.lora_layers:
+            for d in (layer.lora_A, layer.lora_B):
+                old = torch.stack([d[adapter_name(s)].weight for s in range(task)]).mean(0)
+                d[adapter_name(task)].weight.mul_(1 - momentum).add_(momentum * old)
+
+    def features(self, images: torch.Tensor, task: int | None) -> torch.Tensor:
+        self.use(task)
+        return self.vit.features(images)
+
+    def routed_features(self, images: torch.Tensor, tasks: torch.Tensor) -> torch.Tensor:
+        """Each sample through its own task's LoRA (one pass per task present: the same work as a
+        per-sample pass)."""
+        out = torch.empty(len(images), self.head.in_features)
+        for t in tasks.unique().tolist():
+            idx = (tasks == t).nonzero().squeeze(1)
+            out[idx] = self.features(images[idx], t)
+        return out
+
+
+class TiiHead(nn.Module):
+    """The task-identity-inference head: an MLP over all classes on the frozen features."""
+
+    def __init__(self, dim: int, num_classes: int, hidden_ratio: int = 2):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, hidden_ratio * dim), nn.GELU(), nn.Linear(hidden_ratio * dim, num_classes))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features)
+
+
+class ClassStats:
+    """Per-class Gaussian statistics of features (mean, covariance + eps·I, its Cholesky factor):
+    the replay that stands in for old classes' data (HiDe's `covariance` storage)."""
+
+    def __init__(self, dim: int, eps: float):
+        self.dim, self.eps = dim, eps
+        self.mean: dict[int, torch.Tensor] = {}
+        self.cov: dict[int, torch.Tensor] = {}
+
+    def add(self, features: torch.Tensor, labels: torch.Tensor) -> None:
+        for c in labels.unique().tolist():
+            f = features[labels == c].double()
+            mu = f.mean(0)
+            centred = f - mu
+            cov = centred.T @ centred / max(len(f) - 1, 1)
+            self.mean[c] = mu.float()
+            self.cov[c] = (cov + self.eps * torch.eye(self.dim, dtype=torch.float64)).float()
+
+    def sample(self, per_class: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """`per_class` draws μ_c + L_c z (z standard normal, L_c L_cᵀ = Σ_c) for every stored class."""
+        xs, ys = [], []
+        for c in sorted(self.mean):
+            z = torch.randn(per_class, self.dim, generator=generator)
+            xs.append(self.mean[c] + z @ torch.linalg.cholesky(self.cov[c]).T)
+            ys.append(torch.full((per_class,), c, dtype=torch.long))
+        return torch.cat(xs), torch.cat(ys)
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean, "cov": self.cov}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean, self.cov = dict(state["mean"]), dict(state["cov"])

@@ -1,0 +1,212 @@
+"""One learner's class-incremental run on one task sequence (spec (b)): for each task t,
+Stage 1: the TII head on frozen features (CE on task t's classes), then aligned on Gaussian samples
+of every seen class; Stage 2: task t's LoRA (HiDe momentum init) and the unified classifier, CE on
+task t's classes only, plus CTIRD for the CTIRD learners; then the unified classifier aligned on
+Gaussian samples of every seen class's LoRA features (HiDe's TAP); then the seen tasks' test images
+evaluated under every inference rule (paperline/methods/hrm_pet/evaluate.py). A checkpoint after
+each task: a killed run resumes at the next task."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from paperline.io import json_digest
+from paperline.methods.hrm_pet.config import HrmPetConfig
+from paperline.methods.hrm_pet.data import TaskSequence
+from paperline.methods.hrm_pet.evaluate import evaluate_task, evaluations
+from paperline.methods.hrm_pet.model import ClassStats, LoraViT, TiiHead
+from paperline.nn.vit import ViT
+from paperline.train.checkpoint import load_resumable, save_checkpoint
+
+NEG = float("-inf")
+
+
+def restrict(logits: torch.Tensor, classes: list[int] | range) -> torch.Tensor:
+    """Logits with every class outside `classes` set to −inf (CE over those classes only)."""
+    keep = torch.full((logits.shape[-1],), NEG)
+    keep[list(classes)] = 0.0
+    return logits + keep
+
+
+def relation(features: torch.Tensor, temperature: float) -> torch.Tensor:
+    """W = rowsoftmax(cos(e_i, e_j)/T) over the batch."""
+    e = F.normalize(features, dim=1)
+    return (e @ e.T / temperature).softmax(1)
+
+
+def old_tasks(tii_logits: torch.Tensor, class_task: torch.Tensor, task: int, k: int, rule: str) -> torch.Tensor:
+    """(B, m) old tasks per sample, m = min(task, K) (spec (b) CTIRD, (g)1).
+    paper: the top-m old tasks by the TII head's confidence (a task's probability is its classes' sum);
+    code: the m old classes the TII head finds *least* likely (`topk(..., largest=False)`), mapped to
+    their tasks (duplicates possible)."""
+    m = min(task, k)
+    old_classes = (class_task < task).nonzero().squeeze(1)
+    if rule == "paper":
+        probs = tii_logits[:, old_classes].softmax(1)
+        per_task = torch.zeros(len(probs), task).index_add_(1, class_task[old_classes], probs)
+        return per_task.topk(m, dim=1).indices
+    least = tii_logits[:, old_classes].topk(m, dim=1, largest=False).indices
+    return class_task[old_classes[least]]
+
+
+def ctird_loss(features: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Σ_k KL(W_k ‖ W_t), each averaged over the batch's rows: `targets` (B, m, B) holds row i of
+    W_k, the relation matrix under sample i's k-th old task's LoRA."""
+    log_w_t = relation(features, temperature).clamp_min(1e-12).log()
+    return sum(F.kl_div(log_w_t, targets[:, k], reduction="batchmean") for k in range(targets.shape[1]))
+
+
+def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """One seeded order of a task's training images, cut into batches: CTIRD's two passes (the
+    relation targets, then training) index the same batches, and every epoch reuses the order
+    (spec (g): the code's targets match the training batches in epoch 0 only)."""
+    return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+def _fit(params, steps_data, loss_fn, epochs: int, lr: float, cosine: bool) -> list[float]:
+    opt = torch.optim.Adam(params, lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs) if cosine else None
+    history = []
+    for epoch in range(epochs):
+        losses = []
+        for i, batch in enumerate(steps_data(epoch)):
+            loss = loss_fn(i, *batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        if sched:
+            sched.step()
+        history.append(float(np.mean(losses)) if losses else 0.0)
+    return history
+
+
+def align(head: torch.nn.Module, stats: ClassStats, seen: int, epochs: int, lr: float, per_class: int,
+          batch_size: int, generator: torch.Generator) -> list[float]:
+    """A head aligned on fresh Gaussian samples of every stored class each epoch (CE over the seen classes)."""
+    def data(epoch):
+        x, y = stats.sample(per_class, generator)
+        order = torch.randperm(len(x), generator=generator)
+        return [(x[idx], y[idx]) for idx in order.split(batch_size)]
+
+    return _fit(head.parameters(), data, lambda i, x, y: F.cross_entropy(restrict(head(x), range(seen)), y),
+                epochs, lr, cosine=False)
+
+
+def learner_fingerprint(cfg: HrmPetConfig, learner: str, sequence: str, seed: int, backbone: str) -> str:
+    return json_digest({"cfg": cfg.model_dump(exclude={"variants", "threads"}), "learner": learner,
+                        "sequence": sequence, "seed": seed, "backbone": backbone})
+
+
+def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: ViT, seed: int,
+                checkpoint: str | Path | None = None, fingerprint: str = "", progress: bool = False,
+                on_task=None) -> dict:
+    """The learner through every task of `seq`; returns {"evaluations": name -> per-task records,
+    "history": per-task losses, "train_seconds", "tasks"}. `on_task(t, record)` after each task."""
+    n_tasks, n_classes = len(seq.task_classes), seq.num_classes
+    class_task = torch.as_tensor(seq.class_task())
+    with torch.random.fork_rng(devices=[]):  # the initial weights from `seed`, whatever runs beside
+        torch.manual_seed(seed)
+        model = LoraViT(backbone, n_tasks, n_classes, cfg.lora.rank, cfg.lora.alpha)
+        tii = TiiHead(backbone.shape["dim"], n_classes, cfg.tii.hidden_ratio)
+    dim = backbone.shape["dim"]
+    tii_stats, lora_stats = ClassStats(dim, cfg.covariance_eps), ClassStats(dim, cfg.covariance_eps)
+    gen = torch.Generator().manual_seed(seed)
+    x_train, y_train = torch.as_tensor(seq.train_x), torch.as_tensor(seq.train_y)
+    x_test, y_test = torch.as_tensor(seq.test_x), torch.as_tensor(seq.test_y)
+    with torch.no_grad():
+        frozen_train = model.features(x_train, None)
+        frozen_test = model.features(x_test, None)
+    rules = evaluations(cfg, learner)
+    state = {"task": 0, "evaluations": {name: [] for name in rules}, "history": [], "seconds": 0.0}
+    ckpt = load_resumable(checkpoint, fingerprint) if checkpoint else None
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        tii.load_state_dict(ckpt["tii"])
+        tii_stats.load_state_dict(ckpt["tii_stats"])
+        lora_stats.load_state_dict(ckpt["lora_stats"])
+        gen.set_state(ckpt["generator"])
+        state = ckpt["progress"]
+    bar = tqdm(total=n_tasks, initial=state["task"], desc=f"hrm_pet {learner} {seq.name} s{seed}", disable=not progress)
+    while state["task"] < n_tasks:
+        started = time.perf_counter()
+        t = state["task"]
+        classes = seq.task_classes[t]
+        seen = classes[-1] + 1
+        in_task = torch.isin(y_train, torch.as_tensor(classes))
+        xt, yt, ft = x_train[in_task], y_train[in_task], frozen_train[in_task]
+
+        # Stage 1: the TII head on the frozen features, then its alignment on the seen classes' Gaussians
+        tii_loss = _fit(tii.parameters(),
+                        lambda e: [(ft[i], yt[i]) for i in batches(len(yt), cfg.tii.batch_size, gen)],
+                        lambda i, f, y: F.cross_entropy(restrict(tii(f), classes), y),
+                        cfg.tii.epochs, cfg.tii.lr, cosine=False)
+        tii_stats.add(ft, yt)
+        align(tii, tii_stats, seen, cfg.tii.align_epochs, cfg.tii.align_lr, cfg.samples_per_class,
+              cfg.tii.batch_size, gen)
+
+        # Stage 2: task t's LoRA and the unified classifier (+ CTIRD), one fixed batch order
+        model.momentum_init(t, cfg.lora.momentum)
+        order = batches(len(yt), cfg.lora.batch_size, gen)
+        targets = None
+        if learner != "plain" and t > 0 and cfg.ctird.weight > 0:
+            rule = "code" if learner == "ctird_code" else "paper"
+            targets = []
+            with torch.no_grad():
+                for idx in order:  # the first pass: old tasks' relation rows, per batch number
+                    chosen = old_tasks(tii(ft[idx]), class_task, t, cfg.ctird.k, rule)  # (B, m)
+                    per_task = torch.stack([relation(model.features(xt[idx], s), cfg.ctird.temperature)
+                                            for s in range(t)])  # (t, B, B)
+                    targets.append(per_task[chosen, torch.arange(len(idx)).unsqueeze(1)])  # (B, m, B)
+        params = model.train_only(t)
+
+        def lora_loss(i, x, y):
+            f = model.features(x, t)
+            loss = F.cross_entropy(restrict(model.head(f), classes), y)
+            if targets is not None:
+                loss = loss + cfg.ctird.weight * ctird_loss(f, targets[i], cfg.ctird.temperature)
+            return loss
+
+        model.train()
+        lora_loss_history = _fit(params, lambda e: [(xt[idx], yt[idx]) for idx in order], lora_loss,
+                                 cfg.lora.epochs, cfg.lora.lr, cosine=True)
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+
+        # TAP: the unified classifier aligned on every seen class's LoRA-feature Gaussians
+        with torch.no_grad():
+            lora_stats.add(model.features(xt, t), yt)
+        model.head.requires_grad_(True)
+        align(model.head, lora_stats, seen, cfg.lora.align_epochs, cfg.lora.align_lr, cfg.samples_per_class,
+              cfg.lora.batch_size * 4, gen)
+        model.head.requires_grad_(False)
+
+        # every inference rule on the seen tasks' test images
+        with torch.no_grad():
+            test = torch.isin(y_test, torch.arange(seen))
+            tii_logits = tii(frozen_test[test])
+            lora_logits = torch.stack([model.head(model.features(x_test[test], s)) for s in range(t + 1)])
+        for name, record in evaluate_task(rules, cfg.crm, tii_logits, lora_logits, y_test[test], class_task,
+                                          seen, t + 1).items():
+            state["evaluations"][name].append(record)
+        state["history"].append({"tii_loss": tii_loss[-1], "lora_loss": lora_loss_history[-1],
+                                 "lora_loss_curve": lora_loss_history})
+        state["seconds"] += time.perf_counter() - started
+        state["task"] += 1
+        if checkpoint:
+            save_checkpoint(checkpoint, {"fingerprint": fingerprint, "model": model.state_dict(),
+                                         "tii": tii.state_dict(), "tii_stats": tii_stats.state_dict(),
+                                         "lora_stats": lora_stats.state_dict(), "generator": gen.get_state(),
+                                         "progress": state})
+        if on_task:
+            on_task(t, state)
+        bar.update()
+    bar.close()
+    return {"evaluations": state["evaluations"], "history": state["history"], "train_seconds": state["seconds"],
+            "tasks": n_tasks}

@@ -1,0 +1,83 @@
+"""The HRM-PET flow: its outputs in the tiny DAG (metrics with a row per variant and the switch
+table, the report's rows, a child MLflow run per variant carrying its row with the learners' runs
+nested under them, plots, per-learner checkpoints), and the refused inputs (a backbone checkpoint
+that does not fit, a class split that leaves a task empty) failing before any run starts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from paperline.methods.hrm_pet.config import SWITCHES, VARIANTS
+from paperline.metrics import validate_metrics
+from paperline.nn.vit import CheckpointMismatchError, ViT, save_classifier
+from tasks import track
+from tests.conftest import finished_flow_runs, report_rows, vit_source_copy
+
+
+def _tiny(project) -> dict:
+    return yaml.safe_load((project / "params.yaml").read_text())["hrm_pet"]["profiles"]["tiny"]
+
+
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / "hrm_pet.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    assert list(metrics.rows) == list(VARIANTS) and metrics.profile == "tiny" and metrics.baseline == "hide_lora"
+    tiny = _tiny(dag)
+    names = [s["name"] for s in tiny["sequences"]]
+    for v, row in metrics.rows.items():
+        assert 0 <= row["final_accuracy"] <= 1 and 0 <= row["matching"] <= 1, v
+        assert row["forward_passes"] == pytest.approx(2 + row["extra_passes"])
+        assert all(f"final_accuracy_{n}" in row for n in names)
+    for v in ("hide_lora", "ctird"):  # initial matching: no re-run
+        assert metrics.rows[v]["extra_passes"] == 0 and metrics.rows[v]["matching"] == metrics.rows[v]["initial_matching"]
+    h = metrics.headline
+    assert h["hrm_pet_gain"] == pytest.approx(metrics.rows["hrm_pet"]["final_accuracy"] - metrics.rows["hide_lora"]["final_accuracy"])
+    assert isinstance(h["claim_hrm_pet_beats_hide_lora"], bool) and isinstance(h["claim_drm_raises_matching"], bool)
+    assert set(metrics.tables["code_vs_paper_switches"]) == set(SWITCHES)
+    assert metrics.details["sources"]["digits"] == "digits"
+    assert sorted(report_rows(dag, "hrm_pet")) == sorted(VARIANTS)
+
+    parent, children = finished_flow_runs(dag, "hrm_pet")
+    assert [d.dataset.digest for d in parent.inputs.dataset_inputs] != ["generated"]  # versioned by content
+    assert sorted(r.data.tags["variant"] for r in children) == sorted(VARIANTS)
+    c = track.client()
+    nested = []
+    for child in children:
+        assert child.info.status == "FINISHED"
+        row = metrics.rows[child.data.tags["variant"]]
+        assert child.data.metrics["final_accuracy"] == pytest.approx(row["final_accuracy"])
+        nested += c.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+    units = sorted(r.data.tags["variant"] for r in nested)  # one run per (sequence, seed, learner)
+    assert units == sorted(f"{n}/{seed}/{learner}" for n in names for seed in tiny["seeds"]
+                           for learner in ("plain", "ctird", "ctird_code"))
+    first = next(r for r in nested if r.data.tags["variant"].endswith("/ctird"))
+    tasks = next(s["tasks"] for s in tiny["sequences"] if first.data.tags["variant"].startswith(s["name"]))
+    assert len(c.get_metric_history(first.info.run_id, "accuracy_hrm_pet")) == tasks
+    pngs = [a.path for a in c.list_artifacts(parent.info.run_id, "plots") if a.path.endswith(".png")]
+    assert sorted(p.name for p in (dag / "plots" / "hrm_pet").glob("*.png")) == sorted(p.rsplit("/", 1)[-1] for p in pngs)
+    assert (dag / "plots" / "hrm_pet" / "accuracy_after_task.csv").read_text().startswith("sequence,tasks,hide_lora")
+    assert json.loads((dag / "models" / "hrm_pet" / "run.json").read_text())["complete"]
+    assert (dag / "models" / "hrm_pet" / names[0] / "0" / "ctird.pt").is_file()
+
+
+def test_refused_inputs_are_named(dag, tmp_path):
+    from paperline.methods.hrm_pet.config import HrmPetConfig
+    from paperline.methods.hrm_pet.data import TaskSplitError
+    from tasks import hrm_pet
+
+    cfg_here = vit_source_copy(dag, tmp_path)
+    folder = tmp_path / "vit_source"
+    cfg = HrmPetConfig(**_tiny(dag))
+    got = hrm_pet.data(cfg, cfg_here)  # the copy is accepted as it is
+    assert sorted(got.sequences) == sorted(f"{s.name}/{seed}" for s in cfg.sequences for seed in cfg.seeds)
+
+    empty = cfg.model_copy(update={"sequences": [cfg.sequences[0].model_copy(update={"tasks": 7})]})
+    with pytest.raises(TaskSplitError, match=r"sequence 'digits' \(digits\): 7 tasks for 6 classes leaves a task empty"):
+        hrm_pet.data(empty, cfg_here)
+
+    save_classifier(folder / "classifier.pt", ViT(dim=24, heads=2, depth=1))
+    with pytest.raises(CheckpointMismatchError, match=r"classifier\.pt: the checkpoint does not fit the model: .*"
+                                                      r"\(24,\) in the checkpoint, \(16,\) in the model"):
+        hrm_pet.data(cfg, cfg_here)
