@@ -1,0 +1,141 @@
+"""The preference reward model of PEBBLE (Lee et al. 2021) and its successors: an ensemble of MLPs
+r̂(s, a) ∈ [−1, 1] (tanh outputs) trained with the Bradley–Terry loss on segment pairs,
+
+    P[σ⁰ ≻ σ¹] = exp Σ_t r̂(s⁰_t, a⁰_t) / (exp Σ_t r̂(s⁰_t, a⁰_t) + exp Σ_t r̂(s¹_t, a¹_t)),
+
+cross-entropy against a target y = P[σ⁰ ≻ σ¹] ∈ {1, 0, ½}. STAR's preference margin
+regularisation (PMR) smooths the hard targets to (1−ε, ε): the loss is then minimised at a return
+gap of exactly log((1−ε)/ε), never more. Query selection by ensemble disagreement (PEBBLE's
+uncertainty sampling) and SURF's semi-supervised pseudo-labels and temporal cropping live here too."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from paperline.rl.nets import mlp
+
+
+def smoothed_targets(y: torch.Tensor, eps: float) -> torch.Tensor:
+    """PMR: hard labels 1 → 1−ε and 0 → ε; equal labels (½) stay ½. ε = 0 is the plain loss."""
+    return y * (1 - 2 * eps) + eps
+
+
+def bradley_terry_loss(returns0: torch.Tensor, returns1: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of P[σ⁰ ≻ σ¹] = softmax(R⁰, R¹)₀ against the target y (per pair)."""
+    logits = torch.stack([returns0, returns1], -1)
+    logp = F.log_softmax(logits, -1)
+    return -(y * logp[..., 0] + (1 - y) * logp[..., 1]).mean()
+
+
+def pmr_gap(eps: float) -> float:
+    """The return gap Σr̂⁰ − Σr̂¹ that minimises the loss against target 1−ε: log((1−ε)/ε)."""
+    return math.log((1 - eps) / eps)
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    ensemble: int = 3
+    hidden: int = 256
+    layers: int = 3
+    lr: float = 3e-4
+    batch: int = 128
+    updates: int = 200  # gradient steps per feedback session
+    pmr_eps: float = 0.0  # PMR's ε; 0 = hard targets (PEBBLE)
+    # SURF (Park et al. 2022): pseudo-labels on unlabelled pairs the ensemble is sure of, and cropping
+    surf: bool = False
+    surf_threshold: float = 0.99
+    surf_unlabelled_ratio: int = 4
+    surf_weight: float = 1.0
+    surf_crop: float = 0.2  # crop each segment to a window of length in [(1−crop)·H, H]
+
+
+class RewardEnsemble(nn.Module):
+    def __init__(self, in_dim: int, settings: RewardSettings, generator: torch.Generator | None = None):
+        super().__init__()
+        self.s = settings
+        self.members = nn.ModuleList(mlp(in_dim, settings.hidden, settings.layers, 1, nn.Tanh(), generator)
+                                     for _ in range(settings.ensemble))
+        self.opt = torch.optim.Adam(self.parameters(), lr=settings.lr, foreach=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-member rewards: [ensemble, *x.shape[:-1]]."""
+        return torch.stack([m(x).squeeze(-1) for m in self.members])
+
+    @torch.no_grad()
+    def mean_reward(self, x: np.ndarray) -> np.ndarray:
+        return self(torch.as_tensor(x, dtype=torch.float32)).mean(0).numpy()
+
+    @torch.no_grad()
+    def preference_probs(self, seg0: np.ndarray, seg1: np.ndarray) -> np.ndarray:
+        """P[σ⁰ ≻ σ¹] per member: [ensemble, pairs]; segments [pairs, H, in_dim]."""
+        r0 = self(torch.as_tensor(seg0, dtype=torch.float32)).sum(-1)
+        r1 = self(torch.as_tensor(seg1, dtype=torch.float32)).sum(-1)
+        return torch.sigmoid(r0 - r1).numpy()
+
+    def disagreement(self, seg0: np.ndarray, seg1: np.ndarray) -> np.ndarray:
+        """PEBBLE's uncertainty: the std over members of P[σ⁰ ≻ σ¹], per pair."""
+        return self.preference_probs(seg0, seg1).std(0)
+
+    def accuracy(self, seg0: np.ndarray, seg1: np.ndarray, y: np.ndarray) -> float:
+        """Share of pairs with a strict label (y ∈ {0, 1}) whose ensemble-mean return order agrees."""
+        strict = (y == 0) | (y == 1)
+        if not strict.any():
+            return float("nan")
+        p = self.preference_probs(seg0[strict], seg1[strict]).mean(0)
+        return float(((p > 0.5) == (y[strict] == 1)).mean())
+
+    def train_session(self, seg0: np.ndarray, seg1: np.ndarray, y: np.ndarray, rng: np.random.Generator,
+                      unlabelled: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
+        """`updates` steps on the labelled pairs (each member its own batches); with SURF also
+        pseudo-labelled pairs from `unlabelled` and temporally cropped segments."""
+        s = self.s
+        seg0_t, seg1_t = torch.as_tensor(seg0, dtype=torch.float32), torch.as_tensor(seg1, dtype=torch.float32)
+        y_t = smoothed_targets(torch.as_tensor(y, dtype=torch.float32), s.pmr_eps)
+        n, H = len(y), seg0.shape[1]
+        loss_sum = pseudo_sum = 0.0
+        for _ in range(s.updates):
+            loss = torch.zeros(())
+            for m, member in enumerate(self.members):
+                idx = torch.as_tensor(rng.integers(0, n, min(s.batch, n)))
+                a, b = seg0_t[idx], seg1_t[idx]
+                if s.surf:
+                    a, b = _crop(a, b, rng, s.surf_crop)
+                loss = loss + bradley_terry_loss(member(a).squeeze(-1).sum(-1), member(b).squeeze(-1).sum(-1), y_t[idx])
+                if s.surf and unlabelled is not None and len(unlabelled[0]):
+                    u = rng.integers(0, len(unlabelled[0]), min(s.batch * s.surf_unlabelled_ratio, len(unlabelled[0])))
+                    ua = torch.as_tensor(unlabelled[0][u], dtype=torch.float32)
+                    ub = torch.as_tensor(unlabelled[1][u], dtype=torch.float32)
+                    ua, ub = _crop(ua, ub, rng, s.surf_crop)
+                    r0, r1 = member(ua).squeeze(-1).sum(-1), member(ub).squeeze(-1).sum(-1)
+                    p = torch.sigmoid(r0 - r1).detach()
+                    sure = torch.maximum(p, 1 - p) > s.surf_threshold
+                    if sure.any():
+                        pseudo = (p[sure] > 0.5).float()
+                        loss = loss + s.surf_weight * bradley_terry_loss(r0[sure], r1[sure], pseudo)
+                        pseudo_sum += float(sure.float().mean()) / len(self.members)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            loss_sum += loss.item() / len(self.members)
+        return {"reward_loss": loss_sum / s.updates, "pseudo_label_share": pseudo_sum / s.updates}
+
+
+def _crop(a: torch.Tensor, b: torch.Tensor, rng: np.random.Generator, crop: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """SURF's temporal cropping: one window length H′ ∈ [⌈(1−crop)H⌉, H] for the batch, each segment
+    cut at its own random offset (the pair's label kept). [I] SURF crops longer sampled segments
+    around H; with segments of exactly H we crop inside them."""
+    H = a.shape[1]
+    length = int(rng.integers(max(1, math.ceil((1 - crop) * H)), H + 1))
+    if length == H:
+        return a, b
+    offsets = rng.integers(0, H - length + 1, (2, a.shape[0]))
+    window = torch.arange(length)
+    ia = torch.as_tensor(offsets[0])[:, None] + window
+    ib = torch.as_tensor(offsets[1])[:, None] + window
+    rows = torch.arange(a.shape[0])[:, None]
+    return a[rows, ia], b[rows, ib]
