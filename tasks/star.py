@@ -32,19 +32,20 @@ def data(cfg: StarConfig) -> str:
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="star-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_row(cfg: StarConfig, task_name: str, variant: str, budget: int | None, ctx: track.RunContext) -> dict:
-    """Every seed of one row; small networks run on the CPU (a GPU pays only at the paper profile's sizes)."""
+    """Every seed of one row, on the slot's device (the paper profile's 1024×2 networks want a GPU)."""
     import torch
 
     torch.set_num_threads(cfg.threads)
     t = next(t for t in cfg.tasks if t.name == task_name)
     name = row_name(task_name, variant, budget)
     seeds = []
-    with gpu_slot(), ctx.child(name, params={"task": t.model_dump(), "variant": variant, "budget": budget}) as row_run:
+    with gpu_slot() as device, ctx.child(name, params={"task": t.model_dump(), "variant": variant, "budget": budget,
+                                                       "device": str(device)}) as row_run:
         for s in range(cfg.seeds):
             seed = cfg.seed + s
             with ctx.child(f"{name}/seed{seed}", params={"seed": seed}, parent=row_run) as run:
                 result = train_run(cfg, t, variant, budget, seed, models_dir(METHOD) / name / f"seed{seed}.pt",
-                                   progress=sys.stderr.isatty())
+                                   progress=sys.stderr.isatty(), device=device)
                 run.log_history("eval_return", result["curve"]["step"], result["curve"]["return"])
                 run.log_metrics({k: result[k] for k in ("return", "random_return", "overestimation",
                                                         "overestimation_rel", "pref_accuracy", "labels", "seconds")

@@ -46,8 +46,12 @@ class DQN(nn.Module):
         frac = min(1.0, step / max(1, self.s.eps_decay_steps))
         return self.s.eps_start + frac * (self.s.eps_end - self.s.eps_start)
 
+    @property
+    def device(self) -> torch.device:
+        return self.updates.device
+
     def q_values(self, states: np.ndarray | torch.Tensor) -> torch.Tensor:
-        return self.q(one_hot(states, self.n_states))
+        return self.q(one_hot(states, self.n_states).to(self.device))
 
     def act(self, state: int, rng: np.random.Generator, epsilon: float = 0.0) -> int:
         if rng.random() < epsilon:
@@ -58,7 +62,7 @@ class DQN(nn.Module):
     @torch.no_grad()
     def q_value(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
         q = self.q_values(states)
-        return q.gather(1, torch.as_tensor(actions).long().reshape(-1, 1)).squeeze(1).numpy()
+        return q.gather(1, torch.as_tensor(actions, device=self.device).long().reshape(-1, 1)).squeeze(1).cpu().numpy()
 
     def reset(self) -> None:
         """Fresh Q networks (the same optimiser object, fresh moments)."""
@@ -69,10 +73,11 @@ class DQN(nn.Module):
 
     def update(self, batch: dict[str, np.ndarray], extra: Callable[[], torch.Tensor] | None = None) -> dict[str, float]:
         """One TD step: y = r + γ(1−d)·max_a′ Q̄(s′, a′) over all actions (spec (g), App. A.2)."""
-        obs = one_hot(batch["obs"][:, 0], self.n_states)
-        nxt = one_hot(batch["next_obs"][:, 0], self.n_states)
-        act = torch.as_tensor(batch["act"][:, 0]).long()
-        rew, term = torch.as_tensor(batch["reward"]), torch.as_tensor(batch["terminated"])
+        d = self.device
+        obs = one_hot(batch["obs"][:, 0], self.n_states).to(d)
+        nxt = one_hot(batch["next_obs"][:, 0], self.n_states).to(d)
+        act = torch.as_tensor(batch["act"][:, 0], device=d).long()
+        rew, term = torch.as_tensor(batch["reward"], device=d), torch.as_tensor(batch["terminated"], device=d)
         with torch.no_grad():
             target = rew + self.s.gamma * (1 - term) * self.q_target(nxt).max(-1).values
         q = self.q(obs).gather(1, act.reshape(-1, 1)).squeeze(1)

@@ -62,20 +62,26 @@ class RewardEnsemble(nn.Module):
                                      for _ in range(settings.ensemble))
         self.opt = torch.optim.Adam(self.parameters(), lr=settings.lr, foreach=True)
 
+    @property
+    def device(self) -> torch.device:
+        return self.members[0][0].weight.device
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Per-member rewards: [ensemble, *x.shape[:-1]]."""
         return torch.stack([m(x).squeeze(-1) for m in self.members])
 
     @torch.no_grad()
     def mean_reward(self, x: np.ndarray) -> np.ndarray:
-        return self(torch.as_tensor(x, dtype=torch.float32)).mean(0).numpy()
+        return self(self._tensor(x)).mean(0).cpu().numpy()
 
     @torch.no_grad()
     def preference_probs(self, seg0: np.ndarray, seg1: np.ndarray) -> np.ndarray:
         """P[σ⁰ ≻ σ¹] per member: [ensemble, pairs]; segments [pairs, H, in_dim]."""
-        r0 = self(torch.as_tensor(seg0, dtype=torch.float32)).sum(-1)
-        r1 = self(torch.as_tensor(seg1, dtype=torch.float32)).sum(-1)
-        return torch.sigmoid(r0 - r1).numpy()
+        r0, r1 = self(self._tensor(seg0)).sum(-1), self(self._tensor(seg1)).sum(-1)
+        return torch.sigmoid(r0 - r1).cpu().numpy()
 
     def disagreement(self, seg0: np.ndarray, seg1: np.ndarray) -> np.ndarray:
         """PEBBLE's uncertainty: the std over members of P[σ⁰ ≻ σ¹], per pair."""
@@ -94,22 +100,21 @@ class RewardEnsemble(nn.Module):
         """`updates` steps on the labelled pairs (each member its own batches); with SURF also
         pseudo-labelled pairs from `unlabelled` and temporally cropped segments."""
         s = self.s
-        seg0_t, seg1_t = torch.as_tensor(seg0, dtype=torch.float32), torch.as_tensor(seg1, dtype=torch.float32)
-        y_t = smoothed_targets(torch.as_tensor(y, dtype=torch.float32), s.pmr_eps)
+        seg0_t, seg1_t = self._tensor(seg0), self._tensor(seg1)
+        y_t = smoothed_targets(self._tensor(y), s.pmr_eps)
         n, H = len(y), seg0.shape[1]
         loss_sum = pseudo_sum = 0.0
         for _ in range(s.updates):
             loss = torch.zeros(())
             for m, member in enumerate(self.members):
-                idx = torch.as_tensor(rng.integers(0, n, min(s.batch, n)))
+                idx = torch.as_tensor(rng.integers(0, n, min(s.batch, n)), device=self.device)
                 a, b = seg0_t[idx], seg1_t[idx]
                 if s.surf:
                     a, b = _crop(a, b, rng, s.surf_crop)
                 loss = loss + bradley_terry_loss(member(a).squeeze(-1).sum(-1), member(b).squeeze(-1).sum(-1), y_t[idx])
                 if s.surf and unlabelled is not None and len(unlabelled[0]):
                     u = rng.integers(0, len(unlabelled[0]), min(s.batch * s.surf_unlabelled_ratio, len(unlabelled[0])))
-                    ua = torch.as_tensor(unlabelled[0][u], dtype=torch.float32)
-                    ub = torch.as_tensor(unlabelled[1][u], dtype=torch.float32)
+                    ua, ub = self._tensor(unlabelled[0][u]), self._tensor(unlabelled[1][u])
                     ua, ub = _crop(ua, ub, rng, s.surf_crop)
                     r0, r1 = member(ua).squeeze(-1).sum(-1), member(ub).squeeze(-1).sum(-1)
                     p = torch.sigmoid(r0 - r1).detach()
@@ -133,9 +138,8 @@ def _crop(a: torch.Tensor, b: torch.Tensor, rng: np.random.Generator, crop: floa
     length = int(rng.integers(max(1, math.ceil((1 - crop) * H)), H + 1))
     if length == H:
         return a, b
-    offsets = rng.integers(0, H - length + 1, (2, a.shape[0]))
-    window = torch.arange(length)
-    ia = torch.as_tensor(offsets[0])[:, None] + window
-    ib = torch.as_tensor(offsets[1])[:, None] + window
-    rows = torch.arange(a.shape[0])[:, None]
+    offsets = torch.as_tensor(rng.integers(0, H - length + 1, (2, a.shape[0])), device=a.device)
+    window = torch.arange(length, device=a.device)
+    ia, ib = offsets[0][:, None] + window, offsets[1][:, None] + window
+    rows = torch.arange(a.shape[0], device=a.device)[:, None]
     return a[rows, ia], b[rows, ib]

@@ -44,7 +44,10 @@ class Actor(nn.Module):
         """(action in the env's bounds, log π(action|obs))."""
         mean, log_std = self.net(obs).chunk(2, -1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        u = mean if deterministic else mean + log_std.exp() * torch.randn(mean.shape, generator=self.generator)
+        if deterministic:
+            u = mean
+        else:  # the run's generator lives on the CPU; its draws move to the networks' device
+            u = mean + log_std.exp() * torch.randn(mean.shape, generator=self.generator).to(mean.device)
         a = torch.tanh(u)
         log_prob = (-0.5 * ((u - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         log_prob = log_prob - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1) - torch.log(self.scale).sum()
@@ -84,19 +87,24 @@ class SAC(nn.Module):
         self.register_buffer("updates", torch.zeros((), dtype=torch.long))  # saved with the weights
 
     @property
+    def device(self) -> torch.device:
+        return self.log_alpha.device
+
+    @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp()
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        a, _ = self.actor(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), deterministic)
-        return a[0].numpy()
+        a, _ = self.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0), deterministic)
+        return a[0].cpu().numpy()
 
     @torch.no_grad()
     def q_value(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """min(Q1, Q2): the value SAC bootstraps from."""
-        q1, q2 = self.critic(torch.as_tensor(obs, dtype=torch.float32), torch.as_tensor(act, dtype=torch.float32))
-        return torch.min(q1, q2).numpy()
+        q1, q2 = self.critic(torch.as_tensor(obs, dtype=torch.float32, device=self.device),
+                             torch.as_tensor(act, dtype=torch.float32, device=self.device))
+        return torch.min(q1, q2).cpu().numpy()
 
     def reset_critic(self) -> None:
         """PEBBLE's reset after the unsupervised phase: fresh critics (and their optimiser)."""
@@ -110,7 +118,8 @@ class SAC(nn.Module):
                ) -> dict[str, float]:
         """One critic, actor and temperature step. `actor_extra(obs, action, log_prob)` -> a scalar
         added to the actor loss."""
-        obs, act, rew, nxt, term = (torch.as_tensor(batch[k]) for k in ("obs", "act", "reward", "next_obs", "terminated"))
+        obs, act, rew, nxt, term = (torch.as_tensor(batch[k], device=self.device)
+                                   for k in ("obs", "act", "reward", "next_obs", "terminated"))
         with torch.no_grad():
             a2, logp2 = self.actor(nxt)
             q_next = torch.min(*self.critic_target(nxt, a2)) - self.alpha * logp2

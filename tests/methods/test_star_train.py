@@ -7,7 +7,7 @@ import pytest
 
 from paperline.methods.star.config import StarConfig, row_name, runs_of
 from paperline.methods.star.envs import GRID_ID, EnvError, GridWorld, check_env
-from paperline.methods.star.evaluate import discounted_returns, mc_steps
+from paperline.methods.star.evaluate import discounted_returns, mc_steps, soft_returns
 from paperline.methods.star.summary import claims, normalised, summarize
 from paperline.methods.star.train import train_run
 from paperline.rl.buffer import ReplayBuffer
@@ -70,6 +70,9 @@ def test_buffer_relabels_and_draws_segments_within_episodes():
 def test_monte_carlo_horizon_and_returns():
     assert mc_steps(0.99, 0.01) == 459 and 0.99 ** 459 < 0.01 < 0.99 ** 458
     assert discounted_returns(np.array([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
+    # a soft Q's return: the bonus of the first step is not counted, the later ones are discounted
+    assert soft_returns(np.array([1.0, 0.0, 2.0]), np.array([9.0, 4.0, 8.0]), 0.5).tolist() == [
+        1.0 + 0.5 * (0.0 + 4.0) + 0.25 * (2.0 + 8.0), 0.0 + 0.5 * (2.0 + 8.0), 2.0]
 
 
 def test_the_config_refuses_a_run_without_its_oracle_and_feedback_after_the_end():

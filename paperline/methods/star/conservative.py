@@ -56,7 +56,9 @@ class ConservativeQ(nn.Module):
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One V_ξ (Gumbel regression) and one Q_ξ (TD onto V_ξ(s′)) step on buffer tuples only."""
-        obs, act, rew, nxt, term = (torch.as_tensor(batch[k]) for k in ("obs", "act", "reward", "next_obs", "terminated"))
+        device = self.updates.device
+        obs, act, rew, nxt, term = (torch.as_tensor(batch[k], device=device)
+                                   for k in ("obs", "act", "reward", "next_obs", "terminated"))
         with torch.no_grad():
             q_in = self.q_target(torch.cat([obs, act], -1)).squeeze(-1)
         v_loss = gumbel_loss(q_in, self.v(obs).squeeze(-1), self.beta)

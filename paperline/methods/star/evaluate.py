@@ -1,10 +1,11 @@
-"""Evaluation with the true reward, and the value overestimation of a critic: Q(s_t, a_t) at the
-states an evaluation episode visits minus the discounted Monte-Carlo return of the reward the
-critic learns from (r̂ for the preference variants, the true reward for the oracle). The episode
-runs on past its time limit until γ^k < mc_tail, so the return it measures is not truncated where
-the critic's is not; only the first `episode_steps` states count, and only their true rewards make
-the episode's return. (SAC's soft Q also counts future entropy bonuses: that bias is shared by every
-SAC variant.)"""
+"""Evaluation with the true reward (greedy policy), and the value overestimation of a critic:
+Q(s_t, a_t) at the states an episode of the policy the critic evaluates visits, minus the
+discounted Monte-Carlo return of the reward the critic learns from (r̂ for the preference
+variants, the true reward for the oracle). The episode runs on past its time limit until
+γ^k < mc_tail, so the return it measures is not truncated where the critic's is not; only the first
+`episode_steps` states count. SAC's critic is a soft Q of its stochastic policy: the episode samples
+that policy and the return adds the entropy bonuses −α log π(a_{t+k}|s_{t+k}) of the steps k ≥ 1 it
+bootstraps through; DQN's is the greedy policy's Q."""
 from __future__ import annotations
 
 import math
@@ -47,23 +48,32 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
     return out
 
 
-def evaluate(env, policy, seeds: list[int], episode_steps: int, gamma: float, extra_steps: int = 0,
-             q_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-             reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, float]:
-    """Mean true return over episodes of `episode_steps` (one per seed); with `q_fn`, also the
-    overestimation (mean of Q − G, and that over the mean |G|) under `reward_fn` (None: true reward)."""
-    returns, gaps, scale = [], [], []
+def evaluate(env, policy, seeds: list[int], episode_steps: int) -> dict[str, float]:
+    """Mean (and std) true return over episodes of `episode_steps`, one per seed."""
+    returns = [float(rollout(env, policy, seed, episode_steps)["reward"].sum()) for seed in seeds]
+    return {"return": float(np.mean(returns)), "return_std": float(np.std(returns))}
+
+
+def soft_returns(rewards: np.ndarray, bonus: np.ndarray | None, gamma: float) -> np.ndarray:
+    """G_t = r_t + Σ_{k≥1} γ^k (r_{t+k} + bonus_{t+k}): what a soft Q(s_t, a_t) estimates."""
+    if bonus is None:
+        return discounted_returns(rewards, gamma)
+    return discounted_returns(rewards + bonus, gamma) - bonus
+
+
+def overestimation(env, policy_factory: Callable[[], tuple[Callable, list]], seeds: list[int], episode_steps: int,
+                   extra_steps: int, gamma: float, q_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                   reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, float]:
+    """Mean of Q − G over the first `episode_steps` states of one episode per seed, and that over the
+    mean |G|. `policy_factory()` -> (policy, bonuses): the policy appends each step's entropy bonus
+    to the list (SAC), or leaves it empty (no bonus). `reward_fn` None: the true reward."""
+    gaps, scale = [], []
     for seed in seeds:
-        ep = rollout(env, policy, seed, episode_steps + (extra_steps if q_fn else 0))
-        returns.append(float(ep["reward"][:episode_steps].sum()))
-        if q_fn is not None:
-            r = ep["reward"] if reward_fn is None else reward_fn(ep["obs"], ep["act"])
-            G = discounted_returns(np.asarray(r, np.float64), gamma)[:episode_steps]
-            Q = q_fn(ep["obs"][:episode_steps], ep["act"][:episode_steps])
-            gaps.append(Q - G)
-            scale.append(np.abs(G))
-    out = {"return": float(np.mean(returns)), "return_std": float(np.std(returns))}
-    if q_fn is not None:
-        gap, size = np.concatenate(gaps), np.concatenate(scale)
-        out |= {"overestimation": float(gap.mean()), "overestimation_rel": float(gap.mean() / max(size.mean(), 1e-8))}
-    return out
+        policy, bonuses = policy_factory()
+        ep = rollout(env, policy, seed, episode_steps + extra_steps)
+        r = np.asarray(ep["reward"] if reward_fn is None else reward_fn(ep["obs"], ep["act"]), np.float64)
+        G = soft_returns(r, np.asarray(bonuses, np.float64) if bonuses else None, gamma)[:episode_steps]
+        gaps.append(q_fn(ep["obs"][:episode_steps], ep["act"][:episode_steps]) - G)
+        scale.append(np.abs(G))
+    gap, size = np.concatenate(gaps), np.concatenate(scale)
+    return {"overestimation": float(gap.mean()), "overestimation_rel": float(gap.mean() / max(size.mean(), 1e-8))}

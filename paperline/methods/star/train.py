@@ -29,7 +29,7 @@ import torch
 from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.config import VARIANTS, StarConfig, TaskConfig
 from paperline.methods.star.envs import EnvInfo, check_env, make_env
-from paperline.methods.star.evaluate import evaluate, mc_steps
+from paperline.methods.star.evaluate import evaluate, mc_steps, overestimation
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
 from paperline.rl.buffer import ReplayBuffer
 from paperline.rl.dqn import DQN, DQNSettings
@@ -53,7 +53,8 @@ def _reward_settings(cfg: StarConfig, flags: dict) -> RewardSettings:
 class Run:
     """The state of one run: everything a checkpoint holds."""
 
-    def __init__(self, cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int, info: EnvInfo):
+    def __init__(self, cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int, info: EnvInfo,
+                 device: torch.device | str = "cpu"):
         self.cfg, self.task, self.variant, self.info = cfg, task, variant, info
         self.flags = VARIANTS[variant]
         self.budget = budget or 0
@@ -77,6 +78,10 @@ class Run:
         self.cq = (ConservativeQ(info.obs_dim, info.act_dim, s.hidden, s.layers, s.lr, cfg.star.beta, s.gamma, s.tau,
                                  s.target_every, self.generator) if pr and self.continuous else None)
         self.graph = TransitionGraph(info.act_dim) if pr and not self.continuous else None
+        for module in (self.agent, self.reward_model, self.cq):  # weights drawn on the CPU, then moved
+            if module is not None:
+                module.to(device)
+        self.device = torch.device(device)
         self.entropy = RunningStd()
         self.labels = {"i0": np.zeros(0, np.int64), "i1": np.zeros(0, np.int64), "y": np.zeros(0)}
         self.progress = {"step": 0, "episode": 0, "sessions": 0, "curve": {"step": [], "return": []},
@@ -124,6 +129,21 @@ class Run:
 
     def greedy(self, obs):
         return self.agent.act(obs, deterministic=True) if self.continuous else self.agent.act(int(obs), self.rng, 0.0)
+
+    def policy_of_critic(self) -> tuple[Callable, list]:
+        """The policy the critic's Q is of, and the list it appends each step's entropy bonus to:
+        SAC's stochastic actor (bonus −α log π), DQN's greedy policy (no bonus)."""
+        bonuses: list[float] = []
+        if not self.continuous:
+            return self.greedy, bonuses
+        alpha = float(self.agent.alpha)
+
+        def policy(obs):
+            with torch.no_grad():
+                a, logp = self.agent.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device)[None])
+            bonuses.append(-alpha * float(logp[0]))
+            return a[0].cpu().numpy()
+        return policy, bonuses
 
     def q_fn(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         return self.agent.q_value(obs, act) if self.continuous else self.agent.q_value(obs[:, 0], act[:, 0])
@@ -212,16 +232,18 @@ class Run:
             def extra() -> torch.Tensor:
                 states, q_hat, mask = self.graph.kl_batch(self.rng, self.cfg.star.graph_batch)
                 q_theta = self.agent.q_values(states)
-                return self.cfg.star.eta * seen_softmax_kl(torch.as_tensor(q_hat), q_theta, torch.as_tensor(mask))
+                return self.cfg.star.eta * seen_softmax_kl(torch.as_tensor(q_hat, device=self.device), q_theta,
+                                                           torch.as_tensor(mask, device=self.device))
         self.agent.update(batch, extra)
 
 
 def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int,
-              checkpoint=None, progress: bool = False,
-              on_eval: Callable[[int, float], None] | None = None) -> dict:
-    """Train one run (resuming from `checkpoint` when it holds this run's state) and evaluate it."""
+              checkpoint=None, progress: bool = False, on_eval: Callable[[int, float], None] | None = None,
+              device: torch.device | str = "cpu") -> dict:
+    """Train one run (resuming from `checkpoint` when it holds this run's state) and evaluate it.
+    The networks live on `device`; the environment, the buffer and the graph on the CPU."""
     info = check_env(task.env_id, task.kind, task.env_kwargs)
-    run = Run(cfg, task, variant, budget, seed, info)
+    run = Run(cfg, task, variant, budget, seed, info, device)
     env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
     extra = mc_steps(run.gamma, cfg.mc_tail)
     eval_env = make_env(task.env_id, task.episode_steps + extra, task.env_kwargs)
@@ -261,7 +283,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
                 for _ in range(task.updates_per_step):
                     run.update()
             if p["step"] % task.eval_every == 0 or p["step"] == task.steps:
-                value = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps, run.gamma)["return"]
+                value = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)["return"]
                 p["curve"]["step"].append(p["step"])
                 p["curve"]["return"].append(value)
                 if on_eval is not None:
@@ -281,14 +303,15 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
 
 def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int) -> dict:
     task, p = run.task, run.progress
-    final = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps, run.gamma, extra, run.q_fn,
-                     run.learned_reward if run.flags["learned"] else None)
+    final = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
+    final |= overestimation(eval_env, run.policy_of_critic, eval_seeds, task.episode_steps, extra, run.gamma, run.q_fn,
+                            run.learned_reward if run.flags["learned"] else None)
     rng = np.random.default_rng([seed, 2])
     if run.continuous:
         random_policy = lambda obs: rng.uniform(run.info.low, run.info.high).astype(np.float32)  # noqa: E731
     else:
         random_policy = lambda obs: int(rng.integers(run.info.act_dim))  # noqa: E731
-    random = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps, run.gamma)["return"]
+    random = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps)["return"]
     accuracy = None
     if run.flags["learned"] and run.has_reward_model:
         starts = run.buffer.segment_starts(task.segment)
