@@ -4,29 +4,31 @@ optional extra loss term on the online Q network (STAR's graph-Q̂ KL in the dis
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Callable
+from typing import Annotated, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.rl.nets import mlp, soft_update
+from pydantic import Field
+
+from paperline.rl.nets import BackboneSettings, mlp, soft_update
+
+Unit = Annotated[float, Field(ge=0, le=1)]
 
 
-@dataclass(frozen=True)
-class DQNSettings:
-    hidden: int = 64
-    layers: int = 2
-    lr: float = 1e-3
-    batch: int = 64
-    gamma: float = 0.95
-    tau: float = 0.05
-    target_every: int = 2
-    eps_start: float = 1.0
-    eps_end: float = 0.05
-    eps_decay_steps: int = 2000
+class DQNSettings(BackboneSettings):
+    """ε-greedy exploration decays linearly from eps_start to eps_end over eps_decay_steps."""
+
+    hidden: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    batch: int = Field(64, ge=1)
+    gamma: float = Field(0.95, gt=0, lt=1)
+    tau: float = Field(0.05, gt=0, le=1)
+    eps_start: Unit = 1.0
+    eps_end: Unit = 0.05
+    eps_decay_steps: int = Field(2000, ge=1)
 
 
 def one_hot(index: np.ndarray | torch.Tensor, n: int) -> torch.Tensor:

@@ -1,8 +1,28 @@
 """The MLPs every RL piece is built from."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from pydantic import Field
 from torch import nn
+
+from paperline.config import StrictModel
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class BackboneSettings(StrictModel):
+    """What SAC and DQN share: their networks (`layers` hidden layers of `hidden` units), Adam's
+    learning rate, the batch, the discount, and soft target updates (τ) every `target_every` steps."""
+
+    hidden: PositiveInt = 256
+    layers: PositiveInt = 2
+    lr: float = Field(3e-4, gt=0)
+    batch: PositiveInt = 256
+    gamma: float = Field(0.99, gt=0, lt=1)
+    tau: float = Field(0.005, gt=0, le=1)
+    target_every: PositiveInt = 2
 
 
 def mlp(inputs: int, hidden: int, layers: int, outputs: int, out: nn.Module | None = None,

@@ -10,14 +10,18 @@ uncertainty sampling) and SURF's semi-supervised pseudo-labels and temporal crop
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
+from paperline.config import StrictModel
 from paperline.rl.nets import mlp
+
+PositiveInt = Annotated[int, Field(ge=1)]
 
 
 def smoothed_targets(y: torch.Tensor, eps: float) -> torch.Tensor:
@@ -37,27 +41,32 @@ def pmr_gap(eps: float) -> float:
     return math.log((1 - eps) / eps)
 
 
-@dataclass(frozen=True)
-class RewardSettings:
-    ensemble: int = 3
-    hidden: int = 256
-    layers: int = 3
-    lr: float = 3e-4
-    batch: int = 128
-    updates: int = 200  # gradient steps per feedback session
-    pmr_eps: float = 0.0  # PMR's ε; 0 = hard targets (PEBBLE)
-    # SURF (Park et al. 2022): pseudo-labels on unlabelled pairs the ensemble is sure of, and cropping
-    surf: bool = False
-    surf_threshold: float = 0.99
-    surf_unlabelled_ratio: int = 4
-    surf_weight: float = 1.0
-    surf_crop: float = 0.2  # crop each segment to a window of length in [(1−crop)·H, H]
+class RewardSettings(StrictModel):
+    ensemble: PositiveInt = 3
+    hidden: PositiveInt = 256
+    layers: PositiveInt = 3
+    lr: float = Field(3e-4, gt=0)
+    batch: PositiveInt = 128
+    updates: PositiveInt = 200  # gradient steps per feedback session
+
+
+class SURFSettings(StrictModel):
+    """SURF (Park et al. 2022): pseudo-labels on unlabelled pairs the ensemble is sure of, and
+    temporal cropping of each segment to a window of length in [(1−crop)·H, H]."""
+
+    threshold: float = Field(0.99, gt=0.5, lt=1)
+    unlabelled_ratio: PositiveInt = 4
+    weight: float = Field(1.0, ge=0)
+    crop: float = Field(0.2, ge=0, le=1)
 
 
 class RewardEnsemble(nn.Module):
-    def __init__(self, in_dim: int, settings: RewardSettings, generator: torch.Generator | None = None):
+    """`pmr_eps`: PMR's ε (0: hard targets, PEBBLE); `surf`: SURF's settings, None without it."""
+
+    def __init__(self, in_dim: int, settings: RewardSettings, generator: torch.Generator | None = None,
+                 pmr_eps: float = 0.0, surf: SURFSettings | None = None):
         super().__init__()
-        self.s = settings
+        self.s, self.pmr_eps, self.surf = settings, pmr_eps, surf
         self.members = nn.ModuleList(mlp(in_dim, settings.hidden, settings.layers, 1, nn.Tanh(), generator)
                                      for _ in range(settings.ensemble))
         self.opt = torch.optim.Adam(self.parameters(), lr=settings.lr, foreach=True)
@@ -99,9 +108,9 @@ class RewardEnsemble(nn.Module):
                       unlabelled: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
         """`updates` steps on the labelled pairs (each member its own batches); with SURF also
         pseudo-labelled pairs from `unlabelled` and temporally cropped segments."""
-        s = self.s
+        s, surf = self.s, self.surf
         seg0_t, seg1_t = self._tensor(seg0), self._tensor(seg1)
-        y_t = smoothed_targets(self._tensor(y), s.pmr_eps)
+        y_t = smoothed_targets(self._tensor(y), self.pmr_eps)
         n, H = len(y), seg0.shape[1]
         loss_sum = pseudo_sum = 0.0
         for _ in range(s.updates):
@@ -109,19 +118,19 @@ class RewardEnsemble(nn.Module):
             for m, member in enumerate(self.members):
                 idx = torch.as_tensor(rng.integers(0, n, min(s.batch, n)), device=self.device)
                 a, b = seg0_t[idx], seg1_t[idx]
-                if s.surf:
-                    a, b = _crop(a, b, rng, s.surf_crop)
+                if surf is not None:
+                    a, b = _crop(a, b, rng, surf.crop)
                 loss = loss + bradley_terry_loss(member(a).squeeze(-1).sum(-1), member(b).squeeze(-1).sum(-1), y_t[idx])
-                if s.surf and unlabelled is not None and len(unlabelled[0]):
-                    u = rng.integers(0, len(unlabelled[0]), min(s.batch * s.surf_unlabelled_ratio, len(unlabelled[0])))
+                if surf is not None and unlabelled is not None and len(unlabelled[0]):
+                    u = rng.integers(0, len(unlabelled[0]), min(s.batch * surf.unlabelled_ratio, len(unlabelled[0])))
                     ua, ub = self._tensor(unlabelled[0][u]), self._tensor(unlabelled[1][u])
-                    ua, ub = _crop(ua, ub, rng, s.surf_crop)
+                    ua, ub = _crop(ua, ub, rng, surf.crop)
                     r0, r1 = member(ua).squeeze(-1).sum(-1), member(ub).squeeze(-1).sum(-1)
                     p = torch.sigmoid(r0 - r1).detach()
-                    sure = torch.maximum(p, 1 - p) > s.surf_threshold
+                    sure = torch.maximum(p, 1 - p) > surf.threshold
                     if sure.any():
                         pseudo = (p[sure] > 0.5).float()
-                        loss = loss + s.surf_weight * bradley_terry_loss(r0[sure], r1[sure], pseudo)
+                        loss = loss + surf.weight * bradley_terry_loss(r0[sure], r1[sure], pseudo)
                         pseudo_sum += float(sure.float().mean()) / len(self.members)
             self.opt.zero_grad()
             loss.backward()

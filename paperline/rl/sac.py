@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -13,22 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.rl.nets import mlp, soft_update
+from pydantic import Field
+
+from paperline.rl.nets import BackboneSettings, mlp, soft_update
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-@dataclass(frozen=True)
-class SACSettings:
-    hidden: int = 256
-    layers: int = 2
-    lr: float = 3e-4
-    batch: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
-    target_every: int = 2
-    init_temperature: float = 0.1
-    weight_decay: float = 0.0  # AdamW's (the paper's optimiser); 0 = Adam
+class SACSettings(BackboneSettings):
+    init_temperature: float = Field(0.1, gt=0)
+    weight_decay: float = Field(0.0, ge=0)  # AdamW's (the paper's optimiser); 0 = Adam
 
 
 class Actor(nn.Module):

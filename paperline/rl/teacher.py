@@ -5,17 +5,17 @@ stochastic (Boltzmann), `mistake` flips a label with that probability, `equal_ma
 It counts the queries it answers (the feedback budget)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from pydantic import Field
+
+from paperline.config import StrictModel
 
 
-@dataclass(frozen=True)
-class TeacherSettings:
-    beta: float | None = None  # None: perfectly rational
-    gamma: float = 1.0  # myopia: step t of H weighted gamma^(H−1−t)
-    mistake: float = 0.0
-    equal_margin: float = 0.0  # ½ when |R⁰ − R¹| < equal_margin · H
+class TeacherSettings(StrictModel):
+    beta: float | None = Field(None, gt=0)  # None: perfectly rational
+    gamma: float = Field(1.0, ge=0, le=1)  # myopia: step t of H weighted gamma^(H−1−t)
+    mistake: float = Field(0.0, ge=0, le=1)
+    equal_margin: float = Field(0.0, ge=0)  # ½ when |R⁰ − R¹| < equal_margin · H
 
 
 def segment_returns(rewards: np.ndarray, gamma: float = 1.0) -> np.ndarray:

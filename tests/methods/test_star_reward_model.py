@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from paperline.rl.reward_model import (RewardEnsemble, RewardSettings, _crop, bradley_terry_loss, pmr_gap,
-                                       smoothed_targets)
+from paperline.rl.reward_model import (RewardEnsemble, RewardSettings, SURFSettings, _crop, bradley_terry_loss,
+                                       pmr_gap, smoothed_targets)
 from paperline.rl.teacher import ScriptedTeacher, TeacherSettings, rational_labels, segment_returns
 
 
@@ -102,3 +102,17 @@ def test_surf_crop_takes_windows_of_each_segment():
         for i in range(2):  # a contiguous window of the original segment
             start = int(crop[i, 0, 0] - seg[i, 0, 0])
             assert torch.equal(crop[i], seg[i, start:start + crop.shape[1]])
+
+
+def test_surf_pseudo_labels_the_pairs_the_ensemble_is_sure_of():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 6, 2)).astype(np.float32) * 3
+    a, b, ua, ub = x[:16], x[16:32], x[32:64], x[64:]
+    y = rational_labels(a[..., 0].sum(-1), b[..., 0].sum(-1))
+    settings = RewardSettings(ensemble=2, hidden=16, layers=2, lr=1e-2, batch=16, updates=60)
+    sure = RewardEnsemble(2, settings, torch.Generator().manual_seed(0), surf=SURFSettings(threshold=0.6, crop=0.3))
+    stats = sure.train_session(a, b, y, rng, unlabelled=(ua, ub))
+    assert 0 < stats["pseudo_label_share"] <= 1
+    never = RewardEnsemble(2, settings, torch.Generator().manual_seed(0), surf=SURFSettings(threshold=0.999999))
+    assert never.train_session(a, b, y, rng, unlabelled=(ua, ub))["pseudo_label_share"] < stats["pseudo_label_share"]
+    assert RewardEnsemble(2, settings).train_session(a, b, y, rng)["pseudo_label_share"] == 0.0

@@ -1,6 +1,6 @@
 """Parameters of the STAR experiment: the tasks (a continuous gymnasium task with SAC, the grid world
-with DQN), their feedback budgets and schedules, the backbones, the reward model, STAR's
-regularisers (spec (b), (g)), SURF's and the scripted teacher's options."""
+with DQN), their feedback budgets and schedules, STAR's regularisers (spec (b), (g)); the backbones',
+the reward model's, SURF's and the scripted teacher's settings are those of `paperline.rl`."""
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
@@ -8,10 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from paperline.config import MethodConfig, StrictModel
+from paperline.rl.dqn import DQNSettings
+from paperline.rl.reward_model import RewardSettings, SURFSettings
+from paperline.rl.sac import SACSettings
+from paperline.rl.teacher import TeacherSettings
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
-Unit = Annotated[float, Field(ge=0, le=1)]
 
 # what each variant turns on: learned reward (all but the oracle), SURF's semi-supervision and
 # cropping, STAR's preference margin (PMR) and policy regularisation (PR)
@@ -55,40 +58,6 @@ class TaskConfig(StrictModel):
         return self
 
 
-class SACConfig(StrictModel):
-    hidden: PositiveInt = 1024
-    layers: PositiveInt = 2
-    lr: float = Field(5e-4, gt=0)
-    batch: PositiveInt = 1024
-    gamma: float = Field(0.99, gt=0, lt=1)
-    tau: float = Field(0.005, gt=0, le=1)
-    target_every: PositiveInt = 2  # spec (g): critic target update every 2 steps
-    init_temperature: float = Field(0.1, gt=0)
-    weight_decay: float = Field(0.0, ge=0)  # AdamW (the paper's optimiser)
-
-
-class DQNConfig(StrictModel):
-    hidden: PositiveInt = 64
-    layers: PositiveInt = 2
-    lr: float = Field(1e-3, gt=0)
-    batch: PositiveInt = 64
-    gamma: float = Field(0.95, gt=0, lt=1)
-    tau: float = Field(0.05, gt=0, le=1)
-    target_every: PositiveInt = 2
-    eps_start: Unit = 1.0
-    eps_end: Unit = 0.05
-    eps_decay_steps: PositiveInt = 2000
-
-
-class RewardConfig(StrictModel):
-    ensemble: PositiveInt = 3
-    hidden: PositiveInt = 256
-    layers: PositiveInt = 3
-    lr: float = Field(3e-4, gt=0)
-    batch: PositiveInt = 128
-    updates: PositiveInt = 200  # gradient steps per feedback session
-
-
 class STARConfig(StrictModel):
     pmr_eps: float = Field(0.05, gt=0, lt=0.5)  # PMR's ε
     eta: float = Field(0.1, ge=0)  # PR's weight (spec (g): 0.1)
@@ -97,30 +66,18 @@ class STARConfig(StrictModel):
     graph_tol: float = Field(1e-4, gt=0)  # in-sample value iteration's stopping change
 
 
-class SURFConfig(StrictModel):
-    threshold: float = Field(0.99, gt=0.5, lt=1)
-    unlabelled_ratio: PositiveInt = 4
-    weight: float = Field(1.0, ge=0)
-    crop: Unit = 0.2
-
-
-class TeacherConfig(StrictModel):
-    beta: float | None = Field(None, gt=0)  # None: perfectly rational
-    gamma: Unit = 1.0
-    mistake: Unit = 0.0
-    equal_margin: float = Field(0.0, ge=0)
-
-
 class StarConfig(MethodConfig):
     tasks: list[TaskConfig] = Field(min_length=1)
     variants: list[Variant] = Field(min_length=1)
     seeds: PositiveInt = 3
-    sac: SACConfig = SACConfig()
-    dqn: DQNConfig = DQNConfig()
-    reward: RewardConfig = RewardConfig()
+    # defaults: the paper's SAC (1024×2, AdamW, lr 5e-4, batch 1024, τ 0.005, temperature 0.1, γ 0.99,
+    # target update every 2 steps) and reward model (3 × 256×3, lr 3e-4, batch 128, 200 updates)
+    sac: SACSettings = SACSettings(hidden=1024, lr=5e-4, batch=1024)
+    dqn: DQNSettings = DQNSettings()
+    reward: RewardSettings = RewardSettings()
     star: STARConfig = STARConfig()
-    surf: SURFConfig = SURFConfig()
-    teacher: TeacherConfig = TeacherConfig()
+    surf: SURFSettings = SURFSettings()
+    teacher: TeacherSettings = TeacherSettings()
     # the Monte-Carlo returns of the overestimation metric run evaluation episodes on past the time
     # limit until γ^k falls below this (their tail then weighs less than it)
     mc_tail: float = Field(0.01, gt=0, lt=1)

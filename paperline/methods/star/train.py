@@ -32,22 +32,14 @@ from paperline.methods.star.envs import EnvInfo, check_env, make_env
 from paperline.methods.star.evaluate import evaluate, mc_steps, overestimation
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
 from paperline.rl.buffer import ReplayBuffer
-from paperline.rl.dqn import DQN, DQNSettings
+from paperline.rl.dqn import DQN
 from paperline.rl.exploration import RunningStd, knn_entropy_reward
-from paperline.rl.reward_model import RewardEnsemble, RewardSettings
-from paperline.rl.sac import SAC, SACSettings
-from paperline.rl.teacher import ScriptedTeacher, TeacherSettings, rational_labels
+from paperline.rl.reward_model import RewardEnsemble
+from paperline.rl.sac import SAC
+from paperline.rl.teacher import ScriptedTeacher, rational_labels
 from paperline.train.checkpoint import Resumable
 
 ENTROPY_REFERENCE = 4096  # buffer states the k-NN entropy reward compares against (a random subset)
-
-
-def _reward_settings(cfg: StarConfig, flags: dict) -> RewardSettings:
-    r, s = cfg.reward, cfg.surf
-    return RewardSettings(ensemble=r.ensemble, hidden=r.hidden, layers=r.layers, lr=r.lr, batch=r.batch,
-                          updates=r.updates, pmr_eps=cfg.star.pmr_eps if flags["pmr"] else 0.0, surf=flags["surf"],
-                          surf_threshold=s.threshold, surf_unlabelled_ratio=s.unlabelled_ratio,
-                          surf_weight=s.weight, surf_crop=s.crop)
 
 
 class Run:
@@ -62,17 +54,18 @@ class Run:
         self.rng = np.random.default_rng([seed, 0])
         self.continuous = info.kind == "continuous"
         if self.continuous:
-            self.agent = SAC(info.obs_dim, info.act_dim, info.low, info.high, SACSettings(**cfg.sac.model_dump()),
-                             self.generator)
+            self.agent = SAC(info.obs_dim, info.act_dim, info.low, info.high, cfg.sac, self.generator)
             self.gamma = cfg.sac.gamma
             self.buffer = ReplayBuffer(task.steps, info.obs_dim, info.act_dim)
         else:
-            self.agent = DQN(info.obs_dim, info.act_dim, DQNSettings(**cfg.dqn.model_dump()), self.generator)
+            self.agent = DQN(info.obs_dim, info.act_dim, cfg.dqn, self.generator)
             self.gamma = cfg.dqn.gamma
             self.buffer = ReplayBuffer(task.steps, 1, 1)
-        self.reward_model = (RewardEnsemble(info.feature_dim, _reward_settings(cfg, self.flags), self.generator)
+        self.reward_model = (RewardEnsemble(info.feature_dim, cfg.reward, self.generator,
+                                            pmr_eps=cfg.star.pmr_eps if self.flags["pmr"] else 0.0,
+                                            surf=cfg.surf if self.flags["surf"] else None)
                              if self.flags["learned"] else None)
-        self.teacher = ScriptedTeacher(TeacherSettings(**cfg.teacher.model_dump()), np.random.default_rng([seed, 1]))
+        self.teacher = ScriptedTeacher(cfg.teacher, np.random.default_rng([seed, 1]))
         pr = self.flags["pr"]
         s = cfg.sac
         self.cq = (ConservativeQ(info.obs_dim, info.act_dim, s.hidden, s.layers, s.lr, cfg.star.beta, s.gamma, s.tau,
