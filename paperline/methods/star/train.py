@@ -129,7 +129,7 @@ class Run:
         bonuses: list[float] = []
         if not self.continuous:
             return self.greedy, bonuses
-        alpha = float(self.agent.alpha)
+        alpha = float(self.agent.alpha.detach())
 
         def policy(obs):
             with torch.no_grad():
