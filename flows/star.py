@@ -1,0 +1,20 @@
+"""STAR: preference-based RL with preference margin and policy regularisation, against PEBBLE,
+SURF and the true-reward oracle (which normalises every score), with the two ablations, on a
+continuous gymnasium task (SAC) and a grid world (DQN + in-sample value-iteration graph)."""
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.skeleton import method_run
+from paperline.methods.star.config import row_name, runs_of
+from tasks.runners import submit_gpu
+from tasks.star import METHOD, data, report, train_row
+
+
+@flow(name="star", log_prints=True)
+def star_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
+    # data: the environments are checked before the run starts
+    with method_run(METHOD, profile, overrides, data=data) as run:
+        futures = {row_name(t.name, v, b): submit_gpu(train_row, run.cfg, t.name, v, b, run.context)
+                   for t, v, b in runs_of(run.cfg)}
+        return run.publish(report.submit(run.cfg, {n: f.result() for n, f in futures.items()}, run.context))

@@ -1,0 +1,108 @@
+"""Parameters of the STAR experiment: the tasks (a continuous gymnasium task with SAC, the grid world
+with DQN), their feedback budgets and schedules, STAR's regularisers (spec (b), (g)); the backbones',
+the reward model's, SURF's and the scripted teacher's settings are those of `paperline.rl`."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from paperline.config import MethodConfig, StrictModel
+from paperline.rl.dqn import DQNSettings
+from paperline.rl.reward_model import RewardSettings, SURFSettings
+from paperline.rl.sac import SACSettings
+from paperline.rl.teacher import TeacherSettings
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+# what each variant turns on: learned reward (all but the oracle), SURF's semi-supervision and
+# cropping, STAR's preference margin (PMR) and policy regularisation (PR)
+VARIANTS: dict[str, dict[str, bool]] = {
+    "oracle": {"learned": False, "surf": False, "pmr": False, "pr": False},  # SAC/DQN on the true reward
+    "pebble": {"learned": True, "surf": False, "pmr": False, "pr": False},
+    "surf": {"learned": True, "surf": True, "pmr": False, "pr": False},
+    "star": {"learned": True, "surf": False, "pmr": True, "pr": True},
+    "star_no_pmr": {"learned": True, "surf": False, "pmr": False, "pr": True},
+    "star_no_pr": {"learned": True, "surf": False, "pmr": True, "pr": False},
+}
+Variant = Literal["oracle", "pebble", "surf", "star", "star_no_pmr", "star_no_pr"]
+
+
+class TaskConfig(StrictModel):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    env_id: str
+    kind: Literal["continuous", "discrete"]  # continuous: SAC (+ Q_ξ); discrete: DQN (+ graph Q̂)
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    episode_steps: PositiveInt  # the time limit of a training and an evaluation episode
+    steps: PositiveInt  # environment steps of a run (the buffer holds them all)
+    seed_steps: NonNegInt = 1000  # uniform random actions first; updates start after them
+    unsup_steps: NonNegInt = 0  # PEBBLE's state-entropy pre-training runs until this step (continuous)
+    budgets: list[PositiveInt] = Field(min_length=1)  # total labels of the preference variants
+    segment: PositiveInt = 50  # steps per queried segment
+    feedback_every: PositiveInt = 5000  # steps between feedback sessions
+    queries_per_session: PositiveInt = 10
+    candidates_factor: PositiveInt = 10  # uncertainty sampling: the top of factor × queries uniform pairs
+    updates_per_step: PositiveInt = 1
+    eval_every: PositiveInt = 5000
+    eval_episodes: PositiveInt = 5
+    held_out_pairs: PositiveInt = 200  # the reward model's preference accuracy, on noiseless labels
+
+    @model_validator(mode="after")
+    def _schedule(self):
+        start = max(self.seed_steps, self.unsup_steps)
+        if start >= self.steps:
+            raise ValueError(f"task {self.name}: feedback would start at step {start} ≥ steps {self.steps}")
+        if self.segment > self.episode_steps:
+            raise ValueError(f"task {self.name}: segment {self.segment} exceeds episode_steps {self.episode_steps}")
+        return self
+
+
+class STARConfig(StrictModel):
+    pmr_eps: float = Field(0.05, gt=0, lt=0.5)  # PMR's ε
+    eta: float = Field(0.1, ge=0)  # PR's weight (spec (g): 0.1)
+    beta: float = Field(6.0, gt=0)  # T_β's temperature (continuous)
+    graph_batch: PositiveInt = 32  # states per KL term (discrete)
+    graph_tol: float = Field(1e-4, gt=0)  # in-sample value iteration's stopping change
+
+
+class StarConfig(MethodConfig):
+    tasks: list[TaskConfig] = Field(min_length=1)
+    variants: list[Variant] = Field(min_length=1)
+    seeds: PositiveInt = 3
+    # defaults: the paper's SAC (1024×2, AdamW, lr 5e-4, batch 1024, τ 0.005, temperature 0.1, γ 0.99,
+    # target update every 2 steps) and reward model (3 × 256×3, lr 3e-4, batch 128, 200 updates)
+    sac: SACSettings = SACSettings(hidden=1024, lr=5e-4, batch=1024)
+    dqn: DQNSettings = DQNSettings()
+    reward: RewardSettings = RewardSettings()
+    star: STARConfig = STARConfig()
+    surf: SURFSettings = SURFSettings()
+    teacher: TeacherSettings = TeacherSettings()
+    # the Monte-Carlo returns of the overestimation metric run evaluation episodes on past the time
+    # limit until γ^k falls below this (their tail then weighs less than it)
+    mc_tail: float = Field(0.01, gt=0, lt=1)
+    checkpoint_every_episodes: PositiveInt = 5
+    threads: PositiveInt = 1  # torch intra-op threads per run
+
+    @model_validator(mode="after")
+    def _oracle_and_names(self):
+        if "oracle" not in self.variants:
+            raise ValueError("variants must include 'oracle': it normalises every score")
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task names repeat: {names}")
+        return self
+
+
+def row_name(task: str, variant: str, budget: int | None) -> str:
+    """A comparison row (and its MLflow child run): the oracle has no feedback budget."""
+    return f"{task}-{variant}" if variant == "oracle" else f"{task}-{variant}-{budget}"
+
+
+def runs_of(cfg: StarConfig) -> list[tuple[TaskConfig, str, int | None]]:
+    """Every (task, variant, budget) row of the experiment, oracles first."""
+    out = []
+    for task in cfg.tasks:
+        for variant in cfg.variants:
+            out += [(task, variant, None)] if variant == "oracle" else [(task, variant, b) for b in task.budgets]
+    return out

@@ -1,0 +1,67 @@
+"""Figures of the STAR run, and the tables `dvc plots` reads: a learning curve per task and budget
+(true-reward return, mean ± std over seeds), the normalised return and the overestimation per row."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from paperline.io import atomic_path  # noqa: E402
+from paperline.metrics import MethodMetrics  # noqa: E402
+from paperline.methods.star.config import StarConfig, row_name  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
+
+
+def _curve_rows(cfg: StarConfig, task, budget: int) -> dict[str, str]:
+    """variant -> its row at this budget (the oracle's has none)."""
+    return {v: row_name(task.name, v, budget) for v in cfg.variants}
+
+
+def learning_curves(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[Path]:
+    curves = metrics.details["curves"]
+    paths = []
+    for task in cfg.tasks:
+        for budget in task.budgets:
+            rows = _curve_rows(cfg, task, budget)
+            fig, ax = plt.subplots(figsize=(5.5, 3.6))
+            for variant, name in rows.items():
+                c = curves[name]
+                mean, std = c["mean"], c["std"]
+                ax.plot(c["step"], mean, label=variant, lw=1.4 if variant == "star" else 1.0)
+                ax.fill_between(c["step"], [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                                alpha=0.15)
+            ax.set(title=f"{task.env_id}, {budget} labels", xlabel="environment steps", ylabel="true return")
+            ax.legend(fontsize=7)
+            paths.append(save_figure(fig, out / f"learning_curve_{task.name}_{budget}.png"))
+            csv_path = out / f"learning_curve_{task.name}_{budget}.csv"
+            with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["step", *rows])
+                for i, step in enumerate(curves[rows[cfg.variants[0]]]["step"]):
+                    writer.writerow([step, *(curves[n]["mean"][i] if i < len(curves[n]["mean"]) else "" for n in rows.values())])
+            paths.append(csv_path)
+    return paths
+
+
+def bars(metrics: MethodMetrics, key: str, ylabel: str, path: Path) -> Path:
+    names = list(metrics.rows)
+    values = [metrics.rows[n][key] if metrics.rows[n][key] is not None else 0.0 for n in names]
+    errors = [metrics.rows[n].get(f"{key}_std") or 0.0 for n in names]
+    fig, ax = plt.subplots(figsize=(max(5, 0.45 * len(names)), 3.6))
+    ax.bar(range(len(names)), values, yerr=errors, color=["C3" if "star" == metrics.rows[n]["variant"] else "C0"
+                                                          for n in names])
+    ax.set_xticks(range(len(names)), names, rotation=70, fontsize=7)
+    ax.axhline(0, c="grey", lw=0.6)
+    ax.set(ylabel=ylabel)
+    return save_figure(fig, path)
+
+
+def write_all(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[Path]:
+    out = Path(out)
+    return [*learning_curves(cfg, metrics, out),
+            bars(metrics, "normalized_return", "normalised return (oracle = 1, random = 0)", out / "normalized_return.png"),
+            bars(metrics, "overestimation_rel", "(Q − MC return) / |MC return|", out / "overestimation.png")]
