@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import sys
 import time
 
@@ -58,6 +59,7 @@ def _check_parent(ppid: int) -> None:
 def run_ps(spec: dict) -> None:
     party, run = spec["party"], spec["run"]
     mode, w = MODES[run["variant"]][party], spec["workers"]
+    ppid = os.getppid()
     ctx = zmq.Context()
     control = ctx.socket(zmq.DEALER)
     control.setsockopt(zmq.LINGER, 2000)
@@ -132,6 +134,7 @@ def run_ps(spec: dict) -> None:
     poller.register(control, zmq.POLLIN)
     while True:
         events = dict(poller.poll(50))
+        _check_parent(ppid)
         now = time.time()
         if control in events:
             msg = control.recv_pyobj()
@@ -199,14 +202,10 @@ def run_ps(spec: dict) -> None:
 
 
 def _dump(obj) -> bytes:
-    import pickle
-
     return pickle.dumps(obj, protocol=5)
 
 
 def _load(raw: bytes):
-    import pickle
-
     return pickle.loads(raw)
 
 
