@@ -3,7 +3,13 @@ a passive worker killed mid-run does not hang the round (the deadline) and the r
 dropped; ports from params are used."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import psutil
 
@@ -61,3 +67,25 @@ def test_a_killed_worker_does_not_hang_the_round():
     assert result.dropped >= 1  # the killed worker's batches in flight, dropped at the deadline
     assert result.metric > 0.8  # the survivors trained on
     assert not _children()
+
+
+def test_party_processes_exit_when_the_coordinator_is_killed(tmp_path):
+    """SIGKILL leaves the coordinator no chance to clean up: the parties notice and exit, even
+    those still starting when it died."""
+    script = tmp_path / "coordinator.py"
+    script.write_text(
+        "from paperline.methods.pubsub_vfl.config import PubSubVFLConfig\n"
+        "from paperline.methods.pubsub_vfl.data import load\n"
+        "from paperline.methods.pubsub_vfl.train import run_variant\n"
+        "cfg = PubSubVFLConfig(data={'name': 'breast_cancer'}, epochs=50, delay_per_sample_ms=0.5)\n"
+        "run_variant(cfg, load(cfg.data), 'pubsub_vfl', 0, workers=(1, 1))\n")
+    coordinator = psutil.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL,
+                               env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    end = time.time() + 30
+    while len(parties := coordinator.children()) < 4 and time.time() < end:
+        time.sleep(0.1)
+    assert len(parties) == 4  # two parameter servers, a worker a party
+    coordinator.send_signal(signal.SIGKILL)
+    coordinator.wait()
+    gone, alive = psutil.wait_procs(parties, timeout=5)
+    assert not alive

@@ -44,13 +44,19 @@ def delta_t(delta_t0: int, acc: float, target: float) -> int:
     return max(1, int(round(delta_t0 * (1 + math.tanh(acc / target)))))
 
 
-class _Orphan(Exception):
-    pass
+def _exit_with_parent(ppid: int) -> None:
+    """A daemon thread that ends this process at once when the coordinator that started it (pid
+    `ppid`, from the spec: it may have died while this one was still starting) is gone; SIGKILL
+    gives it no chance to stop us. No orphan, whatever the process is blocked on. os._exit: a zmq
+    context whose broker thread still holds its sockets would block a normal exit."""
+    import threading
 
+    def watch() -> None:
+        while os.getppid() == ppid:
+            time.sleep(0.2)
+        os._exit(1)
 
-def _check_parent(ppid: int) -> None:
-    if os.getppid() != ppid:  # the coordinator died: leave no orphan
-        raise _Orphan
+    threading.Thread(target=watch, daemon=True).start()
 
 
 # ---------------------------------------------------------------- parameter server
@@ -59,7 +65,6 @@ def _check_parent(ppid: int) -> None:
 def run_ps(spec: dict) -> None:
     party, run = spec["party"], spec["run"]
     mode, w = MODES[run["variant"]][party], spec["workers"]
-    ppid = os.getppid()
     ctx = zmq.Context()
     control = ctx.socket(zmq.DEALER)
     control.setsockopt(zmq.LINGER, 2000)
@@ -134,7 +139,6 @@ def run_ps(spec: dict) -> None:
     poller.register(control, zmq.POLLIN)
     while True:
         events = dict(poller.poll(50))
-        _check_parent(ppid)
         now = time.time()
         if control in events:
             msg = control.recv_pyobj()
@@ -214,7 +218,6 @@ class _Worker:
         self.spec, self.run = spec, spec["run"]
         self.wid, self.party = spec["index"], spec["party"]
         self.mode = MODES[self.run["variant"]][self.party]
-        self.ppid = os.getppid()
         self.ctx = zmq.Context()
         self.ps = self.ctx.socket(zmq.DEALER)
         self.ps.setsockopt(zmq.LINGER, 1000)
@@ -236,8 +239,7 @@ class _Worker:
     def _request(self, msg, waiting: bool = False):
         t = time.time()
         self.ps.send(_dump(msg))
-        while not self.ps.poll(200):
-            _check_parent(self.ppid)
+        self.ps.poll()
         reply = _load(self.ps.recv())
         if waiting:
             self.wait_s += time.time() - t
@@ -301,7 +303,6 @@ class ActiveWorker(_Worker):
     def loop(self) -> None:
         task = self.run["task"]
         while (item := self.next_batch()) is not None:
-            _check_parent(self.ppid)
             e, b, rows = item
             key = key_of(e, b)
             t = time.time()
@@ -341,7 +342,6 @@ class PassiveWorker(_Worker):
         pending: dict[str, tuple[float, tuple]] = {}
         done = False
         while not done or pending:
-            _check_parent(self.ppid)
             if not done and len(pending) < inflight:
                 item = self.next_batch()
                 if item is None:
@@ -371,6 +371,7 @@ class PassiveWorker(_Worker):
 def main(argv: list[str]) -> int:
     spec = json.loads(open(argv[0]).read())
     spec["init"] = _load(open(spec["init_path"], "rb").read()) if spec.get("init_path") else None
+    _exit_with_parent(spec["parent"])
     try:
         if spec["role"] == "ps":
             run_ps(spec)
@@ -378,8 +379,8 @@ def main(argv: list[str]) -> int:
             ActiveWorker(spec).loop()
         else:
             PassiveWorker(spec).loop()
-    except (_Orphan, KeyboardInterrupt):
-        return 1
+    except KeyboardInterrupt:
+        os._exit(1)
     return 0
 
 

@@ -52,7 +52,7 @@ class PartyFailure(RuntimeError):
 
 def _spawn(spec: dict, tmp: Path, name: str) -> subprocess.Popen:
     path = tmp / f"{name}.json"
-    path.write_text(json.dumps(spec))
+    path.write_text(json.dumps(spec | {"parent": os.getpid()}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[3]),
                                                                     os.environ.get("PYTHONPATH")])))
     return subprocess.Popen([sys.executable, "-m", "paperline.methods.pubsub_vfl.parties", str(path)],
