@@ -1,0 +1,1 @@
+"""PubSub-VFL: asynchronous two-party split learning over publish/subscribe channels (zmq)."""

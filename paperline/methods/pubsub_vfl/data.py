@@ -1,0 +1,109 @@
+"""The two parties' data: the spec's tabular sets (scikit-learn's breast cancer and diabetes, a
+generated classification set) or a CSV/Parquet table, columns split between the parties."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from paperline.methods.pubsub_vfl.config import DataConfig
+
+
+class VFLDataError(ValueError):
+    """A feature split or id alignment the two parties cannot train on; the message names it."""
+
+
+@dataclass
+class PartyData:
+    ids: np.ndarray
+    x: np.ndarray
+
+
+@dataclass
+class VFLData:
+    task: str
+    active_train: PartyData
+    passive_train: PartyData
+    y_train: np.ndarray
+    active_test: PartyData
+    passive_test: PartyData
+    y_test: np.ndarray
+    columns_active: list[str]
+    columns_passive: list[str]
+
+
+def split_columns(columns: list[str], cfg: DataConfig) -> tuple[list[str], list[str]]:
+    if cfg.active_columns is not None or cfg.passive_columns is not None:
+        active, passive = list(cfg.active_columns or []), list(cfg.passive_columns or [])
+        missing = [c for c in active + passive if c not in columns]
+        if missing:
+            raise VFLDataError(f"feature split: columns {missing} are not in the table ({len(columns)} columns)")
+    else:
+        n_passive = int(round(len(columns) * cfg.passive_fraction))
+        active, passive = columns[: len(columns) - n_passive], columns[len(columns) - n_passive:]
+    for name, cols in (("active", active), ("passive", passive)):
+        if not cols:
+            raise VFLDataError(f"feature split leaves the {name} party with no features "
+                               f"(data.{name}_columns / data.passive_fraction={cfg.passive_fraction})")
+    return active, passive
+
+
+def align(active: PartyData, passive: PartyData, where: str) -> None:
+    """The PSI step's outcome: both parties hold the same ids in the same order."""
+    if len(active.ids) != len(passive.ids) or not np.array_equal(active.ids, passive.ids):
+        a, p = set(active.ids.tolist()), set(passive.ids.tolist())
+        raise VFLDataError(f"{where}: ids do not align between the parties: {len(a - p)} only at the active "
+                           f"party, {len(p - a)} only at the passive party"
+                           + ("" if a != p else ", same ids in a different order"))
+
+
+def _table(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    if cfg.name == "file":
+        import pandas as pd
+
+        path = Path(cfg.path or "")
+        if not path.is_file():
+            raise VFLDataError(f"data.path: {path} is not a file")
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        if cfg.label_column not in frame:
+            raise VFLDataError(f"{path}: no label column {cfg.label_column!r}")
+        ids = frame[cfg.id_column].to_numpy() if cfg.id_column else np.arange(len(frame))
+        features = [c for c in frame.columns if c not in (cfg.label_column, cfg.id_column)]
+        return frame[features].to_numpy(float), frame[cfg.label_column].to_numpy(float), features, ids
+    from sklearn import datasets
+
+    if cfg.name == "synthetic":
+        x, y = datasets.make_classification(n_samples=cfg.n_samples, n_features=cfg.n_features,
+                                            n_informative=max(2, cfg.n_features // 2), n_redundant=0,
+                                            random_state=cfg.seed)
+    else:
+        x, y = (datasets.load_breast_cancer if cfg.name == "breast_cancer" else datasets.load_diabetes)(return_X_y=True)
+    return x, y.astype(float), [f"f{i}" for i in range(x.shape[1])], np.arange(len(x))
+
+
+def task_of(cfg: DataConfig) -> str:
+    return {"synthetic": "classification", "breast_cancer": "classification", "diabetes": "regression"}.get(
+        cfg.name, cfg.task)
+
+
+def load(cfg: DataConfig) -> VFLData:
+    """Standardised features (train statistics), a seeded 70/30 split; y standardised for regression."""
+    x, y, columns, ids = _table(cfg)
+    active_cols, passive_cols = split_columns(columns, cfg)
+    index = {c: i for i, c in enumerate(columns)}
+    rng = np.random.default_rng(cfg.seed)
+    order = rng.permutation(len(x))
+    n_test = int(round(len(x) * cfg.test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    mean, std = x[train].mean(0), x[train].std(0) + 1e-8
+    x = (x - mean) / std
+    task = task_of(cfg)
+    if task == "regression":
+        y = (y - y[train].mean()) / (y[train].std() + 1e-8)
+
+    def party(cols, rows):
+        return PartyData(ids[rows], x[np.ix_(rows, [index[c] for c in cols])])
+
+    return VFLData(task, party(active_cols, train), party(passive_cols, train), y[train],
+                   party(active_cols, test), party(passive_cols, test), y[test], active_cols, passive_cols)

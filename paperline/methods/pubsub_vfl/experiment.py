@@ -1,0 +1,68 @@
+"""The whole comparison in one process, sequentially (the variants share two cores: run side by
+side they would slow each other and the timings would compare nothing): the planner's profile and
+pick, every variant × seed, the DP sweep, the planner against the measured grid, the fault run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from paperline.methods.pubsub_vfl import planner
+from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
+from paperline.methods.pubsub_vfl.data import VFLData
+from paperline.methods.pubsub_vfl.train import RunResult, run_variant
+
+PS_VARIANTS = ("vfl_ps", "avfl_ps", "pubsub_vfl")
+
+
+@dataclass
+class Experiment:
+    plan: dict  # w_a, w_p, B and the fitted cost model
+    runs: dict[str, list[RunResult]]  # variant -> one per seed
+    dp: list[RunResult] = field(default_factory=list)
+    grid: list[dict] = field(default_factory=list)  # measured epoch time per (w_a, w_p, B)
+    fault: RunResult | None = None
+
+
+def choose(cfg: PubSubVFLConfig, data: VFLData) -> dict:
+    if not cfg.plan:
+        return {"w_a": cfg.workers_active, "w_p": cfg.workers_passive, "B": cfg.batch_size, "cost_model": None}
+    cost = planner.profile(cfg, len(data.y_train), data.active_train.x.shape[1], data.passive_train.x.shape[1], data.task)
+    w_a, w_p, B = planner.plan(cost, cfg.plan_workers, cfg.plan_workers, cfg.plan_batches)
+    return {"w_a": w_a, "w_p": w_p, "B": B, "cost_model": planner.as_dict(cost),
+            "predicted_epoch_s": cost.epoch_time(w_a, w_p, B)}
+
+
+def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], None] = lambda _: None) -> Experiment:
+    chosen = choose(cfg, data)
+    log(f"plan: w_a={chosen['w_a']} w_p={chosen['w_p']} B={chosen['B']}")
+
+    def one(variant: str, seed: int, **kw) -> RunResult:
+        workers = (chosen["w_a"], chosen["w_p"]) if variant in PS_VARIANTS else (1, 1)
+        kw.setdefault("workers", workers)
+        kw.setdefault("batch_size", chosen["B"])
+        result = run_variant(cfg, data, variant, seed, **kw)
+        log(f"{variant} seed {seed}: metric {result.metric:.4f}, wall {result.wall_s:.2f} s, "
+            f"idle {result.idle_fraction}, dropped {result.dropped}")
+        return result
+
+    runs: dict[str, list[RunResult]] = {v: [] for v in cfg.variants}
+    for seed in cfg.seeds:  # seed-major: a slow spell of the machine hits every variant alike
+        for variant in cfg.variants:
+            runs[variant].append(one(variant, seed))
+    exp = Experiment(chosen, runs)
+    exp.dp = [one("pubsub_vfl", cfg.seeds[0], dp_mu=mu) for mu in cfg.dp_mu]
+    if cfg.grid_check and cfg.plan:
+        cost = planner.CostModel(**{k: (planner.PartyCost(**v) if isinstance(v, dict) else v)
+                                    for k, v in chosen["cost_model"].items()})
+        for w_a in cfg.plan_workers:
+            for w_p in cfg.plan_workers:
+                for B in cfg.plan_batches:
+                    r = one("pubsub_vfl", cfg.seeds[0], workers=(w_a, w_p), batch_size=B)
+                    exp.grid.append({"w_a": w_a, "w_p": w_p, "B": B, "measured_epoch_s": r.wall_s / cfg.epochs,
+                                     "predicted_epoch_s": cost.epoch_time(w_a, w_p, B), "metric": r.metric})
+    if cfg.kill_worker:
+        typical = min(r.wall_s for r in runs.get("pubsub_vfl", [])) if runs.get("pubsub_vfl") else 1.0
+        # two workers a party at least: the survivor carries on, the killed one's batches drop
+        exp.fault = one("pubsub_vfl", cfg.seeds[0], kill_passive_after_s=0.3 * typical,
+                        workers=(max(2, chosen["w_a"]), max(2, chosen["w_p"])))
+    return exp

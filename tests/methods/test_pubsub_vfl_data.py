@@ -1,0 +1,54 @@
+"""The parties' data: the built-in sets split by columns, a CSV and a Parquet table split by
+column names, and bad input refused with an error naming it."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from paperline.methods.pubsub_vfl.config import DataConfig, PubSubVFLConfig
+from paperline.methods.pubsub_vfl.data import PartyData, VFLDataError, align, load
+from paperline.methods.pubsub_vfl.train import run_variant
+
+
+def test_builtin_sets_are_split_between_the_parties():
+    data = load(DataConfig(name="breast_cancer", passive_fraction=0.6))
+    assert data.active_train.x.shape[1] + data.passive_train.x.shape[1] == 30
+    assert data.passive_train.x.shape[1] == 18 and set(data.columns_active).isdisjoint(data.columns_passive)
+    assert len(data.y_test) == round(569 * 0.3) and data.task == "classification"
+    assert load(DataConfig(name="diabetes")).task == "regression"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_table_by_path_with_its_columns_by_name(tmp_path, suffix):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"id": np.arange(50), "a1": rng.normal(size=50), "a2": rng.normal(size=50),
+                          "p1": rng.normal(size=50), "label": rng.normal(size=50)})
+    path = tmp_path / f"energy{suffix}"
+    frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path)
+    data = load(DataConfig(name="file", path=str(path), id_column="id", label_column="label", task="regression",
+                           active_columns=["a1", "a2"], passive_columns=["p1"]))
+    assert data.columns_active == ["a1", "a2"] and data.columns_passive == ["p1"]
+    assert data.passive_train.x.shape == (35, 1) and np.array_equal(data.active_train.ids, data.passive_train.ids)
+
+
+def test_a_split_that_leaves_a_party_empty_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(path, index=False)
+    with pytest.raises(VFLDataError, match="leaves the passive party with no features"):
+        load(DataConfig(name="file", path=str(path), active_columns=["a"], passive_columns=[]))
+    with pytest.raises(VFLDataError, match=r"columns \['b'\] are not in the table"):
+        load(DataConfig(name="file", path=str(path), active_columns=["a"], passive_columns=["b"]))
+    with pytest.raises(VFLDataError, match="no features"):
+        load(DataConfig(name="synthetic", n_samples=40, n_features=2, passive_fraction=0.9))
+
+
+def test_ids_that_do_not_align_are_refused_before_any_process_starts():
+    with pytest.raises(VFLDataError, match="ids do not align between the parties: 1 only at the active party"):
+        align(PartyData(np.array([1, 2, 3]), np.zeros((3, 1))), PartyData(np.array([1, 2, 4]), np.zeros((3, 1))), "x")
+    with pytest.raises(VFLDataError, match="same ids in a different order"):
+        align(PartyData(np.array([1, 2]), np.zeros((2, 1))), PartyData(np.array([2, 1]), np.zeros((2, 1))), "x")
+    data = load(DataConfig(name="breast_cancer"))
+    data.passive_train.ids = data.passive_train.ids[::-1].copy()
+    with pytest.raises(VFLDataError, match="train split: ids do not align"):
+        run_variant(PubSubVFLConfig(), data, "vfl", 0)

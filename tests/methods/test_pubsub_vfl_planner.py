@@ -1,0 +1,55 @@
+"""The cost model and the planner on a known cost model (exact), the power-law fit (negative
+exponents kept), the semi-asynchronous interval."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from paperline.methods.pubsub_vfl import planner
+from paperline.methods.pubsub_vfl.parties import batches, delta_t
+
+
+def _cost(**kw):
+    base = dict(n=1024, active=planner.PartyCost(1e-3, 1.0), passive=planner.PartyCost(4e-3, 1.0),
+                worker_overhead_s=1e-3, message_s=0.0, bytes_per_row=0.0, bandwidth=1.0,
+                mem_base=0.0, mem_rho=1.0, mem_chi=1.0, mem_cap=1e9)
+    return planner.CostModel(**(base | kw))
+
+
+def test_planner_on_a_known_cost_model():
+    # per batch of B: t_X = λ_X·B; epoch: (n/B)(λ_X B/w + o w) = n λ_X/w + (n/B) o w
+    # passive 4× slower: T_P(w) = 4.096/w + (1024/B)·1e-3·w is the max; at B = 256,
+    # w_p = 4: 1.024 + 0.016 = 1.04; w_p = 8: 0.512 + 0.032 = 0.544; w_a = 2: 0.512 + 0.008 = 0.52 < T_P
+    cost = _cost()
+    assert cost.epoch_time(2, 8, 256) == pytest.approx(0.544)
+    assert planner.plan(cost, [1, 2, 4, 8], [1, 2, 4, 8], [64, 256]) == (2, 8, 256)
+    # w_a = 1 would make T_A = 1.024 + 0.004 the max: the planner takes the fewest workers that keep up
+    assert cost.epoch_time(1, 8, 256) == pytest.approx(1.028)
+
+
+def test_planner_is_the_grid_argmin_and_respects_memory():
+    cost = _cost(active=planner.PartyCost(2e-3, -0.5), passive=planner.PartyCost(5e-3, 0.8), message_s=2e-3,
+                 mem_base=100.0, mem_rho=2.0, mem_cap=100.0 + 2.0 * 128)
+    grid = list(itertools.product([1, 2, 3, 5], [1, 2, 3, 5], [16, 32, 64, 128, 256]))
+    best = min((cost.epoch_time(i, j, B), i, j, B) for i, j, B in grid if B <= 128)
+    assert cost.batch_max() == pytest.approx(128)
+    assert planner.plan(cost, [1, 2, 3, 5], [1, 2, 3, 5], [16, 32, 64, 128, 256]) == best[1:]
+    with pytest.raises(ValueError, match="B_max"):
+        planner.plan(_cost(mem_base=10.0, mem_cap=5.0), [1], [1], [16])
+
+
+def test_fit_power_recovers_negative_exponents():
+    B = [16, 32, 64, 128]
+    fit = planner.fit_power(B, [0.3 * b ** -1.0071 for b in B])
+    assert fit.gamma == pytest.approx(-1.0071) and fit.lam == pytest.approx(0.3)
+
+
+def test_delta_t_and_shared_batches():
+    assert delta_t(5, 0.0, 0.9) == 5
+    assert delta_t(5, 0.9, 0.9) == round(5 * (1 + math.tanh(1)))
+    a, b = batches(103, 10, 3, 7), batches(103, 10, 3, 7)
+    assert len(a) == 11 and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert sorted(np.concatenate(a)) == list(range(103))

@@ -1,0 +1,91 @@
+"""The parties as OS processes over zmq: a run trains, leaves no process and no bound port behind;
+a passive worker killed mid-run does not hang the round (the deadline) and the run records what it
+dropped; ports from params are used."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
+from paperline.methods.pubsub_vfl.data import load
+
+
+def _cfg(**kw):
+    return PubSubVFLConfig(**({"data": {"name": "breast_cancer"}, "epochs": 2, "batch_size": 32, "lr": 0.1,
+                               "channels": {"deadline_s": 1.0}, "delay_per_sample_ms": 0.05} | kw))
+
+
+def _children():
+    """The party processes still alive under this one (the session's other children, such as a
+    Prefect server, are not ours)."""
+    def ours(p):
+        try:
+            return "paperline.methods.pubsub_vfl.parties" in " ".join(p.cmdline())
+        except psutil.Error:
+            return False
+    return [p for p in psutil.Process().children(recursive=True) if ours(p)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pubsub_run_with_ports_from_params_leaves_nothing_behind():
+    from paperline.methods.pubsub_vfl.train import run_variant
+
+    port_a, port_p = _free_port(), _free_port()
+    cfg = _cfg(channels={"deadline_s": 1.0, "active_port": port_a, "passive_port": port_p})
+    result = run_variant(cfg, load(cfg.data), "pubsub_vfl", 0, workers=(2, 2))
+    assert result.metric > 0.9 and result.dropped == 0 and len(result.curve) == 2
+    assert result.dead_workers == {"active": [], "passive": []}
+    assert set(result.worker_stats["passive"]) == {"0", "1"}
+    assert all(0 <= f <= 1 for f in result.idle_fraction.values())
+    assert not _children()
+    for port in (port_a, port_p):  # nothing listens on the parameter servers' ports any more
+        with socket.socket() as s:  # (SO_REUSEADDR: connections in TIME_WAIT do not count)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+
+
+def test_a_killed_worker_does_not_hang_the_round():
+    from paperline.methods.pubsub_vfl.train import run_variant
+
+    cfg = _cfg(epochs=4, delay_per_sample_ms=0.3)
+    result = run_variant(cfg, load(cfg.data), "pubsub_vfl", 0, workers=(2, 2), kill_passive_after_s=0.15,
+                         timeout_s=60)
+    assert result.dead_workers["passive"] == [0] and result.dead_workers["active"] == []
+    assert result.dropped >= 1  # the killed worker's batches in flight, dropped at the deadline
+    assert result.metric > 0.8  # the survivors trained on
+    assert not _children()
+
+
+def test_party_processes_exit_when_the_coordinator_is_killed(tmp_path):
+    """SIGKILL leaves the coordinator no chance to clean up: the parties notice and exit, even
+    those still starting when it died."""
+    script = tmp_path / "coordinator.py"
+    script.write_text(
+        "from paperline.methods.pubsub_vfl.config import PubSubVFLConfig\n"
+        "from paperline.methods.pubsub_vfl.data import load\n"
+        "from paperline.methods.pubsub_vfl.train import run_variant\n"
+        "cfg = PubSubVFLConfig(data={'name': 'breast_cancer'}, epochs=50, delay_per_sample_ms=0.5)\n"
+        "run_variant(cfg, load(cfg.data), 'pubsub_vfl', 0, workers=(1, 1))\n")
+    coordinator = psutil.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL,
+                               env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    end = time.time() + 30
+    while len(parties := coordinator.children()) < 4 and time.time() < end:
+        time.sleep(0.1)
+    assert len(parties) == 4  # two parameter servers, a worker a party
+    coordinator.send_signal(signal.SIGKILL)
+    coordinator.wait()
+    gone, alive = psutil.wait_procs(parties, timeout=5)
+    assert not alive

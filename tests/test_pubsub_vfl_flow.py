@@ -1,0 +1,53 @@
+"""The PubSub-VFL flow's outputs in the tiny DAG (the record, a report row and an MLflow child run
+per variant, the plan, plots, the final models), and a missing table refused before any work."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from paperline.metrics import validate_metrics
+from tests.conftest import finished_flow_runs, report_rows
+
+VARIANTS = ["vfl", "vfl_ps", "avfl", "avfl_ps", "pubsub_vfl"]
+
+
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / "pubsub_vfl.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    assert sorted(metrics.rows) == sorted(report_rows(dag, "pubsub_vfl")) == sorted(VARIANTS)
+    assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \
+        ("tiny", "vfl", "auc", True)
+    for name, row in metrics.rows.items():
+        assert 0.5 < row["auc"] <= 1, name  # breast cancer: every variant learns
+        assert 0 <= row["idle_fraction_active"] <= 1 and 0 <= row["idle_fraction_passive"] <= 1, name
+        assert row["wall_s"] > 0 and 0 < row["cpu_utilisation"] and row["dropped_batches"] == 0, name
+        assert (row["workers_active"], row["workers_passive"]) == \
+            ((1, 1) if name in ("vfl", "avfl") else (metrics.details["plan"]["w_a"], metrics.details["plan"]["w_p"]))
+    headline = metrics.headline
+    assert isinstance(headline["claim_lowest_waiting"], bool) and isinstance(headline["claim_equal_accuracy"], bool)
+    assert headline["idle_ratio_vs_vfl"] == pytest.approx(
+        metrics.rows["pubsub_vfl"]["idle_fraction"] / metrics.rows["vfl"]["idle_fraction"])
+    plan = metrics.details["plan"]
+    assert plan["B"] in (32, 64) and plan["w_a"] in (1, 2) and plan["w_p"] in (1, 2)
+
+    parent, children = finished_flow_runs(dag, "pubsub_vfl")
+    assert sorted(r.data.tags["variant"] for r in children) == sorted(VARIANTS)
+    for child in children:
+        row = metrics.rows[child.data.tags["variant"]]
+        assert child.data.metrics["auc"] == row["auc"] and child.data.metrics["idle_fraction"] == row["idle_fraction"]
+        assert child.data.metrics["seed0/auc"] == pytest.approx(row["auc"])
+    assert sorted(p.name for p in (dag / "plots" / "pubsub_vfl").glob("*.png")) == ["idle.png", "metric_vs_time.png"]
+    final = pickle.loads((dag / "models" / "pubsub_vfl" / "pubsub_vfl" / "seed0.pkl").read_bytes())
+    assert set(final) == {"active", "passive"} and set(final["active"]) == {"bottom", "top"}
+    assert json.loads((dag / "models" / "pubsub_vfl" / "run.json").read_text())["complete"]
+
+
+def test_a_missing_table_is_refused_before_any_work(dag, tmp_path):
+    from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
+    from tasks.pubsub_vfl import data_version
+
+    cfg = PubSubVFLConfig(data={"name": "file", "path": str(tmp_path / "bank.csv")})
+    with pytest.raises(Exception, match="bank.csv"):
+        data_version(cfg)
