@@ -39,11 +39,11 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, mlp_ratio: int):
+    def __init__(self, dim: int, heads: int, mlp_ratio: int, norm_eps: float = 1e-5):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = Attention(dim, heads)
-        self.norm2 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -53,19 +53,22 @@ class Block(nn.Module):
 
 class ViT(nn.Module):
     def __init__(self, image_size: int = 8, patch_size: int = 2, channels: int = 1, dim: int = 32,
-                 depth: int = 2, heads: int = 2, mlp_ratio: int = 2, num_classes: int = 10):
+                 depth: int = 2, heads: int = 2, mlp_ratio: int = 2, num_classes: int = 10,
+                 norm_eps: float = 1e-5):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
         self.shape = dict(image_size=image_size, patch_size=patch_size, channels=channels, dim=dim,
                           depth=depth, heads=heads, mlp_ratio=mlp_ratio, num_classes=num_classes)
+        if norm_eps != 1e-5:  # recorded only where it differs: the shapes saved before it keep loading
+            self.shape["norm_eps"] = norm_eps
         self.patch_size, self.channels, self.image_size = patch_size, channels, image_size
         n_patches = (image_size // patch_size) ** 2
         self.embed = nn.Linear(channels * patch_size * patch_size, dim)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(0.02 * torch.randn(1, n_patches + 1, dim))
-        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio) for _ in range(depth))
-        self.norm = nn.LayerNorm(dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, norm_eps) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.head = nn.Linear(dim, num_classes)
 
     @classmethod
@@ -74,10 +77,11 @@ class ViT(nn.Module):
         return cls(**(shape.model_dump() if hasattr(shape, "model_dump") else dict(shape)))
 
     def patches(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, H, W) or (B, C, H, W) → (B, patches, C·p·p)."""
+        """(B, H, W) or (B, C, H, W) → (B, patches, C·p·p). A grey (B, H, W) batch is repeated over
+        the channels of a colour backbone (MNIST on a converted ViT-B/16)."""
         given = tuple(images.shape)
         if images.dim() == 3:
-            images = images.unsqueeze(1)
+            images = images.unsqueeze(1).expand(-1, self.channels, -1, -1)
         if images.dim() != 4 or tuple(images.shape[1:]) != (self.channels, self.image_size, self.image_size):
             raise ValueError(f"expected images (B, {self.channels}, {self.image_size}, {self.image_size}) "
                              f"or (B, {self.image_size}, {self.image_size}), got {given}")
@@ -133,8 +137,68 @@ def load_classifier(path: str | os.PathLike, shape: Any | None = None) -> ViT:
     state = ckpt.get("state_dict", ckpt)  # a bare state_dict is accepted too
     if shape is None and "shape" not in ckpt:
         raise CheckpointMismatchError(f"{path}: a bare state_dict names no shape; give the ViT shape")
+    if shape is not None:  # the weights' LayerNorm eps is theirs (1e-12 for a converted ViT-B/16)
+        shape = (shape.model_dump() if hasattr(shape, "model_dump") else dict(shape)) | \
+            {k: v for k, v in (ckpt.get("shape") or {}).items() if k == "norm_eps"}
     try:
         model = ViT.from_config(shape if shape is not None else ckpt["shape"])
     except TypeError as err:
         raise CheckpointMismatchError(f"{path}: its shape {ckpt.get('shape')} is not a ViT's ({err})") from err
     return load_state(model, state, str(path))
+
+
+def vit_from_transformers(model: Any) -> ViT:
+    """This ViT holding the weights of a transformers `ViTForImageClassification` (ViT-B/16 and the
+    like). The layouts map one to one: the patch convolution is the linear embedding of unfolded
+    patches (the same C·p·p order), query, key and value stack into qkv, and LayerNorm keeps the
+    source's eps. Read from the model's own state dict, so transformers' key renaming of older
+    checkpoints applies first."""
+    cfg = model.config
+    if getattr(cfg, "hidden_act", "gelu") != "gelu" or not getattr(cfg, "qkv_bias", True):
+        raise ValueError(f"a ViT with hidden_act {cfg.hidden_act!r} and qkv_bias {cfg.qkv_bias} has no "
+                         "counterpart here (GELU and biased qkv only)")
+    if cfg.intermediate_size % cfg.hidden_size:
+        raise ValueError(f"intermediate_size {cfg.intermediate_size} is not a multiple of hidden_size {cfg.hidden_size}")
+    theirs = model.state_dict()
+    ours = ViT(image_size=cfg.image_size, patch_size=cfg.patch_size, channels=cfg.num_channels,
+               dim=cfg.hidden_size, depth=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
+               mlp_ratio=cfg.intermediate_size // cfg.hidden_size, num_classes=theirs["classifier.weight"].shape[0],
+               norm_eps=cfg.layer_norm_eps)
+    state = {"embed.weight": theirs["vit.embeddings.patch_embeddings.projection.weight"].reshape(cfg.hidden_size, -1),
+             "embed.bias": theirs["vit.embeddings.patch_embeddings.projection.bias"],
+             "cls": theirs["vit.embeddings.cls_token"], "pos": theirs["vit.embeddings.position_embeddings"],
+             "norm.weight": theirs["vit.layernorm.weight"], "norm.bias": theirs["vit.layernorm.bias"],
+             "head.weight": theirs["classifier.weight"], "head.bias": theirs["classifier.bias"]}
+    for i in range(cfg.num_hidden_layers):
+        src, dst = f"vit.layers.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            state[dst + f"attn.qkv.{kind}"] = torch.cat([theirs[src + f"attention.{n}_proj.{kind}"] for n in "qkv"])
+            for ours_name, their_name in (("norm1", "layernorm_before"), ("attn.proj", "attention.o_proj"),
+                                          ("norm2", "layernorm_after"), ("mlp.0", "mlp.fc1"), ("mlp.2", "mlp.fc2")):
+                state[dst + f"{ours_name}.{kind}"] = theirs[src + f"{their_name}.{kind}"]
+    return load_state(ours, state, f"transformers {type(model).__name__}")
+
+
+def convert_transformers_checkpoint(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """A local transformers ViT image classifier folder (config.json + weights; nothing is
+    downloaded) written as this module's checkpoint, which the `paper` profiles load by path."""
+    from transformers import ViTForImageClassification
+
+    source = Path(source)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{source}: not a transformers model folder (no config.json)")
+    model = ViTForImageClassification.from_pretrained(source, local_files_only=True)
+    save_classifier(out, vit_from_transformers(model.eval()), converted_from=str(source))
+    return Path(out)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m paperline.nn.vit",
+                                     description="convert a local transformers ViT classifier (e.g. ViT-B/16) "
+                                                 "into this module's checkpoint")
+    parser.add_argument("source", help="the transformers model folder")
+    parser.add_argument("out", help="the checkpoint to write (.pt)")
+    args = parser.parse_args()
+    print(convert_transformers_checkpoint(args.source, args.out))
