@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -27,8 +28,8 @@ METHOD = "hrm_pet"
 
 @dataclass(frozen=True)
 class HrmPetData:
-    backbone: str  # the vit-source classifier file
-    fingerprint: str  # of the vit-source parameters
+    backbone: str  # the vit-source classifier file, or the configured backbone checkpoint
+    fingerprint: str  # of the vit-source parameters, or the backbone file's content
     sequences: dict[str, TaskSequence]  # "<sequence>/<seed>" -> the seeded task sequence
     version: str
 
@@ -47,21 +48,28 @@ def data(cfg: HrmPetConfig, source_cfg: VitSourceConfig) -> HrmPetData:
     from paperline.nn.vit import load_classifier
     from paperline.train.vit import source_fingerprint
 
-    folder = vit_source.ensure(source_cfg)
-    load_classifier(folder / CLASSIFIER_FILE, source_cfg.shape)
-    digest = hashlib.sha256(track.data_version([folder / n for n in (SPLIT_FILE, CLASSIFIER_FILE, RECORD_FILE)]).encode())
+    if cfg.backbone:  # a checkpoint by path (the paper profile's converted ViT-B/16)
+        backbone = Path(cfg.backbone)
+        files, image_size = [backbone], load_classifier(backbone).shape["image_size"]
+        fingerprint = track.data_version(files)
+    else:
+        folder = vit_source.ensure(source_cfg)
+        backbone = folder / CLASSIFIER_FILE
+        load_classifier(backbone, source_cfg.shape)
+        files, image_size = [folder / n for n in (SPLIT_FILE, CLASSIFIER_FILE, RECORD_FILE)], source_cfg.shape.image_size
+        fingerprint = source_fingerprint(source_cfg)
+    digest = hashlib.sha256(track.data_version(files).encode())
     sequences = {}
     for s in cfg.sequences:
         x, y, used = load_source(s)
         if used != s.source:
             print(f"hrm_pet: sequence {s.name}: {s.source} could not be loaded; using {used}")
         for seed in cfg.seeds:
-            seq = build_sequence(x, y, s, source_cfg.shape.image_size, seed, used)
+            seq = build_sequence(x, y, s, image_size, seed, used)
             sequences[f"{s.name}/{seed}"] = seq
             for a in (seq.train_x, seq.train_y, seq.test_x, seq.test_y):
                 digest.update(a.tobytes())
-    return HrmPetData(str(folder / CLASSIFIER_FILE), source_fingerprint(source_cfg), sequences,
-                      "sha256:" + digest.hexdigest())
+    return HrmPetData(str(backbone), fingerprint, sequences, "sha256:" + digest.hexdigest())
 
 
 def first_variant(cfg: HrmPetConfig, learner: str) -> str:

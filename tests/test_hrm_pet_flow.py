@@ -13,7 +13,7 @@ from paperline.methods.hrm_pet.config import SWITCHES, VARIANTS
 from paperline.metrics import validate_metrics
 from paperline.nn.vit import CheckpointMismatchError, ViT, save_classifier
 from tasks import track
-from tests.conftest import finished_flow_runs, report_rows, vit_source_copy
+from tests.conftest import CHECKOUT, finished_flow_runs, report_rows, vit_source_copy
 
 
 def _tiny(project) -> dict:
@@ -63,7 +63,7 @@ def test_tiny_dag_outputs(dag):
 
 
 def test_refused_inputs_are_named(dag, tmp_path):
-    from paperline.methods.hrm_pet.config import HrmPetConfig
+    from paperline.methods.hrm_pet.config import VARIANT_SPECS, HrmPetConfig
     from paperline.methods.hrm_pet.data import TaskSplitError
     from tasks import hrm_pet
 
@@ -81,3 +81,34 @@ def test_refused_inputs_are_named(dag, tmp_path):
     with pytest.raises(CheckpointMismatchError, match=r"classifier\.pt: the checkpoint does not fit the model: .*"
                                                       r"\(24,\) in the checkpoint, \(16,\) in the model"):
         hrm_pet.data(cfg, cfg_here)
+
+
+def test_a_converted_colour_backbone_by_path_replaces_the_vit_source_classifier(tmp_path):
+    """The paper profile's route, at tiny size: a transformers ViT (3 channels, LayerNorm eps 1e-12,
+    as ViT-B/16) converted to this module, given as `backbone`; the grey sequences are resized to its
+    input and a learner trains on it."""
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from paperline.config import validate
+    from paperline.methods.hrm_pet.config import VARIANT_SPECS, HrmPetConfig
+    from paperline.methods.hrm_pet.train import run_learner
+    from paperline.nn.vit import load_classifier, vit_from_transformers
+    from tasks.hrm_pet import data
+
+    torch.manual_seed(0)
+    hf = ViTForImageClassification(ViTConfig(image_size=12, patch_size=4, num_channels=3, hidden_size=16,
+                                             num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                             num_labels=1000))
+    save_classifier(tmp_path / "vit_b16_like.pt", vit_from_transformers(hf))
+    tiny = yaml.safe_load((CHECKOUT / "params.yaml").read_text())["hrm_pet"]["profiles"]["tiny"]
+    cfg = validate(HrmPetConfig, tiny | {"backbone": str(tmp_path / "vit_b16_like.pt")}, "test")
+    prepared = data(cfg, source_cfg=None)  # no vit-source stage needed
+    assert prepared.backbone == str(tmp_path / "vit_b16_like.pt")
+    seq = next(iter(prepared.sequences.values()))
+    assert seq.train_x.shape[1:] == (12, 12)  # resized from 8×8 digits to the backbone's input
+    backbone = load_classifier(prepared.backbone)
+    assert backbone.shape["channels"] == 3 and backbone.shape["norm_eps"] == 1e-12
+    result = run_learner(cfg, VARIANT_SPECS["hide_lora"][0], seq, backbone, 0)
+    records = result["evaluations"]["hide_lora"]
+    assert len(records) == len(seq.task_classes) and all(0 <= r["accuracy"] <= 1 for r in records)

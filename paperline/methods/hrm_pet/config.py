@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from paperline.config import MethodConfig, StrictModel
+from paperline.config import MethodConfig, ProjectPath, StrictModel
 from paperline.data.images import ImageSource
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -109,6 +109,10 @@ class HrmPetConfig(MethodConfig):
     lora: LoraConfig = LoraConfig()
     ctird: CtirdConfig = CtirdConfig()
     crm: CrmConfig = CrmConfig()
+    # The frozen backbone by path (this module's checkpoint, e.g. ViT-B/16 converted with
+    # `python -m paperline.nn.vit`; its head dropped, images resized to its input), instead of the
+    # vit-source stage's classifier: the paper's ImageNet backbone is not a 10-class source model.
+    backbone: ProjectPath | None = None
     samples_per_class: PositiveInt = 64  # Gaussian samples per class per alignment epoch
     covariance_eps: float = Field(1e-4, gt=0)  # added to each class covariance's diagonal
     threads: PositiveInt = 1
