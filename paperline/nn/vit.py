@@ -18,6 +18,11 @@ from torch import nn
 from paperline.io import DataError, atomic_path
 
 
+# nn.LayerNorm's default; a checkpoint records its eps only where it differs (converted ViT-B/16:
+# 1e-12), so the shapes saved before eps was a parameter keep loading
+NORM_EPS = 1e-5
+
+
 class CheckpointMismatchError(DataError):
     """A checkpoint whose tensors do not fit the model; the message names the file and the keys."""
 
@@ -39,7 +44,7 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, mlp_ratio: int, norm_eps: float = 1e-5):
+    def __init__(self, dim: int, heads: int, mlp_ratio: int, norm_eps: float = NORM_EPS):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = Attention(dim, heads)
@@ -54,13 +59,13 @@ class Block(nn.Module):
 class ViT(nn.Module):
     def __init__(self, image_size: int = 8, patch_size: int = 2, channels: int = 1, dim: int = 32,
                  depth: int = 2, heads: int = 2, mlp_ratio: int = 2, num_classes: int = 10,
-                 norm_eps: float = 1e-5):
+                 norm_eps: float = NORM_EPS):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
         self.shape = dict(image_size=image_size, patch_size=patch_size, channels=channels, dim=dim,
                           depth=depth, heads=heads, mlp_ratio=mlp_ratio, num_classes=num_classes)
-        if norm_eps != 1e-5:  # recorded only where it differs: the shapes saved before it keep loading
+        if norm_eps != NORM_EPS:
             self.shape["norm_eps"] = norm_eps
         self.patch_size, self.channels, self.image_size = patch_size, channels, image_size
         n_patches = (image_size // patch_size) ** 2
