@@ -72,8 +72,8 @@ def test_training_forward_is_base_plus_scaled_B_z1_and_stores_the_loss():
     torch.testing.assert_close(fvae_loss(model)["loss"], expected["loss"])
     # the heads start at zero (μ = 0, σ = 1) and B ~ N(0, 0.02²) is not zero: noise from step 0
     fresh = inject(_model(), "fvae", ["fc1"], rank=3, alpha=3.0)
-    assert float(fresh.fc1.lora_B["default"].weight.std()) == pytest.approx(0.02, rel=0.5)
-    assert all(float(p.abs().sum()) == 0 for n, p in fresh.fc1.named_parameters()
+    assert float(fresh.fc1.lora_B["default"].weight.detach().std()) == pytest.approx(0.02, rel=0.5)
+    assert all(float(p.detach().abs().sum()) == 0 for n, p in fresh.fc1.named_parameters()
                if ".mean." in n or ".logvar." in n)
 
 
