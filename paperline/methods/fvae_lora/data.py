@@ -97,7 +97,7 @@ def add_patch(images: np.ndarray, a: np.ndarray, patch: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SpuriousTask:
-    train_x: np.ndarray  # (N, H, W) with patches
+    train_x: np.ndarray  # (N, H, W) images with patches, or (N, T) tokens with the spurious token
     train_y: np.ndarray  # binary
     train_a: np.ndarray
     test_x: np.ndarray
@@ -105,27 +105,29 @@ class SpuriousTask:
     test_a: np.ndarray
 
 
+def spurious_groups(y_train: np.ndarray, y_pool: np.ndarray, agreement: float,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a for the training rows, the test rows picked from the pool, a for them). Training:
+    a = y with probability `agreement`, drawn per row. Test: per y, the same number n of rows (the
+    smaller side's count, even), half with a = 1, so the four (y, a) groups have n/2 rows each."""
+    agree = rng.random(len(y_train)) < agreement
+    a_train = np.where(agree, y_train, 1 - y_train)
+    n = min(int((y_pool == 0).sum()), int((y_pool == 1).sum())) // 2 * 2
+    if n < 2:
+        raise ImageDataError(f"task: the test pool has {n} rows of one side of y; need ≥ 2 per side")
+    idx = np.concatenate([rng.permutation(np.flatnonzero(y_pool == c))[:n] for c in (0, 1)])
+    return a_train, idx, np.tile(np.repeat([0, 1], n // 2), 2)
+
+
 def spurious_task(split: CleanSplit, cfg: TaskConfig, seed: int) -> SpuriousTask:
-    """Training: a = y with probability `agreement`, drawn per image. Test: per y, the same number
-    n of images (the smaller class's count, even), half of them patched, so the four (y, a)
-    groups have n/2 images each."""
+    """y = [class ≥ threshold]; the patch where a = 1 (spurious_groups)."""
     rng = np.random.default_rng(seed)
     t = threshold(cfg, split.classes)
     y_tr = (split.train_y >= t).astype(np.int64)
-    agree = rng.random(len(y_tr)) < cfg.agreement
-    a_tr = np.where(agree, y_tr, 1 - y_tr)
-    y_all = (split.test_y >= t).astype(np.int64)
-    n = min(int((y_all == 0).sum()), int((y_all == 1).sum())) // 2 * 2
-    if n < 2:
-        raise ImageDataError(f"task: the test pool has {n} images of one side of y; need ≥ 2 per side")
-    idx, a_te = [], []
-    for c in (0, 1):
-        pick = rng.permutation(np.flatnonzero(y_all == c))[:n]
-        idx.append(pick)
-        a_te.append(np.repeat([0, 1], n // 2))
-    idx, a_te = np.concatenate(idx), np.concatenate(a_te)
+    y_pool = (split.test_y >= t).astype(np.int64)
+    a_tr, idx, a_te = spurious_groups(y_tr, y_pool, cfg.agreement, rng)
     return SpuriousTask(add_patch(split.train_x, a_tr, cfg.patch), y_tr, a_tr,
-                        add_patch(split.test_x[idx], a_te, cfg.patch), y_all[idx], a_te)
+                        add_patch(split.test_x[idx], a_te, cfg.patch), y_pool[idx], a_te)
 
 
 def group_accuracy(pred: np.ndarray, y: np.ndarray, a: np.ndarray) -> dict[str, float]:
