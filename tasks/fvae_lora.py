@@ -2,7 +2,8 @@
 checked: a missing target module or a rank above a layer's width fails here, before any
 training), the clean backbone (trained once, or a local model by path), one task per variant
 training every seed (each seed's result kept under models/fvae_lora/<variant>/ so a killed run
-resumes at the next seed), then the report."""
+resumes at the next seed), the text modality's variants likewise (a frozen causal LM, the lm-base
+stage's, as the backbone; results under models/fvae_lora/text/<variant>/), then the report."""
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,9 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.io import write_json
 from paperline.methods.fvae_lora import plots
-from paperline.methods.fvae_lora.config import VARIANT_SPECS, FvaeLoraConfig
+from paperline.methods.fvae_lora.config import TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit
+from paperline.methods.fvae_lora.text import TextData
 from paperline.methods.fvae_lora.summary import method_metrics
 from tasks import track
 from tasks.paths import models_dir, plots_dir
@@ -32,6 +34,7 @@ class FvaeLoraData:
     split: CleanSplit
     model: str | None  # the local image model by path (None: the backbone is trained here)
     version: str
+    text: TextData | None = None  # the second modality's tokens (None: no text block)
 
 
 def data(cfg: FvaeLoraConfig) -> FvaeLoraData:
@@ -57,7 +60,14 @@ def data(cfg: FvaeLoraConfig) -> FvaeLoraData:
         digest.update(np.ascontiguousarray(a).tobytes())
     if cfg.backbone.model:
         digest.update(Path(cfg.backbone.model).read_bytes())
-    return FvaeLoraData(split, cfg.backbone.model, "sha256:" + digest.hexdigest())
+    text = None
+    if cfg.text is not None:
+        from paperline.methods.fvae_lora.text import prepare_text, text_task
+
+        text = prepare_text(cfg.text, cfg.seed)
+        t = cfg.text
+        text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, t.seeds[0])
+    return FvaeLoraData(split, cfg.backbone.model, "sha256:" + digest.hexdigest(), text)
 
 
 def _fingerprint(*parts) -> str:
@@ -95,36 +105,54 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
 def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backbone_info: dict,
                   ctx: track.RunContext, parent: track.Run) -> dict[int, dict]:
     """Every seed of one variant on its MLflow child run (per-seed figures, seed-wise loss curves),
-    each seed's result saved as models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result."""
+    each seed's result saved as models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
+    A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
     import torch
 
     from paperline.methods.fvae_lora.data import spurious_task
     from paperline.methods.fvae_lora.train import adapt, load_backbone
 
     torch.set_num_threads(cfg.threads)
-    model = load_backbone(backbone_info["path"])
-    fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "confidence"}), variant, source.version,
-                               backbone_info.get("clean_test_accuracy"))
+    if variant.startswith(TEXT_PREFIX):
+        from paperline.methods.fvae_lora.text import LMFeatures, text_task
+        from paperline.train.lm_base import load_causal_lm
+
+        t, text, folder = cfg.text, source.text, models_dir(METHOD) / "text"
+        run_cfg, name, model = cfg.text_config(), variant[len(TEXT_PREFIX):], LMFeatures(load_causal_lm(t.base))
+        fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, name, text.version)
+
+        def task_of(seed):
+            return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
+    else:
+        run_cfg, name, model, folder = cfg, variant, load_backbone(backbone_info["path"]), models_dir(METHOD)
+        fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "confidence", "text"}), variant,
+                                   source.version, backbone_info.get("clean_test_accuracy"))
+
+        def task_of(seed):
+            return spurious_task(source.split, cfg.task, seed)
     out = {}
     with gpu_slot() as device:
-        for seed in cfg.seeds:
-            path = models_dir(METHOD) / variant / f"seed{seed}.json"
+        for seed in run_cfg.seeds:
+            path = folder / name / f"seed{seed}.json"
             if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
                 out[seed] = saved["result"]
                 continue
-            result = adapt(cfg, variant, model, spurious_task(source.split, cfg.task, seed), seed, device)
+            result = adapt(run_cfg, name, model, task_of(seed), seed, device)
             write_json(path, {"fingerprint": fingerprint, "result": result})
             out[seed] = result
             parent.log_metrics({f"seed{seed}/{k}": v for k, v in result["metrics"].items()})
             for name, curve in result["history"].items():
                 parent.log_history(f"{name}/seed{seed}", range(1, len(curve) + 1), curve)
-    parent.log_params({"kind": VARIANT_SPECS[variant][0], "device": str(device),
-                       **{f"fvae.{k}": v for k, v in VARIANT_SPECS[variant][1].items()}})
+    parent.log_params({"kind": VARIANT_SPECS[name][0], "device": str(device),
+                       "modality": "text" if name != variant else "image",
+                       **{f"fvae.{k}": v for k, v in VARIANT_SPECS[name][1].items()}})
     return out
 
 
 @task(name="fvae_lora-report", cache_policy=NO_CACHE)
 def report(cfg: FvaeLoraConfig, results: dict[str, dict[int, dict]], backbone_info: dict, source: FvaeLoraData,
            ctx: track.RunContext) -> Report:
-    metrics = method_metrics(cfg, results, backbone_info, source.split.source, ctx.profile)
+    text = source.text and {"speeches": source.text.speeches, "rows": len(source.text.y),
+                            "positive_share": source.text.positive_share, "spurious_token": source.text.spurious_token}
+    metrics = method_metrics(cfg, results, backbone_info, source.split.source, ctx.profile, text)
     return Report(metrics, plots.write_all(cfg, results, metrics.rows, plots_dir(METHOD)))

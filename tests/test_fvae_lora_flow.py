@@ -1,6 +1,7 @@
 """The FVAE-LoRA flow: its outputs in the tiny DAG (a row per variant with intervals, the report's
 rows, a child MLflow run per variant carrying its row and per-seed figures, plots, the backbone
-and per-seed results), and a run killed after a seed that resumes to the DAG's metrics."""
+and per-seed results; the text task's rows on the tiny lm-base), and a run killed after a seed
+that resumes to the DAG's metrics."""
 from __future__ import annotations
 
 import json
@@ -9,17 +10,18 @@ import pytest
 
 from flows.launch import run_method
 from paperline.methods.fvae_lora import train
-from paperline.methods.fvae_lora.config import VARIANTS
+from paperline.methods.fvae_lora.config import VARIANTS, TextConfig
 from paperline.metrics import validate_metrics
 from tests.conftest import finished_flow_runs, report_rows
 
 METHOD = "fvae_lora"
+TEXT_VARIANTS = [f"text_{v}" for v in TextConfig().variants]
 
 
 def test_tiny_dag_outputs(dag):
     path = dag / "metrics" / f"{METHOD}.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    assert list(metrics.rows) == list(VARIANTS) and metrics.profile == "tiny"
+    assert list(metrics.rows) == list(VARIANTS) + TEXT_VARIANTS and metrics.profile == "tiny"
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("lora", "worst_group_accuracy", True)
     for v, row in metrics.rows.items():
         assert 0 <= row["worst_group_accuracy"] <= row["accuracy"] <= 1, v
@@ -36,12 +38,21 @@ def test_tiny_dag_outputs(dag):
     assert {"fvae_no_z1_worst_group_vs_fvae_lora", "fvae_m0_worst_group_vs_fvae_lora",
             "fvae_kl10_worst_group_vs_fvae_lora"} <= set(h)
     assert metrics.details["source"] == "digits" and metrics.details["backbone"]["trained_here"]
-    assert sorted(report_rows(dag, METHOD)) == sorted(VARIANTS)
+    # the text task: its claims computed like the image task's, on its own rows; the LM adapters
+    # sit on q/v of the tiny lm-base (2 layers): LoRA's weights are 2 layers × 2 × (32 + 32)·r
+    assert h["text_worst_group_gain_vs_lora"] == pytest.approx(rows["text_fvae_lora"]["worst_group_accuracy"]
+                                                               - rows["text_lora"]["worst_group_accuracy"])
+    assert isinstance(h["text_claim_fvae_worst_group_ge_lora"], bool)
+    head = rows["text_linear_probe"]["trainable_parameters"]
+    assert rows["text_lora"]["trainable_parameters"] - head == 2 * 2 * (32 + 32) * 2
+    text = metrics.details["text"]
+    assert text["rows"] == 80 and 0 < text["positive_share"] < 0.5 and text["spurious_token"] < 512
+    assert sorted(report_rows(dag, METHOD)) == sorted(VARIANTS + TEXT_VARIANTS)
 
     parent, children = finished_flow_runs(dag, METHOD)
     by_variant = {r.data.tags["variant"]: r for r in children}
-    assert set(by_variant) == set(VARIANTS) | {"backbone"}
-    for v in VARIANTS:
+    assert set(by_variant) == set(VARIANTS) | set(TEXT_VARIANTS) | {"backbone"}
+    for v in VARIANTS + TEXT_VARIANTS:
         child = by_variant[v].data.metrics
         assert child["worst_group_accuracy"] == rows[v]["worst_group_accuracy"]
         assert {"seed1/worst_group_accuracy", "seed2/accuracy"} <= set(child)
@@ -51,6 +62,7 @@ def test_tiny_dag_outputs(dag):
     models = dag / "models" / METHOD
     assert (models / "backbone.pt").is_file() and json.loads((models / "run.json").read_text())["complete"]
     assert sorted(p.name for p in (models / "fvae_lora").glob("*.json")) == ["seed1.json", "seed2.json"]
+    assert sorted(p.name for p in (models / "text" / "fvae_lora").glob("*.json")) == ["seed1.json", "seed2.json"]
 
 
 @pytest.mark.dag_stage(METHOD)
@@ -77,6 +89,7 @@ def test_a_run_killed_after_a_seed_resumes_to_the_dag_metrics(dag_stage, project
     got = json.loads((project / "metrics" / f"{METHOD}.json").read_text())["rows"]
     # the DAG's figures, up to a prediction or two: runs in two processes differ in the last bits
     # of a sum now and then (measured: one training image of 360 flipped), never the run's design
+    assert list(got) == list(expected["rows"])  # the text rows too
     for v, row in expected["rows"].items():
         for k in ("accuracy", "worst_group_accuracy", "train_accuracy"):
             assert got[v][k] == pytest.approx(row[k], abs=0.02), (v, k)

@@ -58,3 +58,38 @@ def test_text_task_and_adapters_on_a_tiny_causal_lm(tmp_path):
         assert 0 <= out["metrics"]["worst_group_accuracy"] <= out["metrics"]["accuracy"] <= 1
     # the adapters sit on every layer's q and v projections: 2 per layer, (16 + 16)·2 LoRA weights each
     assert adapt(cfg, "lora", backbone, task, 1)["metrics"]["trainable_parameters"] == 2 * 64 + 16 * 2 + 2
+
+
+def test_the_subsample_is_balanced_and_the_spurious_token_starts_no_speech():
+    from paperline.methods.fvae_lora.text import balanced_subsample, pick_spurious_token
+
+    y = np.array([0] * 30 + [1] * 7)
+    keep = balanced_subsample(y, 20, seed=0)
+    assert (y[keep] == 0).sum() == 10 and (y[keep] == 1).sum() == 7 and np.all(np.diff(keep) > 0)
+    assert np.array_equal(balanced_subsample(y, None, 0), np.arange(37))
+    tokens = np.array([[9, 1], [8, 2], [3, 3]])
+    assert pick_spurious_token(tokens, 10, None) == 7  # the highest id no row starts with
+    with pytest.raises(DataError, match="text.spurious_token: 8 already starts 1 speeches"):
+        pick_spurious_token(tokens, 10, 8)
+    with pytest.raises(DataError, match=r"text.spurious_token: 10 is outside the model's vocabulary \(0..9\)"):
+        pick_spurious_token(tokens, 10, 10)
+
+
+def test_prepare_text_refuses_a_folder_that_is_not_a_causal_lm_before_training(tmp_path):
+    from paperline.methods.fvae_lora.config import TextConfig
+    from paperline.methods.fvae_lora.text import prepare_text
+    from paperline.train.lm_base import ModelDirError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelDirError, match=f"{tmp_path / 'empty'}: not a transformers model directory"):
+        prepare_text(TextConfig(base=str(tmp_path / "empty")), 0)
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    CausalLM(CausalLMConfig(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, head_dim=8,
+                            max_position_embeddings=8)).save_pretrained(tmp_path / "lm")
+    with pytest.raises(ValueError, match="text.adapter.target_modules: 'query' matches no nn.Linear"):
+        prepare_text(TextConfig(base=str(tmp_path / "lm"), adapter={"target_modules": ["query"]}), 0)
+    with pytest.raises(ValueError, match="rank 17 is above the width 16"):
+        prepare_text(TextConfig(base=str(tmp_path / "lm"), adapter={"rank": 17}), 0)
+    with pytest.raises(DataError, match="text.length: 16 tokens exceed .* context of 8"):
+        prepare_text(TextConfig(base=str(tmp_path / "lm")), 0)

@@ -91,6 +91,48 @@ class TrainConfig(StrictModel):
     lr: float = Field(5e-3, gt=0)
 
 
+class TextAdapterConfig(AdapterConfig):
+    target_modules: list[str] = Field(["q_proj", "v_proj"], min_length=1)  # the paper's query/value
+
+
+TextVariant = Literal["linear_probe", "lora", "fvae_lora"]
+
+
+class TextConfig(StrictModel):
+    """The second modality (text.py): speeches of the committed Shakespeare slice, y = [play in
+    `positive`], a spurious token over position 0, classified from a frozen causal LM's averaged
+    last hidden states (the lm-base stage's folder, or any local transformers causal LM by path,
+    with the text-corpus folder whose tokenizer it was trained with). Its own variants, seeds,
+    adapter, FVAE sizes and training: one LM forward costs what hundreds of MLP forwards cost."""
+
+    base: ProjectPath = "data/lm_base"  # a transformers causal-LM directory (local files only)
+    corpus: ProjectPath = "data/text/shakespeare"  # the text-corpus folder: its tokenizer encodes the speeches
+    speeches: ProjectPath = "data/raw/shakespeare"  # the committed slice (SHA256SUMS-checked)
+    positive: list[str] = Field(["tempest", "twelfth_night"], min_length=1)  # the slice's comedies
+    length: PositiveInt = 16  # tokens of each speech kept (shorter speeches are left out)
+    # a seeded subsample before the split, balanced over y (half each side, or all of the smaller)
+    max_rows: Annotated[int, Field(ge=8)] | None = None
+    agreement: float = Field(0.95, gt=0.5, le=1)
+    train_fraction: float = Field(0.6, gt=0, lt=1)
+    spurious_token: Annotated[int, Field(ge=0)] | None = None  # None: the highest id no kept speech starts with
+    variants: list[TextVariant] = Field(["linear_probe", "lora", "fvae_lora"], min_length=1)
+    seeds: list[int] = Field([1, 2, 3], min_length=1)
+    adapter: TextAdapterConfig = TextAdapterConfig()
+    fvae: FvaeConfig = FvaeConfig()
+    train: TrainConfig = TrainConfig(epochs=3)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if BASELINE not in self.variants or "fvae_lora" not in self.variants:
+            raise ValueError("text.variants must include 'lora' (the baseline) and 'fvae_lora' (the method)")
+        if len(set(self.variants)) != len(self.variants) or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"text: variants or seeds repeat ({self.variants}, {self.seeds})")
+        return self
+
+
+TEXT_PREFIX = "text_"  # the text rows' and MLflow children's names: text_<variant>
+
+
 class FvaeLoraConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
     seeds: list[int] = Field([1, 2, 3, 4, 5], min_length=1)
@@ -99,6 +141,7 @@ class FvaeLoraConfig(MethodConfig):
     adapter: AdapterConfig = AdapterConfig()
     fvae: FvaeConfig = FvaeConfig()
     train: TrainConfig = TrainConfig()
+    text: TextConfig | None = None  # the second modality (None: images only)
     confidence: float = Field(0.95, gt=0, lt=1)  # of the t-intervals over seeds
     threads: PositiveInt = 1
 
@@ -111,6 +154,17 @@ class FvaeLoraConfig(MethodConfig):
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds repeat: {self.seeds}")
         return self
+
+    def run_variants(self) -> list[str]:
+        """The flow's children: the image variants, then text_<variant> for the text block's."""
+        return list(self.variants) + ([TEXT_PREFIX + v for v in self.text.variants] if self.text else [])
+
+    def text_config(self) -> "FvaeLoraConfig":
+        """This config with the text block's variants, seeds, adapter, FVAE and training in place
+        of the image task's: what train.adapt and summary read for the text rows."""
+        t = self.text
+        return self.model_copy(update={"variants": list(t.variants), "seeds": list(t.seeds), "adapter": t.adapter,
+                                       "fvae": t.fvae, "train": t.train, "text": None})
 
     def fvae_settings(self, variant: str):
         """The adapter's FvaeSettings of an FVAE variant (its ablation applied)."""

@@ -3,13 +3,14 @@ Expected: FVAE-LoRA ≥ LoRA on worst-group accuracy with a similar average accu
 be small, so every figure carries a t-interval over seeds, and the differences are paired by
 seed: a seed fixes the task's patch draws for every variant).
 
-`results` maps variant -> seed -> train.adapt's output."""
+`results` maps variant -> seed -> train.adapt's output; the text modality's variants are keyed
+text_<variant>, their rows likewise, their claims prefixed text_ in the headline."""
 from __future__ import annotations
 
 import math
 import statistics
 
-from paperline.methods.fvae_lora.config import BASELINE, VARIANT_SPECS, FvaeLoraConfig
+from paperline.methods.fvae_lora.config import BASELINE, TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
 from paperline.metrics import MethodMetrics
 
 PRIMARY = "worst_group_accuracy"
@@ -75,16 +76,30 @@ def claims(cfg: FvaeLoraConfig, rows: dict, results: dict) -> dict:
     return out
 
 
+def text_results(results: dict) -> dict:
+    """The text variants' results under their own names (text_lora -> lora)."""
+    return {v[len(TEXT_PREFIX):]: r for v, r in results.items() if v.startswith(TEXT_PREFIX)}
+
+
 def method_metrics(cfg: FvaeLoraConfig, results: dict[str, dict[int, dict]], backbone: dict, source: str,
-                   profile: str) -> MethodMetrics:
+                   profile: str, text: dict | None = None) -> MethodMetrics:
     """metrics/fvae_lora.json: a row per variant (LoRA the baseline, worst-group accuracy the
-    primary metric), the claims as the headline, a per-seed table; loss curves as details."""
-    rows = {v: row(cfg, results[v]) for v in cfg.variants}
-    per_seed = {f"{v} seed{s}": {k: results[v][s]["metrics"][k] for k in ("accuracy", PRIMARY, "train_accuracy")}
-                for v in cfg.variants for s in cfg.seeds}
+    primary metric), the text variants' rows after them (text_<variant>), the claims as the
+    headline (the text task's prefixed text_), a per-seed table; loss curves as details."""
+    parts = [("", cfg, {v: results[v] for v in cfg.variants})]
+    if cfg.text is not None:
+        parts.append((TEXT_PREFIX, cfg.text_config(), text_results(results)))
+    rows, headline, per_seed, history = {}, {}, {}, {}
+    for prefix, c, res in parts:
+        part_rows = {v: row(c, res[v]) for v in c.variants}
+        rows |= {prefix + v: r for v, r in part_rows.items()}
+        headline |= {prefix + k: x for k, x in claims(c, part_rows, res).items()}
+        per_seed |= {f"{prefix}{v} seed{s}": {k: res[v][s]["metrics"][k] for k in ("accuracy", PRIMARY, "train_accuracy")}
+                     for v in c.variants for s in c.seeds}
+        history |= {prefix + v: {s: res[v][s]["history"] for s in c.seeds} for v in c.variants}
+    details = {"source": source, "backbone": {k: v for k, v in backbone.items() if k != "path"}, "history": history}
+    if text is not None:
+        details["text"] = text
     return MethodMetrics(
-        method="fvae_lora", profile=profile, headline=claims(cfg, rows, results), baseline=BASELINE,
-        primary_metric=PRIMARY, higher_is_better=True, rows=rows, tables={"seeds": per_seed},
-        details={"source": source,
-                 "backbone": {k: v for k, v in backbone.items() if k != "path"},
-                 "history": {v: {s: results[v][s]["history"] for s in cfg.seeds} for v in cfg.variants}})
+        method="fvae_lora", profile=profile, headline=headline, baseline=BASELINE,
+        primary_metric=PRIMARY, higher_is_better=True, rows=rows, tables={"seeds": per_seed}, details=details)
