@@ -118,13 +118,13 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
         from paperline.train.lm_base import load_causal_lm
 
         t, text, folder = cfg.text, source.text, models_dir(METHOD) / "text"
-        run_cfg, name, model = cfg.text_config(), variant[len(TEXT_PREFIX):], LMFeatures(load_causal_lm(t.base))
-        fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, name, text.version)
+        run_cfg, own, model = cfg.text_config(), variant[len(TEXT_PREFIX):], LMFeatures(load_causal_lm(t.base))
+        fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version)
 
         def task_of(seed):
             return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
     else:
-        run_cfg, name, model, folder = cfg, variant, load_backbone(backbone_info["path"]), models_dir(METHOD)
+        run_cfg, own, model, folder = cfg, variant, load_backbone(backbone_info["path"]), models_dir(METHOD)
         fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "confidence", "text"}), variant,
                                    source.version, backbone_info.get("clean_test_accuracy"))
 
@@ -133,19 +133,19 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
     out = {}
     with gpu_slot() as device:
         for seed in run_cfg.seeds:
-            path = folder / name / f"seed{seed}.json"
+            path = folder / own / f"seed{seed}.json"
             if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
                 out[seed] = saved["result"]
                 continue
-            result = adapt(run_cfg, name, model, task_of(seed), seed, device)
+            result = adapt(run_cfg, own, model, task_of(seed), seed, device)
             write_json(path, {"fingerprint": fingerprint, "result": result})
             out[seed] = result
             parent.log_metrics({f"seed{seed}/{k}": v for k, v in result["metrics"].items()})
             for name, curve in result["history"].items():
                 parent.log_history(f"{name}/seed{seed}", range(1, len(curve) + 1), curve)
-    parent.log_params({"kind": VARIANT_SPECS[name][0], "device": str(device),
-                       "modality": "text" if name != variant else "image",
-                       **{f"fvae.{k}": v for k, v in VARIANT_SPECS[name][1].items()}})
+    parent.log_params({"kind": VARIANT_SPECS[own][0], "device": str(device),
+                       "modality": "text" if own != variant else "image",
+                       **{f"fvae.{k}": v for k, v in VARIANT_SPECS[own][1].items()}})
     return out
 
 

@@ -16,8 +16,9 @@ from paperline.plots import save_figure  # noqa: E402
 
 
 def plot_accuracy(rows: dict[str, dict], path: Path) -> Path:
-    """Average and worst-group test accuracy per variant, with their t-intervals over seeds."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    """Average and worst-group test accuracy per variant (the text task's text_<variant> after the
+    image task's), with their t-intervals over seeds."""
+    fig, ax = plt.subplots(figsize=(max(7.5, 0.9 * len(rows)), 3.4))
     names = list(rows)
     pos = np.arange(len(names))
     for off, key in ((-0.2, "accuracy"), (0.2, "worst_group_accuracy")):
