@@ -64,8 +64,10 @@ def claims(cfg: FvaeLoraConfig, rows: dict, results: dict) -> dict:
                  "seeds_fvae_worst_group_ge_lora": sum(results["fvae_lora"][s]["metrics"][PRIMARY]
                                                        >= results[BASELINE][s]["metrics"][PRIMARY] for s in cfg.seeds),
                  "seeds": len(cfg.seeds)}
-    if "linear_probe" in rows:
+    if "linear_probe" in rows:  # does the adapter find more than the frozen features give a new head?
         out["linear_probe_worst_group"] = rows["linear_probe"][PRIMARY]
+        d, d_ci = paired(cfg, results, "fvae_lora", "linear_probe", PRIMARY)
+        out["worst_group_gain_vs_probe"], out["worst_group_gain_vs_probe_ci"] = d, d_ci
     for v in cfg.variants:
         if VARIANT_SPECS[v][0] == "fvae" and v != "fvae_lora":
             d, d_ci = paired(cfg, results, v, "fvae_lora", PRIMARY)
