@@ -66,18 +66,24 @@ def lm_task(train_tokens: np.ndarray, val_tokens: np.ndarray, block_size: int, b
     windows = validation_windows(val_tokens, block_size, eval_windows)
     calib = validation_windows(train_tokens, block_size, calibration_windows)[0]
 
+    def loss(model, batch):
+        # from the logits, not `labels=`: our targets are already shifted, and a transformers
+        # model (LlamaForCausalLM, the paper profile's) shifts `labels` once more
+        logits = model(batch[0]).logits
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[1].reshape(-1))
+
     @torch.no_grad()
     def score(model):
         model.eval()
         total, count = 0.0, 0
         for i in range(0, len(windows[0]), batch_size):
             x, y = windows[0][i:i + batch_size], windows[1][i:i + batch_size]
-            total += float(model(x, labels=y).loss) * y.numel()
+            total += float(loss(model, (x, y))) * y.numel()
             count += y.numel()
         return {"perplexity": math.exp(total / count), "loss": total / count}
 
     return Task("lm", "perplexity", False, lambda gen: sample_windows(train_tokens, batch_size, block_size, gen),
-                lambda m, b: m(b[0], labels=b[1]).loss, score,
+                loss, score,
                 lambda m: m(windows[0][:4]).logits, [calib[i:i + batch_size] for i in range(0, len(calib), batch_size)])
 
 
@@ -244,9 +250,9 @@ def recover(quantized: nn.Module, task: Task, method: str, steps: int, lota: Lot
         opt.zero_grad()
         loss.backward()
         opt.step()
-        history.append(float(loss))
+        history.append(float(loss.detach()))
         if on_step:
-            on_step(step, float(loss))
+            on_step(step, history[-1])
     train_seconds = time.perf_counter() - started
     model.eval()
     before = task.score(model)
