@@ -72,9 +72,12 @@ def float_models(cfg: LotaQafConfig, source: LotaData, ctx: track.RunContext) ->
 def quantize_and_recover(cfg: LotaQafConfig, name: str, bits: int, source: LotaData,
                          ctx: track.RunContext) -> dict:
     """One (task, bit width): the quantised model and each method's recovery and merge, each
-    variant on its own MLflow child run with its per-step loss."""
+    variant on its own MLflow child run with its per-step loss. A group's result is written to
+    models/lota_qaf/<task>_w<bits>.json: a killed run resumes with the groups it had finished
+    (each group is a minute or less of work: no finer checkpoint)."""
     import torch
 
+    from paperline.io import read_json, write_json
     from paperline.methods.lota_qaf.pipeline import run_group
 
     torch.set_num_threads(cfg.threads)
@@ -84,8 +87,16 @@ def quantize_and_recover(cfg: LotaQafConfig, name: str, bits: int, source: LotaD
                                         "method": variant.rsplit("_", 1)[1]}) as run:
             run.log_history("train_loss", range(len(history)), history)
 
-    with gpu_slot():
-        result = run_group(cfg, name, bits, source, _digits_checkpoint(), on_method=on_method)
+    done = models_dir(METHOD) / f"{name}_w{bits}.json"
+    if done.is_file():
+        result = read_json(done)
+        for variant, row in result["rows"].items():
+            if variant in result["histories"]:
+                on_method(variant, row, result["histories"][variant])
+    else:
+        with gpu_slot():
+            result = run_group(cfg, name, bits, source, _digits_checkpoint(), on_method=on_method)
+        write_json(done, result)
     with ctx.child(f"{name}_w{bits}_quantized", params={"task": name, "bits": bits, "quantizer": cfg.quantizer}):
         pass  # its row lands on it when the flow publishes
     return result
