@@ -48,12 +48,17 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / "lota_qaf" / "run.json").read_text())["complete"]
 
 
-def test_bad_bit_width_and_model_folder_are_refused_before_any_work(project, prefect_server, tmp_path):
-    from flows.launch import run_method
+def test_bad_bit_width_and_model_folder_are_refused_before_any_work(project, tmp_path):
+    """The flow's two gates: the parameters (before Prefect starts) and its data step (before the
+    run directory or an MLflow run exists)."""
+    from flows.launch import resolve
     from paperline.config import ParamsError
+    from paperline.train.lm_base import ModelDirError
+    from tasks.lota_qaf import data
 
     with pytest.raises(ParamsError, match="lota_qaf.*bits.*bit width 5"):
-        run_method("lota_qaf", "tiny", ["bits=[4,5]"])
-    with pytest.raises(Exception, match="not_a_model"):
-        run_method("lota_qaf", "tiny", [f"lm.model_dir={tmp_path / 'not_a_model'}"])
+        resolve("lota_qaf", "tiny", ["bits=[4,5]"])
+    _, cfg = resolve("lota_qaf", "tiny", [f"lm.model_dir={tmp_path / 'not_a_model'}"])
+    with pytest.raises(ModelDirError, match="not_a_model"):
+        data(cfg)
     assert not (project / "models" / "lota_qaf").exists()

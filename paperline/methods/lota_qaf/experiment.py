@@ -22,7 +22,7 @@ from torch import nn
 from paperline.methods.lota_qaf.config import AdapterSettings, LotaSettings
 from paperline.methods.lota_qaf.layers import (LotaLinear, QALoraLinear, QuantLinear, replace_module,
                                                select_targets)
-from paperline.methods.lota_qaf.quant import quantize_gptq, quantize_rtn, requantize
+from paperline.methods.lota_qaf.quant import QuantError, quantize_gptq, quantize_rtn, requantize
 from paperline.methods.lota_qaf.tsignsgd import TSignSGD
 
 # ----------------------------------------------------------------------------- tasks
@@ -195,7 +195,6 @@ def wrap(quantized: nn.Module, method: str, lota: LotaSettings, adapter: Adapter
         for name in names:  # peft's rank check is lazy: fail here with our key, before training
             layer = quantized.get_submodule(name)
             if adapter.rank > min(layer.in_features, layer.out_features):
-                from paperline.methods.lota_qaf.quant import QuantError
                 raise QuantError(f"lora.rank: rank {adapter.rank} above the width of {name} "
                                  f"({layer.in_features} → {layer.out_features})")
         model = peft_lora(dequantized_float_model(quantized), names, adapter)
