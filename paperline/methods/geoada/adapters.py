@@ -209,20 +209,21 @@ class GeoAda(Variant):
 
 def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
                   head_blocks: int = 1) -> Variant:
-    """A fresh copy of `base` wrapped as the variant `name`."""
+    """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
     base = copy.deepcopy(base)
+    dtype = next(base.parameters()).dtype
     if name == "frozen":
         return Frozen(base, control, base_cond)
     if name == "full_ft":
-        return FullFT(base, control, base_cond)
+        return FullFT(base, control, base_cond).to(dtype)
     if name == "partial_k":
-        return FullFT(base, control, base_cond, last_k=last_k)
+        return FullFT(base, control, base_cond, last_k=last_k).to(dtype)
     if name == "mlp_k":
-        return MLPHead(base, control, base_cond, head_blocks)
+        return MLPHead(base, control, base_cond, head_blocks).to(dtype)
     if name == "gpf":
-        return GPF(base, control, base_cond)
+        return GPF(base, control, base_cond).to(dtype)
     if name in ("geoada", "controlnet"):
-        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada")
+        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada").to(dtype)
     raise ValueError(f"unknown variant {name!r} (one of {', '.join(VARIANTS)})")
 
 
