@@ -18,6 +18,6 @@ def geoada_flow(profile: str | None = None, overrides: list[str] | None = None) 
     with method_run(METHOD, profile, overrides, data=lambda cfg: data(cfg, source),
                     run_config=lambda cfg: cfg.model_dump() | {"nbody": source.model_dump()}) as run:
         base = submit_gpu(pretrain, run.cfg, run.data, run.context).result()
-        futures = [submit_gpu(finetune, run.cfg, control, variant, run.data, base, run.context)
-                   for control in run.cfg.controls for variant in run.cfg.variants]
-        return run.publish(report.submit(run.cfg, [f.result() for f in futures], base, run.data, run.context))
+        futures = [submit_gpu(finetune, run.cfg, control, run.data, base, run.context) for control in run.cfg.controls]
+        results = [result for future in futures for result in future.result()]
+        return run.publish(report.submit(run.cfg, results, base, run.data, run.context))

@@ -1,6 +1,6 @@
 """Tasks of the GeoAda flow: the data (the nbody stage's folder, built when missing), the base's
-pretraining (one MLflow child, resumable), one task per control type × variant (fine-tune and
-measure, one MLflow child each, resumable from its checkpoint), then the report."""
+pretraining (one MLflow child, resumable), one task per control type running every variant
+(fine-tune and measure, one MLflow child each, resumable from its checkpoint), then the report."""
 from __future__ import annotations
 
 import sys
@@ -80,26 +80,29 @@ def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dic
 
 
 @task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def finetune(cfg: GeoAdaConfig, control: str, variant: str, source: NBodyData, base: dict,
-             ctx: track.RunContext) -> dict:
-    """One variant on one control type: fine-tuned from the base, measured on the new and the
-    original task; its row on its MLflow child run, the loss as a history."""
+def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx: track.RunContext) -> list[dict]:
+    """Every variant on one control type (one task: a `gpu` slot request costs ~1.5 s, a tiny
+    variant less), each fine-tuned from the base and measured on the new and the original task;
+    its row on its own MLflow child run `<control>_<variant>`, the loss as a history."""
     import torch
 
     from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
 
     torch.set_num_threads(cfg.threads)
-    name = row_name(control, variant)
-    with gpu_slot() as device, ctx.child(name, params={"control": control, "variant": variant,
-                                                      "device": str(device)}) as run:
-        model = make_base(cfg)
-        model.load_state_dict(torch.load(base["path"], weights_only=True))
-        result = finetune_variant(cfg, model, control, variant, task_windows(source.folder, cfg),
-                                  models_dir(METHOD) / name / "train.pt",
-                                  _fingerprint(cfg, source, control, variant), progress=sys.stderr.isatty())
-        if result.steps:
-            run.log_history("loss", result.steps, result.loss)
-    return result.as_dict()
+    results = []
+    with gpu_slot() as device:
+        windows = task_windows(source.folder, cfg)
+        for variant in cfg.variants:
+            name = row_name(control, variant)
+            with ctx.child(name, params={"control": control, "variant": variant, "device": str(device)}) as run:
+                model = make_base(cfg)
+                model.load_state_dict(torch.load(base["path"], weights_only=True))
+                result = finetune_variant(cfg, model, control, variant, windows, models_dir(METHOD) / name / "train.pt",
+                                          _fingerprint(cfg, source, control, variant), progress=sys.stderr.isatty())
+                if result.steps:
+                    run.log_history("loss", result.steps, result.loss)
+            results.append(result.as_dict())
+    return results
 
 
 @task(name="geoada-report", cache_policy=NO_CACHE)

@@ -151,7 +151,7 @@ def test_evaluate_reports_average_and_min_over_samples():
     class Oracle(torch.nn.Module):
         def forward(self, c, noisy, t, charges, edges, control, original=False):
             k = len(noisy) // len(target)
-            truth = target.repeat(k, 1, 1, 1) - cond.repeat(k, 1, 1, 1)[:, -1:].mean(dim=2, keepdim=True)
+            truth = target.repeat(k, 1, 1, 1) - cond.repeat(k, 1, 1, 1)[:, -1:]  # the displacement
             a = s.alphas_bar[t].view(-1, 1, 1, 1).to(noisy.dtype)
             return (noisy - a.sqrt() * truth) / (1 - a).sqrt()
 
@@ -161,12 +161,12 @@ def test_evaluate_reports_average_and_min_over_samples():
     assert scores["min_ade"] <= scores["ade"] and scores["min_fde"] <= scores["fde"] and scores["ade"] > 0.1
 
 
-def test_sampling_is_equivariant_given_the_same_noise_rotated():
-    """DDPM sampling commutes with translations of the conditioning frames (the data is centred on
-    them), exactly, for the same noise."""
+def test_sampling_commutes_with_translations():
+    """DDPM sampling commutes with translations of the conditioning frames, for the same noise (the
+    diffused displacements are translation-invariant)."""
     base = _base()
     model = build_variant("geoada", base, "frame", TB)
-    _perturb(model)
+    _perturb(model, scale=0.02)  # a trained-like adapter (a large random one makes the chain chaotic)
     x = _inputs()
     s = Schedule.linear(10)
 
@@ -175,4 +175,4 @@ def test_sampling_is_equivariant_given_the_same_noise_rotated():
                       torch.Generator().manual_seed(3))
 
     b = torch.tensor([1.5, -2.0, 0.7], dtype=torch.float64)
-    assert torch.allclose(run(x["cond"] + b), run(x["cond"]) + b, atol=1e-10)
+    assert torch.allclose(run(x["cond"] + b), run(x["cond"]) + b, atol=1e-9)

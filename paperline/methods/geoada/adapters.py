@@ -240,7 +240,8 @@ def random_rotation(generator: torch.Generator, dtype=torch.float64) -> torch.Te
 def equivariance_error(model: nn.Module, cond: torch.Tensor, noisy: torch.Tensor, t: torch.Tensor,
                        charges: torch.Tensor, edges: torch.Tensor, control: torch.Tensor | None = None,
                        seed: int = 0, dtype=torch.float64) -> float:
-    """max |ε̂(Qx + b) − Q ε̂(x)| / max |ε̂(x)| under a random rotation Q and translation b, in `dtype`
+    """max |ε̂(Qc + b, Qd) − Q ε̂(c, d)| / max |ε̂(c, d)| under a random rotation Q and translation b of
+    the conditioning frames c (the noisy displacements d rotate and do not translate), in `dtype`
     (the model is copied and cast)."""
     generator = torch.Generator().manual_seed(seed)
     model = copy.deepcopy(model).to(dtype)
@@ -250,7 +251,7 @@ def equivariance_error(model: nn.Module, cond: torch.Tensor, noisy: torch.Tensor
     Q = random_rotation(generator, dtype)
     b = torch.randn(3, generator=generator, dtype=dtype) * 3
     eps = model(cond, noisy, t, charges, edges, control)
-    eps_moved = model(cond @ Q.T + b, noisy @ Q.T + b, t, charges, edges, control)
+    eps_moved = model(cond @ Q.T + b, noisy @ Q.T, t, charges, edges, control)
     return float((eps_moved - eps @ Q.T).abs().max() / eps.abs().max().clamp_min(1e-30))
 
 

@@ -3,7 +3,11 @@ github.com/hanjq17/GeoTDM `models/EGTN.py` and `models/layers.py`, as spec updat
 and its DDPM.
 
 A trajectory is x (B, T, N, 3): the conditioning frames concatenated along time with the noisy
-frames being denoised. Node features h (B, T, N, H) start from a linear embedding of [charge,
+frames being denoised. The diffused variable is each node's displacement d from its position in
+the last conditioning frame [I: GeoTDM diffuses positions, after a learned reference frame]; the
+network sees the noisy frames placed there, x = x_last + d_t, so its geometry (distances within a
+frame, differences across frames) is that of positions, while d is translation-invariant: the
+whole sampler is then translation-equivariant exactly and rotation-equivariant in distribution. Node features h (B, T, N, H) start from a linear embedding of [charge,
 is-conditioning-frame flag, diffusion-time embedding]. Each block is
 - ESLayer, per frame over a fully connected graph: m_ij = φ_e([h_i, h_j, ‖x_ij‖², e_ij]) (SiLU after
   its last layer too), x_i += mean_j (x_i − x_j)·φ_x(m_ij)/(√(d²+1e-8)+1), h_i = φ_h([h_i, Σ_j m_ij])
@@ -17,9 +21,8 @@ Plain torch, dense over the N nodes of a frame (why not torch_geometric's Messag
 installed: the graphs here are small and fully connected, so a dense (N, N) pair tensor is both the
 simplest and the fastest form, and the module imports nothing beyond torch; e3nn is not installed
 and the model needs no higher-order irreps).
-Reductions from GeoTDM, each a choice made here [I]: no learned reference frame (the data is
-centred on the last conditioning frame's centre of mass instead, which keeps the whole sampler
-SE(3)-equivariant); v_x,ts is a linear function of the value vector (GeoTDM: an MLP), so the
+Reductions from GeoTDM, each a choice made here [I]: no learned reference frame (the
+displacement parameterisation above takes its place); v_x,ts is a linear function of the value vector (GeoTDM: an MLP), so the
 (T, T) coordinate weights need no (B, N, T, T, H) tensor.
 """
 from __future__ import annotations
@@ -128,8 +131,9 @@ class EGTN(nn.Module):
 
     def embed_input(self, cond: torch.Tensor, noisy: torch.Tensor, charges: torch.Tensor,
                     t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(h, x) of the whole trajectory: conditioning frames then noisy frames along time."""
-        x = torch.cat([cond, noisy], dim=1)
+        """(h, x) of the whole trajectory: conditioning frames, then the noisy displacements placed
+        at the last conditioning frame."""
+        x = torch.cat([cond, cond[:, -1:] + noisy], dim=1)
         B, T, N, _ = x.shape
         flag = torch.zeros(T, dtype=x.dtype, device=x.device)
         flag[:cond.shape[1]] = 1
@@ -174,35 +178,26 @@ class Schedule:
         return a.sqrt() * x0 + (1 - a).sqrt() * eps
 
 
-def center(cond: torch.Tensor) -> torch.Tensor:
-    """The reference point the data is centred on: the last conditioning frame's centre of mass
-    (B, 1, 1, 3) [I: stands in for GeoTDM's learned reference frame]."""
-    return cond[:, -1:].mean(dim=2, keepdim=True)
-
-
 @torch.no_grad()
 def sample(denoise, schedule: Schedule, cond: torch.Tensor, horizon: int, generator: torch.Generator | None = None,
            max_radius: float = 20.0) -> torch.Tensor:
-    """Ancestral DDPM sampling (posterior variance β̃_t) of `horizon` frames given `cond` (absolute
-    coordinates); `denoise(cond, noisy, t)` works in the centred frame. The posterior mean is taken
-    from the predicted x̂_0, each node's x̂_0 shortened to at most `max_radius` from the reference
-    (DDPM's clipping of x̂_0, done on the norm so it stays rotation-equivariant [I]): an
+    """Ancestral DDPM sampling (posterior variance β̃_t) of `horizon` frames given `cond`; returns
+    positions (the last conditioning frame plus the sampled displacements). `denoise(cond, d_t, t)`
+    is ε̂. The posterior mean is taken from the predicted d̂_0, each node's shortened to at most
+    `max_radius` (DDPM's clipping of x̂_0, on the norm so it stays rotation-equivariant [I]): an
     undertrained ε̂ then cannot blow the chain up."""
-    ref = center(cond)
-    cond_c = cond - ref
     B, _, N, _ = cond.shape
-    x = torch.randn((B, horizon, N, 3), generator=generator, dtype=cond.dtype, device=cond.device)
+    d = torch.randn((B, horizon, N, 3), generator=generator, dtype=cond.dtype, device=cond.device)
     betas, abar = schedule.betas.tolist(), schedule.alphas_bar.tolist()
     for step in reversed(range(len(betas))):
         t = torch.full((B,), step, dtype=torch.long, device=cond.device)
-        eps = denoise(cond_c, x, t)
+        eps = denoise(cond, d, t)
         beta, a_bar = betas[step], abar[step]
         a_prev = abar[step - 1] if step > 0 else 1.0
-        x0 = (x - math.sqrt(1 - a_bar) * eps) / math.sqrt(a_bar)
-        norm = x0.norm(dim=-1, keepdim=True)
-        x0 = x0 * (max_radius / norm.clamp_min(max_radius))
-        x = (math.sqrt(a_prev) * beta * x0 + math.sqrt(1 - beta) * (1 - a_prev) * x) / (1 - a_bar)
+        d0 = (d - math.sqrt(1 - a_bar) * eps) / math.sqrt(a_bar)
+        d0 = d0 * (max_radius / d0.norm(dim=-1, keepdim=True).clamp_min(max_radius))
+        d = (math.sqrt(a_prev) * beta * d0 + math.sqrt(1 - beta) * (1 - a_prev) * d) / (1 - a_bar)
         if step > 0:
             var = beta * (1 - a_prev) / (1 - a_bar)
-            x = x + math.sqrt(var) * torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-    return x + ref
+            d = d + math.sqrt(var) * torch.randn(d.shape, generator=generator, dtype=d.dtype, device=d.device)
+    return cond[:, -1:] + d

@@ -12,7 +12,7 @@ import torch
 from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, load_split
 from paperline.methods.geoada.adapters import build_variant, equivariance_error
 from paperline.methods.geoada.config import GeoAdaConfig
-from paperline.methods.geoada.egtn import EGTN, Schedule, center
+from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import TrainResult, Windows, evaluate, train, windows
 
 
@@ -90,9 +90,8 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     if variant not in ("frozen", "geoada", "controlnet"):
         original = evaluate(model, data["original_test"], schedule, cfg.samples, cfg.seed + 2, original=True)
     probe = test_set.take(slice(0, 4))
-    ref = center(probe.cond)
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
-    error = equivariance_error(model, probe.cond - ref, probe.target - ref, t, probe.charges, probe.edges,
+    error = equivariance_error(model, probe.cond, probe.target - probe.cond[:, -1:], t, probe.charges, probe.edges,
                                probe.control, seed=cfg.seed)
     return VariantResult(control, variant, new_task, original, result.trainable, result.seconds, error,
                          result.steps, result.loss)

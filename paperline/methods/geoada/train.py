@@ -1,5 +1,5 @@
 """Training and evaluation of the EGTN and its fine-tuned variants: the ε-prediction diffusion loss on
-windows of trajectories (centred on the last conditioning frame), Adam with gradient clipping at
+windows of trajectories (the displacements from the last conditioning frame diffused), Adam with gradient clipping at
 1.0 (GeoTDM), resumable; ADE/FDE of K samples a trajectory (the average over the samples, the
 paper's, and the minimum, GeoTDM's minADE/minFDE)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from paperline.data.nbody import Trajectories
-from paperline.methods.geoada.egtn import Schedule, center, sample
+from paperline.methods.geoada.egtn import Schedule, sample
 from paperline.train.checkpoint import Resumable
 
 
@@ -55,12 +55,11 @@ class TrainResult:
 
 
 def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generator: torch.Generator) -> torch.Tensor:
-    ref = center(batch.cond)
-    cond, target = batch.cond - ref, batch.target - ref
-    t = torch.randint(len(schedule.betas), (len(cond),), generator=generator)
-    eps = torch.randn(target.shape, generator=generator)
-    noisy = schedule.noise(target, t, eps)
-    return ((model(cond, noisy, t, batch.charges, batch.edges, batch.control) - eps) ** 2).mean()
+    d0 = batch.target - batch.cond[:, -1:]  # displacement from the last given frame
+    t = torch.randint(len(schedule.betas), (len(d0),), generator=generator)
+    eps = torch.randn(d0.shape, generator=generator, dtype=d0.dtype)
+    noisy = schedule.noise(d0, t, eps)
+    return ((model(batch.cond, noisy, t, batch.charges, batch.edges, batch.control) - eps) ** 2).mean()
 
 
 def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch_size: int, lr: float,
