@@ -86,10 +86,14 @@ def test_refused_inputs_name_the_file_and_field(dag_stage, tmp_path):
     np.save(loc, bad)
     with pytest.raises(NBodyError, match=r"loc_test_charged5\.npy: loc: non-finite value \(NaN or inf\) at index \(0, 1, 2, 3\)"):
         geoada.data(cfg, data_cfg)
+    vel = folder / "vel_test_charged5.npy"
+    good_vel = np.load(vel)
     np.save(loc, good[:, :3])
+    np.save(vel, good_vel[:, :3])
     with pytest.raises(NBodyError, match=r"loc_test_charged5\.npy: loc: trajectories of 3 frames, shorter than the 6"):
         geoada.data(cfg, data_cfg)
     np.save(loc, good)
+    np.save(vel, good_vel)
     (folder / "strength_train_charged5_strength.npy").unlink()
     with pytest.raises(NBodyError, match=r"strength_train_charged5_strength\.npy: missing"):
         geoada.data(cfg, data_cfg)

@@ -5,6 +5,8 @@ switching the adapter off restores the base exactly; the trainable parameters ar
 the zero layers (the first block of every K); the DDPM schedule and the metrics."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -84,6 +86,9 @@ def test_geoada_is_equivariant_at_float_precision_and_controlnet_is_not(control)
             assert error > 1e-2, error
         else:
             assert error < 1e-12, (variant, error)
+    literal = GeoAda(copy.deepcopy(base), control, TB, every=2, x_form="com").double()  # update (f)'s Δx
+    _perturb(literal)
+    assert equivariance_error(literal, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"]) < 1e-12
     # in float32 GeoAda's error is float32's (spec (e): "about 1e-5")
     model = build_variant("geoada", base, control, TB).float()
     _perturb(model)

@@ -33,6 +33,9 @@ class GeoAdaConfig(MethodConfig):
     controls: list[Control] = Field(["frame", "global"], min_length=1)
     shape: EGTNShape = EGTNShape()
     diffusion_steps: PositiveInt = 50  # DDPM T (the paper's 1000)
+    # the diffused variable is the displacement from the last given frame times this (data
+    # normalisation: about 1 / its standard deviation)
+    displacement_scale: float = Field(1.0, gt=0)
     # frame-conditioned forecasting: pretrain cond_frames → horizon; frame control conditions on
     # frame_control_frames (the paper's 10 → 20, then 15 → 20)
     cond_frames: PositiveInt = 10
@@ -41,6 +44,8 @@ class GeoAdaConfig(MethodConfig):
     pretrain: TrainConfig = TrainConfig(steps=600)
     finetune: TrainConfig = TrainConfig(steps=150)
     adapter_every: PositiveInt = 2  # GeoAda copies the first block of every K (update (f): 0, 2, 4 of 6)
+    # GeoAda's zero-initialised Δx: ϕ_x·(x′ − x′_in) ("update") or update (f)'s ϕ_x·(x′ − x̄′) ("com")
+    adapter_x: Literal["update", "com"] = "update"
     partial_k: PositiveInt = 1  # PARTIAL-k: the last k blocks train
     head_blocks: PositiveInt = 1  # MLP-k: a k-block EGTN head
     samples: PositiveInt = 5  # K samples a trajectory (ADE/FDE averaged over them, and the min)

@@ -40,7 +40,7 @@ def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
 
 
 def make_base(cfg: GeoAdaConfig) -> EGTN:
-    return EGTN(cfg.shape.hidden, cfg.shape.blocks, cfg.shape.time_dim, cfg.diffusion_steps)
+    return EGTN(cfg.shape.hidden, cfg.shape.blocks, cfg.shape.time_dim, cfg.diffusion_steps, cfg.displacement_scale)
 
 
 def pretrain_base(cfg: GeoAdaConfig, data: dict[str, Windows], checkpoint: Path | None, fingerprint: str,
@@ -50,7 +50,7 @@ def pretrain_base(cfg: GeoAdaConfig, data: dict[str, Windows], checkpoint: Path 
     model = build_variant("full_ft", base, "frame", cfg.cond_frames)  # the base's own window, no control
     result = train(model, data["original_train"], Schedule.linear(cfg.diffusion_steps), cfg.pretrain.steps,
                    cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.seed, checkpoint, fingerprint,
-                   cfg.checkpoint_every, progress=progress)
+                   cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
     return model.base, result
 
 
@@ -79,19 +79,22 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     (tests/methods/test_geoada_adapters.py), and the frozen base is the base: those three report
     None here and the summary fills in the base's figures."""
     torch.manual_seed(cfg.seed + 1)
-    model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks)
+    model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks,
+                          cfg.adapter_x)
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, test_set = data[f"{control}_train"], data[f"{control}_test"]
     result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,
                    cfg.finetune.batch_size, cfg.finetune.lr, cfg.seed + 1, checkpoint, fingerprint,
-                   cfg.checkpoint_every, progress=progress)
-    new_task = evaluate(model, test_set, schedule, cfg.samples, cfg.seed + 2)
+                   cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
+    new_task = evaluate(model, test_set, schedule, cfg.samples, cfg.seed + 2, scale=cfg.displacement_scale)
     original = None
     if variant not in ("frozen", "geoada", "controlnet"):
-        original = evaluate(model, data["original_test"], schedule, cfg.samples, cfg.seed + 2, original=True)
+        original = evaluate(model, data["original_test"], schedule, cfg.samples, cfg.seed + 2, original=True,
+                            scale=cfg.displacement_scale)
     probe = test_set.take(slice(0, 4))
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
-    error = equivariance_error(model, probe.cond, probe.target - probe.cond[:, -1:], t, probe.charges, probe.edges,
+    error = equivariance_error(model, probe.cond, (probe.target - probe.cond[:, -1:]) * cfg.displacement_scale, t,
+                               probe.charges, probe.edges,
                                probe.control, seed=cfg.seed)
     return VariantResult(control, variant, new_task, original, result.trainable, result.seconds, error,
                          result.steps, result.loss)
@@ -101,4 +104,4 @@ def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows]) -> di
     """The base on the original task, with the sampling seed every variant uses."""
     model = build_variant("frozen", base, "frame", cfg.cond_frames)
     return evaluate(model, data["original_test"], Schedule.linear(cfg.diffusion_steps), cfg.samples,
-                    cfg.seed + 2, original=True)
+                    cfg.seed + 2, original=True, scale=cfg.displacement_scale)

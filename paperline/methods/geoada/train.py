@@ -54,8 +54,9 @@ class TrainResult:
     trainable: int
 
 
-def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generator: torch.Generator) -> torch.Tensor:
-    d0 = batch.target - batch.cond[:, -1:]  # displacement from the last given frame
+def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generator: torch.Generator,
+                   scale: float = 1.0) -> torch.Tensor:
+    d0 = (batch.target - batch.cond[:, -1:]) * scale  # displacement from the last given frame, scaled
     t = torch.randint(len(schedule.betas), (len(d0),), generator=generator)
     eps = torch.randn(d0.shape, generator=generator, dtype=d0.dtype)
     noisy = schedule.noise(d0, t, eps)
@@ -64,7 +65,7 @@ def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generat
 
 def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch_size: int, lr: float,
           seed: int, checkpoint_path=None, fingerprint=None, every: int = 200, log_every: int = 10,
-          progress: bool = False) -> TrainResult:
+          progress: bool = False, scale: float = 1.0) -> TrainResult:
     """Adam on the parameters that require grad; a killed run resumes from its checkpoint."""
     params = [p for p in model.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)
@@ -77,7 +78,7 @@ def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch
     model.train()
     while state["step"] < steps:
         index = torch.randint(len(data), (batch_size,), generator=generator)
-        loss = diffusion_loss(model, data.take(index), schedule, generator)
+        loss = diffusion_loss(model, data.take(index), schedule, generator, scale)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(params, 1.0)
@@ -97,7 +98,7 @@ def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, seed: int,
-             original: bool = False, chunk: int = 256) -> dict[str, float]:
+             original: bool = False, chunk: int = 256, scale: float = 1.0) -> dict[str, float]:
     """ADE (mean distance over the predicted frames and nodes) and FDE (the last frame) of `samples`
     samples a trajectory: averaged over the samples (ade, fde: the paper's) and the best sample's
     (min_ade, min_fde), each then averaged over trajectories."""
@@ -109,7 +110,7 @@ def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, 
         rep = lambda a: None if a is None else a.repeat(samples, *([1] * (a.dim() - 1)))  # noqa: E731
         charges, edges, control = rep(part.charges), rep(part.edges), rep(part.control)
         pred = sample(lambda c, x, t: model(c, x, t, charges, edges, control, original), schedule,
-                      rep(part.cond), part.target.shape[1], generator)
+                      rep(part.cond), part.target.shape[1], generator, scale=scale)
         err = (pred - rep(part.target)).norm(dim=-1).view(samples, len(part), *pred.shape[1:3])  # (K, B, H, N)
         ades.append(err.mean(dim=(2, 3)))
         fdes.append(err[:, :, -1].mean(dim=2))
