@@ -4,7 +4,6 @@ windows of trajectories (the displacements from the last conditioning frame diff
 paper's, and the minimum, GeoTDM's minADE/minFDE)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,8 +117,3 @@ def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, 
     return {"ade": float(ade.mean()), "fde": float(fde.mean()),
             "min_ade": float(ade.min(dim=0).values.mean()), "min_fde": float(fde.min(dim=0).values.mean())}
 
-
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
