@@ -80,6 +80,10 @@ class AltLoRAConfig(MethodConfig):
     settings: OptimizerSettings = OptimizerSettings()
     linear: LinearConfig
     lm: LMAdaptConfig | None = None  # None: the linear experiment only
+    # step time and state memory (timing.py): a stack of timing_layers square layers of timing_dim
+    timing_dim: PositiveInt = 256
+    timing_layers: PositiveInt = 4
+    timing_rank: PositiveInt = 8
     timing_rounds: PositiveInt = 3
     timing_steps: PositiveInt = 10
 
@@ -92,6 +96,8 @@ class AltLoRAConfig(MethodConfig):
                 missing = [name for name in self.optimizers if not grid.get(name)]
                 if missing:
                     raise ValueError(f"{block}.lr_grid has no learning rates for {missing}")
+        if self.timing_rank > self.timing_dim:
+            raise ValueError(f"timing_rank {self.timing_rank} exceeds timing_dim {self.timing_dim}")
         too_big = [r for r in self.linear.ranks if r > self.linear.dim]
         if too_big:
             raise ValueError(f"linear.ranks {too_big} exceed linear.dim {self.linear.dim}")
