@@ -52,8 +52,8 @@ def _cached(path, compute):
 @task(name="altlora-linear", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContext,
                    optimizer_run: track.Run) -> list[dict]:
-    """Per rank: the lr grid at c = 1, then the best lr under every other c; one nested MLflow run
-    per rank with each run's curves."""
+    """Per rank: the lr grid at c = 1; at the first rank, then the best lr under every other c. One
+    nested MLflow run per rank with each run's curves."""
     import torch
 
     torch.set_num_threads(1)  # 64×64 matmuls: threads cost more than they give
@@ -79,7 +79,8 @@ def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContex
                     continue
                 best["role"] = "best"
                 run.log_metrics({"best_lr": best["lr"], "final_error": best["final_error"]})
-                runs += [one(c, best["lr"]) | {"role": "rescaled"} for c in cfg.linear.scales if c != 1.0]
+                if rank == cfg.linear.ranks[0]:  # the rescalings at the first rank only (what the summary reports)
+                    runs += [one(c, best["lr"]) | {"role": "rescaled"} for c in cfg.linear.scales if c != 1.0]
     return runs
 
 

@@ -60,6 +60,7 @@ class LMAdaptConfig(StrictModel):
     steps: PositiveInt = 200
     batch_size: PositiveInt = 16
     warmup_steps: int = Field(10, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)  # cosine decay to this share of the lr
     grad_clip: PositiveFloat = 1.0
     eval_every: PositiveInt = 100
     eval_windows: PositiveInt = 32

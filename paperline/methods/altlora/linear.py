@@ -124,24 +124,3 @@ def best_run(runs: list[dict]) -> dict | None:
     finite = [r for r in runs if not r["diverged"]]
     return min(finite, key=lambda r: r["final_loss"]) if finite else None
 
-
-def sweep_and_rescale(name: OptimizerName, problem: LinearProblem, cfg: LinearConfig, settings: OptimizerSettings,
-                      seed: int) -> list[dict]:
-    """Per rank: the lr grid at c = 1, then the best lr at every other c (full fine-tuning has no
-    factors to rescale: its c = 1 run stands for every c)."""
-    runs = []
-    for rank in cfg.ranks:
-        sweep = [train_linear(name, problem, rank, 1.0, lr, cfg, settings, seed) for lr in cfg.lr_grid[name]]
-        for r in sweep:
-            r["role"] = "sweep"
-        runs += sweep
-        best = best_run(sweep)
-        if best is None or name == "full_ft":
-            continue
-        best["role"] = "best"
-        for c in cfg.scales:
-            if c != 1.0:
-                run = train_linear(name, problem, rank, c, best["lr"], cfg, settings, seed)
-                run["role"] = "rescaled"
-                runs.append(run)
-    return runs
