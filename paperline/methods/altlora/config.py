@@ -52,6 +52,8 @@ class LMAdaptConfig(StrictModel):
     corpus: ProjectPath = "data/text/shakespeare"  # its tokenizer, and its held-out text (forgetting)
     target_text: ProjectPath = "data/raw/kjv"  # *.txt with SHA256SUMS
     target_modules: list[str] = Field(default=["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
+    # the optimizers this part runs (None: all of the method's); LoRA-AdamW among them
+    optimizers: list[OptimizerName] | None = None
     rank: PositiveInt = 8
     alpha: PositiveFloat = 16.0
     dropout: float = Field(0.05, ge=0, lt=1)
@@ -88,15 +90,28 @@ class AltLoRAConfig(MethodConfig):
     timing_rounds: PositiveInt = 3
     timing_steps: PositiveInt = 10
 
+    @property
+    def lm_optimizers(self) -> list[OptimizerName]:
+        if self.lm is None:
+            return []
+        return list(self.lm.optimizers) if self.lm.optimizers is not None else list(self.optimizers)
+
     @model_validator(mode="after")
     def _consistent(self) -> "AltLoRAConfig":
         if BASELINE not in self.optimizers:
             raise ValueError(f"optimizers must include {BASELINE}: state memory and step time are reported against it")
-        for block, grid in (("linear", self.linear.lr_grid), ("lm", self.lm.lr_grid if self.lm else None)):
+        for block, names, grid in (("linear", self.optimizers, self.linear.lr_grid),
+                                   ("lm", self.lm_optimizers, self.lm.lr_grid if self.lm else None)):
             if grid is not None:
-                missing = [name for name in self.optimizers if not grid.get(name)]
+                missing = [name for name in names if not grid.get(name)]
                 if missing:
                     raise ValueError(f"{block}.lr_grid has no learning rates for {missing}")
+        if self.lm is not None:
+            if BASELINE not in self.lm_optimizers:
+                raise ValueError(f"lm.optimizers must include {BASELINE}")
+            unknown = [n for n in self.lm_optimizers if n not in self.optimizers]
+            if unknown:
+                raise ValueError(f"lm.optimizers {unknown} are not in optimizers")
         if self.timing_rank > self.timing_dim:
             raise ValueError(f"timing_rank {self.timing_rank} exceeds timing_dim {self.timing_dim}")
         too_big = [r for r in self.linear.ranks if r > self.linear.dim]

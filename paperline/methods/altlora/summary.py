@@ -47,6 +47,8 @@ def linear_rows(cfg: AltLoRAConfig, runs: list[dict]) -> dict[str, dict[str, Any
                     row[f"final_error_c{_label(c)}"] = run["final_error"] if run and not run["diverged"] else None
                 losses = [row[f"final_loss_c{_label(c)}"] for c in cfg.linear.scales]
                 row["c_spread"] = (max(losses) / min(losses)) if all(v is not None for v in losses) else None
+                errors = [row[f"final_error_c{_label(c)}"] for c in cfg.linear.scales]
+                row["error_c_spread"] = (max(errors) / min(errors)) if all(v is not None for v in errors) else None
                 row["diverged_runs"] = sum(r["diverged"] for r in mine)
                 any_run = mine[0]
                 row["state_floats"] = any_run["state_floats"] if not any_run["diverged"] else any_run["state_floats_formula"]
@@ -66,7 +68,7 @@ def lm_rows(cfg: AltLoRAConfig, runs: list[dict]) -> dict[str, dict[str, Any]]:
     """{optimizer: {lm_best_lr, lm_val_loss, lm_source_val_loss, ...}} at the best lr (lowest
     held-out target loss)."""
     out: dict[str, dict[str, Any]] = {}
-    for name in cfg.optimizers:
+    for name in cfg.lm_optimizers:
         mine = [r for r in runs if r["optimizer"] == name and not r["diverged"]]
         best = min(mine, key=lambda r: r["val_loss"]) if mine else None
         grid = cfg.lm.lr_grid[name]
@@ -104,6 +106,8 @@ def headline(rows: dict[str, dict[str, Any]], lm_base: dict | None = None) -> di
         "altlora_plus_over_lora_adamw_final_error": ratio("altlora_plus", BASELINE, PRIMARY_METRIC),
         "altlora_c_spread": rows.get("altlora", {}).get("c_spread"),
         "lora_adamw_c_spread": rows[BASELINE].get("c_spread"),
+        "altlora_error_c_spread": rows.get("altlora", {}).get("error_c_spread"),
+        "lora_adamw_error_c_spread": rows[BASELINE].get("error_c_spread"),
         "altlora_state_floats_vs_lora_adamw": rows.get("altlora", {}).get(f"state_floats_vs_{BASELINE}"),
         "lora_pro_state_floats_vs_lora_adamw": rows.get("lora_pro", {}).get(f"state_floats_vs_{BASELINE}"),
     }
