@@ -79,7 +79,7 @@ def test_the_same_seed_gives_the_dag_numbers_again(dag_stage, project, prefect_s
 
 
 def test_bad_parameters_fail_before_any_work(project):
-    with pytest.raises(ParamsError, match=r"altlora.profiles.tiny.linear.lr_grid.nadam: .*"):
+    with pytest.raises(ParamsError, match=r"altlora.profiles.tiny.linear.lr_grid.nadam.\[key\]: Input should be 'lora_adamw'"):
         resolve("altlora", "tiny", ["linear.lr_grid.nadam=[0.1]"])
     with pytest.raises(ParamsError, match=r"linear.ranks \[32\] exceed linear.dim 16"):
         resolve("altlora", "tiny", ["linear.ranks=[32]"])
