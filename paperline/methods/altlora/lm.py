@@ -95,6 +95,9 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
         warmup_steps=lm.warmup_steps, weight_decay=cfg.settings.weight_decay, beta1=cfg.settings.betas[0],
         beta2=cfg.settings.betas[1], grad_clip=lm.grad_clip, eval_every=lm.eval_every, eval_windows=lm.eval_windows,
         log_every=lm.log_every, checkpoint_every=lm.checkpoint_every, seed=cfg.seed)
+    # LoRA dropout draws from the global RNG: seeded here, so a run repeats (the model tasks run one
+    # at a time in their gpu slot); a resumed run continues from another RNG state (not bit-exact)
+    torch.manual_seed(cfg.seed)
     result = train_lm(model, train, None, settings, device, checkpoint_path=checkpoint_path,
                       fingerprint={"optimizer": name, "settings": cfg.settings.model_dump(), "lm": lm.model_dump()},
                       progress=progress, description=f"{name} lr {lr:g}", val_batches=target_windows,
