@@ -9,15 +9,12 @@ import shutil
 
 import pytest
 
+from paperline.data.text_corpus import prepare_corpus, read_slice
+from paperline.methods.altlora.adapters import AdapterError
+from paperline.methods.altlora.config import AltLoRAConfig
+from paperline.methods.altlora.lm import adapt_lm, lm_data_version
+from paperline.train.lm_base import ModelDirError
 from tests.conftest import CHECKOUT
-
-pytest.importorskip("paperline.train.lm_base")  # the shared lm-base stage (lead's, on main)
-
-from paperline.data.text_corpus import prepare_corpus, read_slice  # noqa: E402
-from paperline.methods.altlora.adapters import AdapterError  # noqa: E402
-from paperline.methods.altlora.config import AltLoRAConfig  # noqa: E402
-from paperline.methods.altlora.lm import adapt_lm, lm_data_version  # noqa: E402
-from paperline.train.lm_base import ModelDirError  # noqa: E402
 
 GRID = {"lora_adamw": [3e-3], "lora_sgdm": [0.1], "scaledgd": [0.1], "altlora": [0.1], "altlora_plus": [0.03],
         "lora_pro": [3e-3], "full_ft": [3e-3]}
