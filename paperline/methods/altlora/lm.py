@@ -30,25 +30,11 @@ def check_base(lm: LMAdaptConfig) -> dict:
     """The base is a local transformers causal LM whose q/k/v/o-style targets exist and fit the rank,
     checked on an empty (meta-device) copy built from its config: no weights are read here. Returns
     its config as a dict. ModelDirError / AdapterError name the path or the key."""
-    import paperline.nn.causal_lm  # noqa: F401  registers CausalLM with the Auto classes
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from paperline.train.lm_base import causal_lm_skeleton
 
-    from paperline.train.lm_base import ModelDirError
-
-    path = Path(lm.base)
-    if not (path / "config.json").is_file():
-        raise ModelDirError(f"{path}: not a transformers model directory (no config.json)")
-    try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
-    except (ValueError, OSError, KeyError) as err:
-        raise ModelDirError(f"{path}/config.json: not a transformers config ({err})") from None
-    try:
-        with torch.device("meta"):
-            skeleton = AutoModelForCausalLM.from_config(config)
-    except ValueError as err:
-        raise ModelDirError(f"{path}: {config.model_type!r} is not a causal LM ({err})") from None
+    skeleton = causal_lm_skeleton(lm.base)
     check_targets(skeleton, lm.target_modules, lm.rank, where="lm.target_modules")
-    return config.to_dict()
+    return skeleton.config.to_dict()
 
 
 def lm_data_version(lm: LMAdaptConfig) -> str:
