@@ -320,9 +320,14 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float],
             errors.append(err)
             raise
 
-    run_simulation(server_app=server, client_app=CLIENT, num_supernodes=cfg.clients,
-                   backend_config={"client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": 0.0},
-                                   "init_args": {"include_dashboard": False, "log_to_driver": False}})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the server's importance, distillation and evaluation: small matmuls, shared cores
+    try:
+        run_simulation(server_app=server, client_app=CLIENT, num_supernodes=cfg.clients,
+                       backend_config={"client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": 0.0},
+                                       "init_args": {"include_dashboard": False, "log_to_driver": False}})
+    finally:
+        torch.set_num_threads(threads)
     if errors:
         raise errors[0]
     missing = [(m, a) for a in cfg.alphas for m in cfg.methods if (m, a) not in results]
