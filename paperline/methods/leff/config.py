@@ -46,9 +46,11 @@ class LEFFConfig(MethodConfig):
     # Flower simulation
     client_cpus: PositiveInt = 1  # Ray resources per ClientApp: clients run this many-way parallel per core count
     round_timeout_s: float = Field(600.0, gt=0)
-    # fault check: this client raises in this round of every method's run (None: no fault)
+    # fault check: this client fails in this round of every method's run (None: no fault), by
+    # raising in its ClientApp or by killing the process the ClientApp runs in
     fail_client: Annotated[int, Field(ge=0)] | None = None
     fail_round: PositiveInt = 2
+    fail_mode: Literal["raise", "kill"] = "raise"
 
     @model_validator(mode="after")
     def _check(self) -> "LEFFConfig":

@@ -128,6 +128,8 @@ def train(msg: Message, context: Context) -> Message:
     cfg = LEFFConfig.model_validate_json(conf["cfg"])
     method, server_round, partition = str(conf["method"]), int(conf["server-round"]), _partition(context)
     if cfg.fail_client == partition and server_round == cfg.fail_round:
+        if cfg.fail_mode == "kill":  # the ClientApp's process dies mid-round, as a crashed client would
+            os._exit(1)
         raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
     model = CausalLM(CausalLMConfig.from_dict(json.loads(conf["model-config"])))
     if method == "fedlora":
@@ -156,6 +158,7 @@ class MethodRun:
     alpha: float
     initial: dict
     rounds: list[dict] = field(default_factory=list)
+    clients: int = 0  # nodes that answered the capacity query (a client killed earlier does not)
 
     @property
     def final(self) -> dict:
@@ -172,7 +175,8 @@ class MethodRun:
 class FederatedFineTuning(Strategy):
     """One strategy for every method: LEFF (per-client blocks and distilled contexts, layer-wise
     aggregation) and the baselines (the whole global state out, the trained keys back, averaged by
-    D_i). A client whose reply is an error is dropped from the round and recorded."""
+    D_i). A client whose reply is an error (its ClientApp raised, or its process died: Ray's
+    ActorDiedError) is dropped from the round and recorded; a dead node stays out of later runs."""
 
     def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print):
         self.cfg, self.method, self.alpha, self.log = cfg, method, alpha, log
@@ -201,6 +205,7 @@ class FederatedFineTuning(Strategy):
             m = reply.content["metrics"]
             self.nodes[reply.metadata.src_node_id] = {"partition": int(m["partition"]), "capacity": int(m["capacity"]),
                                                       "num-examples": int(m["num-examples"])}
+        self.run.clients = len(self.nodes)
         L = self.model.config.num_layers
         for node in self.nodes.values():
             if node["capacity"] > L:
@@ -246,7 +251,7 @@ class FederatedFineTuning(Strategy):
         for reply in replies:
             node = reply.metadata.src_node_id
             if reply.has_error():
-                dropped.append({"partition": self.nodes[node]["partition"], "reason": reply.error.reason[-300:]})
+                dropped.append({"partition": self.nodes[node]["partition"], "reason": reply.error.reason[:300]})
                 continue
             sent = reply.content["arrays"].to_torch_state_dict()
             plan = self.plans[node]

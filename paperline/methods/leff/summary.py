@@ -23,7 +23,7 @@ def row(run: MethodRun) -> dict:
     """Final test loss/accuracy; per round and client (means over rounds): FLOPs, trained
     parameters, the straggler's wall time and FLOPs, bytes down + up; the dropped clients."""
     clients = [c for r in run.rounds for c in r["clients"]]
-    return {"alpha": run.alpha, "test_loss": run.final["test_loss"], "test_accuracy": run.final["test_accuracy"],
+    return {"alpha": run.alpha, "clients": run.clients, "test_loss": run.final["test_loss"], "test_accuracy": run.final["test_accuracy"],
             "initial_test_loss": run.initial["test_loss"],
             "client_gflops": _mean(c["flops"] / 1e9 for c in clients),
             "max_client_gflops": _mean(max(c["flops"] for c in r["clients"]) / 1e9 for r in run.rounds if r["clients"]),
