@@ -1,0 +1,88 @@
+"""The shared base causal LM of the adaptation methods: a `paperline.nn.causal_lm.CausalLM`
+pretrained with the one LM loop (paperline/train/lm.py) on a text-corpus folder, saved as a plain
+transformers model directory (config.json + model.safetensors) with lm_base.json beside it (the
+record: fingerprint, shape, validation loss; written last, so its presence means the folder is
+complete). A killed training resumes from out/train.pt.
+
+`load_causal_lm` is how every adaptation method opens its base, the embedded one or a paper
+profile's local transformers model directory by path."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from paperline.data.lm_base import RECORD_FILE, TRAIN_STATE_FILE, LMBaseConfig
+from paperline.data.text_corpus import load_corpus
+from paperline.io import DataError, json_digest, read_json, write_json
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+from paperline.train.lm import LMTrainSettings, train_lm
+
+
+class ModelDirError(DataError):
+    """A path given as a model directory is not a local transformers causal LM."""
+
+
+def lm_base_fingerprint(cfg: LMBaseConfig, corpus_fingerprint: str | None) -> str:
+    """What the stage's outputs are made from (out excluded: moving them changes nothing)."""
+    return json_digest({"config": cfg.model_dump(exclude={"out", "threads"}), "corpus": corpus_fingerprint})
+
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
+    """A local transformers causal-LM directory (ours or any AutoModelForCausalLM architecture),
+    never downloaded; ModelDirError naming the path when it is not one."""
+    import paperline.nn.causal_lm  # noqa: F401  registers CausalLM with the Auto classes
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelDirError(f"{path}: not a transformers model directory (no config.json)")
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except (ValueError, OSError, KeyError) as err:
+        raise ModelDirError(f"{path}/config.json: not a transformers config ({err})") from None
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    except ValueError as err:  # an architecture with no causal-LM head (a ViT, an encoder)
+        raise ModelDirError(f"{path}: {config.model_type!r} is not a causal LM ({err})") from None
+    except OSError as err:  # config without weights
+        raise ModelDirError(f"{path}: no loadable weights ({err})") from None
+
+
+def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, progress: bool = False) -> dict:
+    """Pretrain the base on the corpus and write the stage's folder `out`; returns the record."""
+    torch.set_num_threads(cfg.threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(corpus_dir, cfg.block_size)
+    config = CausalLMConfig(vocab_size=corpus.vocab_size, max_position_embeddings=cfg.block_size,
+                            **cfg.shape.model_dump())
+    model = CausalLM.seeded(config, torch.Generator().manual_seed(cfg.seed))
+    settings = LMTrainSettings.from_config(cfg.train, cfg.block_size, cfg.seed)
+    fingerprint = lm_base_fingerprint(cfg, corpus.meta.get("fingerprint"))
+    result = train_lm(model, corpus.train, corpus.val, settings, "cpu", checkpoint_path=out / TRAIN_STATE_FILE,
+                      fingerprint=fingerprint, progress=progress, description="lm-base")
+    for stale in ("config.json", "model.safetensors", RECORD_FILE):
+        (out / stale).unlink(missing_ok=True)
+    model.save_pretrained(out)
+    record = {"fingerprint": fingerprint, "corpus": str(cfg.corpus), "vocab_size": corpus.vocab_size,
+              "shape": cfg.shape.model_dump(), "block_size": cfg.block_size,
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "steps": result["steps"], "tokens_seen": result["tokens_seen"],
+              "val_loss": result["val_loss"], "val_perplexity": math.exp(result["val_loss"]),
+              "train_seconds": result["train_time_s"], "eval_history": result["eval_history"]}
+    (out / TRAIN_STATE_FILE).unlink(missing_ok=True)  # done: a rebuild starts afresh
+    write_json(out / RECORD_FILE, record)  # last: its presence means the folder is complete
+    return record
+
+
+def read_lm_base(folder: str | Path, fingerprint: str | None = None) -> tuple[CausalLM, dict]:
+    """(the model, the record) of a built folder; DataError naming what is missing or stale."""
+    folder = Path(folder)
+    if not (folder / RECORD_FILE).is_file():
+        raise FileNotFoundError(f"{folder}: no {RECORD_FILE} (run `python -m flows run lm-base`)")
+    record = read_json(folder / RECORD_FILE)
+    if fingerprint is not None and record.get("fingerprint") != fingerprint:
+        raise DataError(f"{folder}: built from other lm_base parameters than params.yaml's")
+    return load_causal_lm(folder), record

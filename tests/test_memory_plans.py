@@ -1,0 +1,64 @@
+"""The memory plans of the paper profiles: the accounting on hand-computed cases, and the method
+pages hold what benchmarks/memory_plans.py computes from today's params.yaml (a changed paper
+profile or model makes this fail until `python benchmarks/memory_plans.py --write` is run)."""
+from __future__ import annotations
+
+import pytest
+
+from paperline.memory_plan import GIB, Workload, plan, transformer_activation_bytes
+
+
+def test_states_activations_and_strategy_by_hand():
+    one_b = plan(Workload("1B", trainable=10**9, global_batch=8, micro_batch=8))
+    assert one_b.states_gib * GIB == pytest.approx(16e9)  # 4 + 4 + 8 bytes a trainable parameter
+    assert (one_b.strategy, one_b.devices, one_b.micro_batch, one_b.accumulation) == ("single", 1, 8, 1)
+    frozen = plan(Workload("frozen", trainable=10, frozen=10**9))
+    assert frozen.weights_gib * GIB == pytest.approx(40 + 2e9) and frozen.optimizer_gib * GIB == pytest.approx(80)
+    # 20B under AdamW: 320 GB of states; 126.9 GB usable a device less 10 GB of activations -> 3 shards
+    big = plan(Workload("20B", trainable=20 * 10**9, activation_bytes_per_sample=10e9, micro_batch=4, global_batch=64))
+    assert (big.strategy, big.devices, big.micro_batch, big.accumulation) == ("fsdp", 3, 1, 22)
+    # activations that only fit at a smaller micro-batch: halved until they do, the rest accumulated
+    halved = plan(Workload("act", trainable=10**6, activation_bytes_per_sample=30e9, micro_batch=16, global_batch=16))
+    assert (halved.strategy, halved.micro_batch, halved.accumulation) == ("single", 4, 4)
+    assert plan(Workload("huge", trainable=1, activation_bytes_per_sample=200e9)).strategy == "infeasible"
+    own_state = plan(Workload("sumo-like", trainable=1000, optimizer_state_floats=300))
+    assert own_state.optimizer_gib * GIB == pytest.approx(1200)
+
+
+def test_transformer_activation_formula():
+    # Korthikanti et al.: 34·s·b·h bytes a layer with fused attention; the head's logits 10·s·V
+    assert transformer_activation_bytes(1024, 768, 12, 50304) == 12 * 34 * 1024 * 768 + 10 * 1024 * 50304
+    assert transformer_activation_bytes(8, 4, 3, 5, checkpointing=True) == 3 * 2 * 8 * 4 + 34 * 8 * 4 + 10 * 8 * 5
+
+
+def test_the_method_pages_hold_the_computed_plans():
+    from benchmarks.memory_plans import PLANS, page_block
+    from tests.conftest import CHECKOUT
+
+    for method in PLANS:
+        page = (CHECKOUT / "docs" / "methods" / f"{method}.md").read_text()
+        assert page_block(method) in page, f"docs/methods/{method}.md: run python benchmarks/memory_plans.py --write"
+
+
+def test_gpu_check_rehearses_on_cpu_and_refuses_a_missing_gpu(tmp_path, capsys):
+    """The GPU check's code path at toy scale on CPU (the real run needs a GPU: its figures are
+    committed under benchmarks/results/ when a session had one)."""
+    import json
+
+    import torch
+
+    from benchmarks.gpu_check import main
+
+    assert main(["--device", "cpu", "--scale", "0.02", "--steps", "1", "--warmup", "0",
+                 "--only", "model_shapley", "star", "--out", str(tmp_path)]) == 0
+    [result] = [json.loads(p.read_text()) for p in tmp_path.glob("gpu_check_*.json")]
+    assert set(result["workloads"]) == {"model_shapley/lm", "star/sac_update"}
+    for row in result["workloads"].values():
+        assert row["flops_per_step"] > 0 and row["step_s"] > 0 and row["mfu"] is None  # no peak known for a CPU
+    assert "| model_shapley/lm |" in next(tmp_path.glob("gpu_check_*.md")).read_text()
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            main(["--device", "cuda", "--out", str(tmp_path)])
+        assert "no CUDA device is visible" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--only", "no_such_method", "--out", str(tmp_path)])
