@@ -325,6 +325,7 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float],
             errors.append(err)
             raise
 
+    # Flower's Ray backend hands the workers this process's sys.path: they import the same paperline
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the server's importance, distillation and evaluation: small matmuls, shared cores
     try:
