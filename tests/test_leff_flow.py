@@ -63,3 +63,20 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
     with pytest.raises(Exception, match="no_such_model"):
         data_version(LEFFConfig(model=str(tmp_path / "no_such_model"), corpus=str(tmp_path)))
     assert torch.is_tensor(base.embed_tokens.weight)
+
+
+def test_a_killed_flow_keeps_its_finished_runs(tmp_path, monkeypatch):
+    """Each finished (α, method) run is saved; a rerun keeps the complete ones and redoes the rest."""
+    from paperline.methods.leff.config import LEFFConfig
+    from paperline.methods.leff.fed import MethodRun
+    from tasks.leff import _saved
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = LEFFConfig(methods=["fedavg", "leff_importance"], rounds=2)
+    done = MethodRun("fedavg", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}, {"round": 2}], clients=8)
+    partial = MethodRun("leff_importance", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}], clients=8)
+    for run in (done, partial):
+        path = tmp_path / "models" / "leff" / run.method / "run.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(run.to_dict()))
+    assert _saved(cfg) == {("fedavg", 0.1): done}
