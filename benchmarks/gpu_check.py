@@ -187,24 +187,32 @@ def model_shapley_lm(device, scale):
                      seq=scaled(cfg.block_size, scale, 8), batch=scaled(cfg.train.batch_size, scale))
 
 
+def public_config(kind: str):
+    """(transformers config, model class) of the public models the paper profiles name, from their
+    published config.json (random weights here: nothing is downloaded)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if kind == "qwen2.5-7b":  # QFFT's base, Qwen2.5-7B-Instruct
+        return Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                           num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+                           rope_theta=1e6, tie_word_embeddings=False), Qwen2ForCausalLM
+    if kind == "llama-3.2-3b":  # Influence Distillation's
+        return LlamaConfig(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                           num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=131072,
+                           rope_theta=5e5, tie_word_embeddings=True), LlamaForCausalLM
+    raise KeyError(kind)
+
+
 def hf_truncated(kind: str, depth_cap: int):
     """A public architecture at its published width, `depth_cap` layers, random weights."""
     def setup(device, scale):
-        from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-        if kind == "qwen2.5-7b":  # QFFT's base (Qwen2.5-7B-Instruct's config.json)
-            full_layers, seq, batch = 28, 16384, 1  # the paper's cutoff; batch 8 by accumulation
-            config = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-                                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-                                 rope_theta=1e6, tie_word_embeddings=False)
-            cls = Qwen2ForCausalLM
-        else:  # Influence Distillation's Llama-3.2-3B
+        config, cls = public_config(kind)
+        full_layers = config.num_hidden_layers
+        if kind == "qwen2.5-7b":
+            seq, batch = paper_config("qfft").cutoff, 1  # the paper's cutoff; batch 8 by accumulation
+        else:
             cfg = paper_config("influence_distillation")
-            full_layers, seq, batch = 28, cfg.max_length, cfg.micro_batch_size
-            config = LlamaConfig(vocab_size=128256, hidden_size=3072, intermediate_size=8192,
-                                 num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=131072,
-                                 rope_theta=5e5, tie_word_embeddings=True)
-            cls = LlamaForCausalLM
+            seq, batch = cfg.max_length, cfg.micro_batch_size
         config.num_hidden_layers = max(1, min(depth_cap, full_layers))
         config._attn_implementation = "sdpa"
         if scale < 1:

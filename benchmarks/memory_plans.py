@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu_check import paper_config  # noqa: E402  the paper profiles, validated
+from benchmarks.gpu_check import paper_config, public_config  # noqa: E402  the paper profiles, validated
 from paperline.memory_plan import Plan, Workload, markdown, plan, transformer_activation_bytes  # noqa: E402
 
 START, END = "<!-- memory-plan:start -->", "<!-- memory-plan:end -->"
@@ -101,16 +101,7 @@ def memory_decoder() -> list[Workload]:
 
 
 def hf_model(kind: str):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    if kind == "qwen2.5-7b":
-        config = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                             num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)
-        cls = Qwen2ForCausalLM
-    else:
-        config = LlamaConfig(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
-                             num_attention_heads=24, num_key_value_heads=8, tie_word_embeddings=True)
-        cls = LlamaForCausalLM
+    config, cls = public_config(kind)
     with torch.device("meta"):
         return cls(config)
 

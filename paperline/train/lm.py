@@ -3,7 +3,10 @@ pretraining): AdamW (or the caller's optimizer) with linear warmup and a cosine 
 gradient clipping, random next-token windows from a token array (nanoGPT's sampling) or the
 caller's batches, gradient accumulation over micro-batches, periodic validation on fixed windows,
 a checkpoint every `checkpoint_every` steps that a killed run resumes from exactly (model,
-optimizer, sampler state), a tqdm bar. Tracking stays outside: `on_log(step, metrics)` is called
+optimizer, sampler state), a tqdm bar; on one device or, given a Lightning `fabric`
+(paperline/train/distributed.py), data-parallel over its processes (DDP, FSDP; bf16 by its
+precision): each process draws the same global batch and trains on its share of the rows, so the
+loss curve is the one-process curve at the same global batch. Tracking stays outside: `on_log(step, metrics)` is called
 at every log and eval step (the tasks forward it to MLflow)."""
 from __future__ import annotations
 
@@ -99,7 +102,7 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
              sample_batch: Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]] | None = None,
              val_batches: tuple[torch.Tensor, torch.Tensor] | None = None,
              optimizer_factory: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None,
-             stop_on_divergence: bool = False) -> dict:
+             stop_on_divergence: bool = False, fabric=None) -> dict:
     """Train `model` (a CausalLM) for s.steps; returns history and final validation loss/perplexity.
 
     By default batches are random windows of `train_tokens` and validation uses fixed windows of
@@ -109,9 +112,15 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
     A sampler that reads a stream (SUMO's C4) has state_dict / load_state_dict: the checkpoint
     keeps where it stands. `optimizer_factory(model)` replaces make_optimizer's AdamW; every group
     follows the schedule scaled to its own starting lr (lr_at × group lr / s.lr). A non-finite loss
-    raises, or with `stop_on_divergence` (lr sweeps) ends training: `diverged`, no validation."""
+    raises, or with `stop_on_divergence` (lr sweeps) ends training: `diverged`, no validation.
+    With `fabric`, `device` is the fabric's, rank 0 alone writes the checkpoint (every rank resumes
+    from it) and shows the bar, and the logged loss is the mean over the processes."""
     from tqdm.auto import tqdm
 
+    from paperline.train.distributed import shard_rows
+
+    rank, world = (fabric.global_rank, fabric.world_size) if fabric is not None else (0, 1)
+    device = fabric.device if fabric is not None else device
     model.to(device).train()
     optimizer = optimizer_factory(model) if optimizer_factory else make_optimizer(model, s)
     for group in optimizer.param_groups:
@@ -127,27 +136,40 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
     if hasattr(sample_batch, "state_dict"):
         state["sampler"] = sample_batch
     run = Resumable(checkpoint_path, fingerprint, s.checkpoint_every, **state)
+    trained, trained_optimizer = fabric.setup(model, optimizer) if fabric is not None else (model, optimizer)
     record = run.resume() or {"step": 0, "history": {"step": [], "train_loss": [], "lr": []},
                               "eval_history": {"step": [], "val_loss": []}}
     history, eval_history = record["history"], record["eval_history"]
     diverged = False
 
     bar = tqdm(range(record["step"], s.steps), initial=record["step"], total=s.steps, desc=description,
-               disable=not progress, leave=False)
+               disable=not progress or rank != 0, leave=False)
     for step in bar:
         lr = lr_at(step, s)
         for group in optimizer.param_groups:
             group["lr"] = lr * (group["initial_lr"] / s.lr)
         optimizer.zero_grad(set_to_none=True)
         loss = 0.0
-        for _ in range(s.micro_batches):
-            x, y = sample_batch(generator)
-            micro_loss = model(x.to(device), labels=y.to(device)).loss / s.micro_batches
-            micro_loss.backward()
+        for micro in range(s.micro_batches):
+            x, y = sample_batch(generator)  # the global batch, the same draw on every process
+            if world > 1:
+                x, y = shard_rows(x, rank, world), shard_rows(y, rank, world)
+            if fabric is None:
+                micro_loss = model(x.to(device), labels=y.to(device)).loss / s.micro_batches
+                micro_loss.backward()
+            else:  # gradients are averaged over the processes at the last micro-batch's backward
+                with fabric.no_backward_sync(trained, enabled=micro < s.micro_batches - 1):
+                    micro_loss = trained(x.to(device), labels=y.to(device)).loss / s.micro_batches
+                    fabric.backward(micro_loss)
             loss += micro_loss.item()
+        if world > 1:
+            loss = float(fabric.all_reduce(torch.tensor(loss, device=device), reduce_op="mean"))
         if s.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
-        optimizer.step()
+            if fabric is None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+            else:
+                fabric.clip_gradients(trained, trained_optimizer, max_norm=s.grad_clip, error_if_nonfinite=False)
+        trained_optimizer.step()
         done = record["step"] = step + 1
         if not math.isfinite(loss):
             if not stop_on_divergence:
@@ -162,18 +184,18 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
             if on_log:
                 on_log(done, {"train_loss": loss, "lr": lr})
         if done % s.eval_every == 0 or done == s.steps:
-            val = evaluate(model, windows, s.batch_size, device)
+            val = evaluate(trained, windows, s.batch_size, device)
             eval_history["step"].append(done)
             eval_history["val_loss"].append(val)
             if on_log:
                 on_log(done, {"val_loss": val})
-        if run.due(done, s.steps):
+        if run.due(done, s.steps) and rank == 0:
             run.save(record)
     bar.close()
     if diverged:
         val_loss = None
     else:
-        val_loss = eval_history["val_loss"][-1] if eval_history["val_loss"] else evaluate(model, windows, s.batch_size, device)
+        val_loss = eval_history["val_loss"][-1] if eval_history["val_loss"] else evaluate(trained, windows, s.batch_size, device)
     return {"history": history, "eval_history": eval_history, "val_loss": val_loss,
             "val_perplexity": None if val_loss is None else math.exp(val_loss), "train_time_s": run.elapsed(),
             "tokens_seen": record["step"] * s.micro_batches * s.batch_size * s.block_size,

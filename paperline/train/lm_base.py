@@ -29,9 +29,10 @@ def lm_base_fingerprint(cfg: LMBaseConfig, corpus_fingerprint: str | None) -> st
     return json_digest({"config": cfg.model_dump(exclude={"out", "threads"}), "corpus": corpus_fingerprint})
 
 
-def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
-    """A local transformers causal-LM directory (ours or any AutoModelForCausalLM architecture),
-    never downloaded; ModelDirError naming the path when it is not one."""
+def causal_lm_skeleton(path: str | Path) -> torch.nn.Module:
+    """An empty (meta-device) copy of a local transformers causal-LM directory's model, built from
+    its config.json alone: what to check target modules and shapes on before any weight is read.
+    ModelDirError naming the path when the folder is not a causal LM."""
     import paperline.nn.causal_lm  # noqa: F401  registers CausalLM with the Auto classes
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -43,9 +44,20 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
     except (ValueError, OSError, KeyError) as err:
         raise ModelDirError(f"{path}/config.json: not a transformers config ({err})") from None
     try:
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config)
     except ValueError as err:  # an architecture with no causal-LM head (a ViT, an encoder)
         raise ModelDirError(f"{path}: {config.model_type!r} is not a causal LM ({err})") from None
+
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
+    """A local transformers causal-LM directory (ours or any AutoModelForCausalLM architecture),
+    never downloaded; ModelDirError naming the path when it is not one."""
+    from transformers import AutoModelForCausalLM
+
+    causal_lm_skeleton(path)
+    try:
+        return AutoModelForCausalLM.from_pretrained(Path(path), local_files_only=True, dtype=dtype)
     except OSError as err:  # config without weights
         raise ModelDirError(f"{path}: no loadable weights ({err})") from None
 

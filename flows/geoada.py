@@ -1,0 +1,23 @@
+"""GeoAda: SE(3)-equivariant adapters for a pretrained geometric diffusion model. A GeoTDM-style
+EGTN is pretrained on frame-conditioned N-body forecasting, then fine-tuned to frame and global
+control by GeoAda and by the paper's baselines (full fine-tuning, PARTIAL-k, MLP-k, GPF), against
+the frozen base and a non-equivariant ControlNet (one MLflow child each). The trajectories come
+from the nbody prep stage."""
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.skeleton import method_run
+from tasks.geoada import METHOD, data, data_config, finetune, pretrain, report
+from tasks.runners import submit_gpu
+
+
+@flow(name="geoada", log_prints=True)
+def geoada_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
+    source = data_config(profile)  # the data's parameters are part of the run's identity
+    with method_run(METHOD, profile, overrides, data=lambda cfg: data(cfg, source),
+                    run_config=lambda cfg: cfg.model_dump() | {"nbody": source.model_dump()}) as run:
+        base = submit_gpu(pretrain, run.cfg, run.data, run.context).result()
+        futures = [submit_gpu(finetune, run.cfg, control, run.data, base, run.context) for control in run.cfg.controls]
+        results = [result for future in futures for result in future.result()]
+        return run.publish(report.submit(run.cfg, results, base, run.data, run.context))

@@ -1,0 +1,96 @@
+"""LM adaptation (issue 21): the shared Shakespeare base (`lm-base`, or a paper profile's local
+transformers causal LM by path) adapted to a second public-domain text, by peft's LoRA on the
+attention projections (r = 8 on q/k/v/o) under each optimizer, or by full fine-tuning.
+
+The second text is a committed slice of the King James Bible (data/raw/kjv, hash-checked like the
+Shakespeare slice; SOURCE.md says how it was made): the `bible-kjv` Debian package is not
+installable here without root, its .debs were on disk. Chapters are documents; a seeded share of
+them is held out. It is tokenized with the base's own tokenizer (the corpus folder's byte-level BPE),
+so the base reads it unchanged. Training is the one LM loop (paperline/train/lm.py: warm-up then
+cosine, gradient clipping, a resumable checkpoint) with the optimizer swapped in; reported: the
+held-out loss on the target text (the adaptation), on the base's held-out Shakespeare (what was
+forgotten), and both for the base before adaptation."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from paperline.data.text_corpus import encode, load_corpus, read_slice, split_documents
+from paperline.io import json_digest, read_json, sha256_file
+from paperline.methods.altlora.adapters import (add_lora, check_targets, expected_state_floats, make_optimizer,
+                                                trainable)
+from paperline.methods.altlora.config import AltLoRAConfig, LMAdaptConfig, OptimizerName
+from paperline.optim.altlora import lora_pairs
+from paperline.train.lm import LMTrainSettings, evaluate, train_lm, validation_windows
+
+
+def check_base(lm: LMAdaptConfig) -> dict:
+    """The base is a local transformers causal LM whose q/k/v/o-style targets exist and fit the rank,
+    checked on an empty (meta-device) copy built from its config: no weights are read here. Returns
+    its config as a dict. ModelDirError / AdapterError name the path or the key."""
+    from paperline.train.lm_base import causal_lm_skeleton
+
+    skeleton = causal_lm_skeleton(lm.base)
+    check_targets(skeleton, lm.target_modules, lm.rank, where="lm.target_modules")
+    return skeleton.config.to_dict()
+
+
+def lm_data_version(lm: LMAdaptConfig) -> str:
+    """Every input checked before training (base, corpus, target text); the version names them."""
+    config = check_base(lm)
+    corpus = load_corpus(lm.corpus, lm.block_size, config.get("vocab_size"))
+    target = read_slice(lm.target_text, speeches_per_document=1)
+    split_documents(target, lm.val_fraction, 0)  # at least two documents
+    base = Path(lm.base)
+    record = base / "lm_base.json"
+    return "sha256:" + json_digest({
+        "base": read_json(record)["fingerprint"] if record.is_file() else sha256_file(base / "config.json"),
+        "corpus": corpus.meta.get("fingerprint"), "target": sha256_file(Path(lm.target_text) / "SHA256SUMS")})
+
+
+def target_tokens(lm: LMAdaptConfig, tokenizer, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) token arrays of the target text: whole chapters held out, seeded."""
+    train_docs, val_docs = split_documents(read_slice(lm.target_text, speeches_per_document=1), lm.val_fraction, seed)
+    return encode(tokenizer, train_docs), encode(tokenizer, val_docs)
+
+
+def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpoint_path: str | Path | None = None,
+             progress: bool = False) -> dict:
+    """Adapt the base with optimizer `name` at `lr`; a non-finite loss ends the run as diverged."""
+    from paperline.train.lm_base import load_causal_lm
+
+    lm = cfg.lm
+    model = load_causal_lm(lm.base)
+    corpus = load_corpus(lm.corpus, lm.block_size, model.config.vocab_size)
+    train, val = target_tokens(lm, corpus.tokenizer(), cfg.seed)
+    target_windows = validation_windows(val, lm.block_size, lm.eval_windows)
+    source_windows = validation_windows(corpus.val, lm.block_size, lm.eval_windows)
+    model.to(device)
+    base_target, base_source = (evaluate(model, w, lm.batch_size, device) for w in (target_windows, source_windows))
+    if name == "full_ft":
+        model.requires_grad_(True)
+    else:
+        model.requires_grad_(False)
+        with torch.random.fork_rng(devices=[]):  # peft's A draws from the global RNG
+            torch.manual_seed(cfg.seed)
+            model = add_lora(model, lm.target_modules, lm.rank, lm.alpha, lm.dropout, where="lm.target_modules")
+    settings = LMTrainSettings(
+        steps=lm.steps, batch_size=lm.batch_size, block_size=lm.block_size, lr=lr, min_lr=lm.min_lr_ratio * lr,
+        warmup_steps=lm.warmup_steps, weight_decay=cfg.settings.weight_decay, beta1=cfg.settings.betas[0],
+        beta2=cfg.settings.betas[1], grad_clip=lm.grad_clip, eval_every=lm.eval_every, eval_windows=lm.eval_windows,
+        log_every=lm.log_every, checkpoint_every=lm.checkpoint_every, seed=cfg.seed)
+    # LoRA dropout draws from the global RNG: seeded here, so a run repeats (the model tasks run one
+    # at a time in their gpu slot); a resumed run continues from another RNG state (not bit-exact)
+    torch.manual_seed(cfg.seed)
+    result = train_lm(model, train, None, settings, device, checkpoint_path=checkpoint_path,
+                      fingerprint={"optimizer": name, "settings": cfg.settings.model_dump(), "lm": lm.model_dump()},
+                      progress=progress, description=f"{name} lr {lr:g}", val_batches=target_windows,
+                      optimizer_factory=lambda m: make_optimizer(name, m, lr, cfg.settings), stop_on_divergence=True)
+    source = None if result["diverged"] else evaluate(model, source_windows, lm.batch_size, device)
+    return result | {"optimizer": name, "lr": lr, "source_val_loss": source, "base_target_val_loss": base_target,
+                     "base_source_val_loss": base_source, "state_floats": expected_state_floats(name, model),
+                     # both factors (the alternation freezes one at a time)
+                     "trainable_params": sum(p.numel() for p in trainable(model)) if name == "full_ft" else
+                     sum(p.A.numel() + p.B.numel() for p in lora_pairs(model))}

@@ -1,0 +1,267 @@
+"""GeoAda and the fine-tuning baselines around a pretrained EGTN.
+
+Every variant is a module with one call, `model(cond, noisy, t, charges, edges, control, original)`:
+`cond` the new task's conditioning frames (centred), `control` the global control (B,) or None;
+`original=True` runs the original task (the base's own conditioning window, no control): what
+forgetting is measured on.
+
+Control types and their coupling operators C (how the control enters a graph), spec (b) [I]:
+- frame control: more conditioning frames than the base was pretrained on (15 → 20 after 10 → 20):
+  C concatenates the given frames along time (the base's own input format, longer);
+- global control: an invariant global vector c (here the log interaction strength): C adds
+  MLP(c̃) to every node's h after the input embedding (spec (f): h′ = h + MLP(c̃)).
+The decoupling operator D removes what C added: the extra leading frames (frame control); nothing
+for global control (it added no nodes or frames).
+
+GeoAda [I, following spec (b) and its update (f)]: the base is frozen. A control stream runs the
+coupled graph through the network, with the selected blocks (the first of every K consecutive
+blocks: 0, K, 2K, …) replaced by trainable copies and the unselected ones the frozen originals
+(the stream is independent of the frozen one after C, as ControlNet's encoder copy is). After each
+selected block ℓ the copy's output, decoupled, enters the frozen stream through an equivariant
+zero-initialised "convolution": Δh = ϕ_h ⊙ h′ and Δx = ϕ_x·(x′ − x′_in) (the copy's coordinate
+update; update (f)'s literal x′ − x̄′, the centre of mass, is the option `adapter_x: com`, see
+EquivariantZeroConv), ϕ_x a scalar and ϕ_h an H-vector, both 0 at init (update (f)): added to
+the frozen block's (h, x). At init the model equals the base; switching the adapter off restores
+it exactly at any time; Δx is rotation-equivariant and translation-invariant, Δh invariant, so the
+adapted model keeps the base's SE(3) equivariance.
+
+The non-equivariant ControlNet ablation: the same control stream, but its zero-initialised layers
+are ordinary linear maps over the channels [h′, x′] (raw coordinates as three channels), as a
+ControlNet on images would apply them: exact at init, not equivariant once trained.
+
+Baselines (the paper's, update (f)): full fine-tuning; PARTIAL-k (the last k blocks trainable);
+MLP-k (a k-block EGTN head on the frozen base's output, gated by a zero-initialised ϕ so it starts
+at the base); GPF (a learnable prompt vector added to every node's embedded h, zero at init); and
+the frozen base. Each baseline gets the coupled input on its single stream (the longer window; the
+global embedding added to h, its last layer zero so the start is the base).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from paperline.methods.geoada.config import VARIANTS, Control
+from paperline.methods.geoada.egtn import EGTN, Block, mlp
+
+
+class GlobalEmbedding(nn.Module):
+    """c̃ = log strength → MLP → (B, 1, 1, H), added to h; last layer zero-initialised."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.net = mlp(1, hidden, hidden)
+        nn.init.zeros_(self.net[-1].weight)
+        nn.init.zeros_(self.net[-1].bias)
+
+    def forward(self, control: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.log(control)[:, None].to(self.net[0].weight.dtype))[:, None, None]
+
+
+def freeze(module: nn.Module) -> nn.Module:
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+def trainable_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+class Variant(nn.Module):
+    def __init__(self, base: EGTN, control: Control, base_cond: int):
+        super().__init__()
+        self.base, self.control_type, self.base_cond = base, control, base_cond
+        self.global_embed = GlobalEmbedding(base.hidden) if control == "global" else None
+
+    def base_view(self, cond: torch.Tensor) -> torch.Tensor:
+        return cond[:, -self.base_cond:]
+
+    def shift(self, control: torch.Tensor | None, original: bool) -> torch.Tensor | None:
+        return None if original or self.global_embed is None else self.global_embed(control)
+
+    def coupled_cond(self, cond: torch.Tensor, original: bool) -> torch.Tensor:
+        return self.base_view(cond) if original else cond
+
+
+class Frozen(Variant):
+    """The pretrained base as it is: its own window, no control."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int):
+        super().__init__(freeze(base), control, base_cond)
+        self.global_embed = None
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        return self.base(self.base_view(cond), noisy, charges, edges, t)
+
+
+class FullFT(Variant):
+    """Every parameter trains (PARTIAL-k: only the last k blocks and the control embedding)."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int, last_k: int | None = None):
+        super().__init__(base, control, base_cond)
+        if last_k is not None:
+            freeze(self.base)
+            for block in self.base.blocks[len(self.base.blocks) - last_k:]:
+                for p in block.parameters():
+                    p.requires_grad_(True)
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        return self.base(self.coupled_cond(cond, original), noisy, charges, edges, t,
+                         h_shift=self.shift(control, original))
+
+
+class MLPHead(Variant):
+    """MLP-k: k EGTN blocks on the frozen base's final (h, x); x ← x + ϕ·(x_head − x), ϕ = 0 at init."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int, k: int):
+        super().__init__(freeze(base), control, base_cond)
+        self.head = nn.ModuleList(Block(base.hidden) for _ in range(k))
+        self.gate = nn.Parameter(torch.zeros(()))
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        cond = self.coupled_cond(cond, original)
+        _, h, x, x_in = self.base(cond, noisy, charges, edges, t, h_shift=self.shift(control, original),
+                                  return_state=True)
+        h2, x2 = h, x
+        for block in self.head:
+            h2, x2 = block(h2, x2, edges)
+        x = x + self.gate * (x2 - x)
+        return (x - x_in)[:, cond.shape[1]:]
+
+
+class GPF(Variant):
+    """GPF: a prompt vector p added to every node's embedded h of the frozen base, p = 0 at init."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int):
+        super().__init__(freeze(base), control, base_cond)
+        self.prompt = nn.Parameter(torch.zeros(base.hidden))
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        shift = self.shift(control, original)
+        shift = self.prompt if shift is None else shift + self.prompt
+        return self.base(self.coupled_cond(cond, original), noisy, charges, edges, t, h_shift=shift)
+
+
+class EquivariantZeroConv(nn.Module):
+    """Δh = ϕ_h ⊙ h′ and, `form` "com", Δx = ϕ_x·(x′ − x̄′) (update (f) read literally [I]: x̄′ the
+    centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's own
+    coordinate update at this block [I, a deviation]: with "com" ϕ_x dilates each frame's whole
+    configuration about its centre of mass, which measured ADE 0.72 against the base's 0.35 after
+    fine-tuning at smoke scale (docs/methods/geoada.md); both are rotation-equivariant and
+    translation-invariant. ϕ_x, ϕ_h zero at init."""
+
+    def __init__(self, hidden: int, form: str = "update"):
+        super().__init__()
+        self.form = form
+        self.phi_x = nn.Parameter(torch.zeros(()))
+        self.phi_h = nn.Parameter(torch.zeros(hidden))
+
+    def forward(self, h: torch.Tensor, x: torch.Tensor, x_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        source = x - (x.mean(dim=2, keepdim=True) if self.form == "com" else x_in)
+        return self.phi_h * h, self.phi_x * source
+
+
+class LinearZeroConv(nn.Module):
+    """ControlNet's zero convolution as on images: linear over the channels [h′, x′], zero at init
+    (raw coordinates are channels: neither rotation- nor translation-equivariant once trained)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.to_h, self.to_x = nn.Linear(hidden + 3, hidden), nn.Linear(hidden + 3, 3)
+        for layer in (self.to_h, self.to_x):
+            nn.init.zeros_(layer.weight)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, h: torch.Tensor, x: torch.Tensor, x_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        channels = torch.cat([h, x], dim=-1)
+        return self.to_h(channels), self.to_x(channels)
+
+
+class GeoAda(Variant):
+    """The frozen base plus a control stream of trainable copies (see the module docstring);
+    `equivariant=False` is the ControlNet ablation. `enabled = False` switches the adapter off."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int, every: int, equivariant: bool = True,
+                 x_form: str = "update"):
+        super().__init__(freeze(base), control, base_cond)
+        self.selected = list(range(0, len(base.blocks), every))  # the first of every K blocks
+        self.copies = nn.ModuleDict({str(i): copy.deepcopy(base.blocks[i]) for i in self.selected})
+        for p in self.copies.parameters():
+            p.requires_grad_(True)
+        self.zero = nn.ModuleDict({str(i): EquivariantZeroConv(base.hidden, x_form) if equivariant
+                                   else LinearZeroConv(base.hidden) for i in self.selected})
+        self.enabled = True
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        main_cond = self.base_view(cond)
+        if original or not self.enabled:
+            return self.base(main_cond, noisy, charges, edges, t)
+        h, x_in = self.base.embed_input(main_cond, noisy, charges, t)
+        hc, xc = self.base.embed_input(cond, noisy, charges, t)  # C: the longer window (frame control)
+        shift = self.shift(control, original)
+        if shift is not None:
+            hc = hc + shift  # C: h′ = h + MLP(c̃) (global control)
+        x, frames = x_in, x_in.shape[1]
+        for i, block in enumerate(self.base.blocks):
+            h, x = block(h, x, edges)
+            if i > self.selected[-1]:
+                continue  # the control stream ends at the last selected block
+            key, xc_in = str(i), xc
+            hc, xc = (self.copies[key] if key in self.copies else block)(hc, xc, edges)
+            if key in self.copies:
+                dh, dx = self.zero[key](hc[:, -frames:], xc[:, -frames:], xc_in[:, -frames:])  # D: drop added frames
+                h, x = h + dh, x + dx
+        return (x - x_in)[:, main_cond.shape[1]:]
+
+
+def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
+                  head_blocks: int = 1, x_form: str = "update") -> Variant:
+    """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
+    base = copy.deepcopy(base)
+    dtype = next(base.parameters()).dtype
+    if name == "frozen":
+        return Frozen(base, control, base_cond)
+    if name == "full_ft":
+        return FullFT(base, control, base_cond).to(dtype)
+    if name == "partial_k":
+        return FullFT(base, control, base_cond, last_k=last_k).to(dtype)
+    if name == "mlp_k":
+        return MLPHead(base, control, base_cond, head_blocks).to(dtype)
+    if name == "gpf":
+        return GPF(base, control, base_cond).to(dtype)
+    if name in ("geoada", "controlnet"):
+        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada", x_form=x_form).to(dtype)
+    raise ValueError(f"unknown variant {name!r} (one of {', '.join(VARIANTS)})")
+
+
+def random_rotation(generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+    """A uniformly random proper rotation (det +1) via QR."""
+    q, r = torch.linalg.qr(torch.randn(3, 3, generator=generator, dtype=dtype))
+    q = q * torch.sign(torch.diagonal(r))
+    if torch.det(q) < 0:
+        q[:, 0] = -q[:, 0]
+    return q
+
+
+@torch.no_grad()
+def equivariance_error(model: nn.Module, cond: torch.Tensor, noisy: torch.Tensor, t: torch.Tensor,
+                       charges: torch.Tensor, edges: torch.Tensor, control: torch.Tensor | None = None,
+                       seed: int = 0, dtype=torch.float64) -> float:
+    """max |ε̂(Qc + b, Qd) − Q ε̂(c, d)| / max |ε̂(c, d)| under a random rotation Q and translation b of
+    the conditioning frames c (the noisy displacements d rotate and do not translate), in `dtype`
+    (the model is copied and cast)."""
+    generator = torch.Generator().manual_seed(seed)
+    model = copy.deepcopy(model).to(dtype)
+    cond, noisy = cond.to(dtype), noisy.to(dtype)
+    charges, edges = charges.to(dtype), edges.to(dtype)
+    control = None if control is None else control.to(dtype)
+    Q = random_rotation(generator, dtype)
+    b = torch.randn(3, generator=generator, dtype=dtype) * 3
+    eps = model(cond, noisy, t, charges, edges, control)
+    eps_moved = model(cond @ Q.T + b, noisy @ Q.T, t, charges, edges, control)
+    return float((eps_moved - eps @ Q.T).abs().max() / eps.abs().max().clamp_min(1e-30))
+
+
+__all__ = ["VARIANTS", "GeoAda", "build_variant", "equivariance_error", "trainable_parameters"]

@@ -1,0 +1,107 @@
+"""The GeoAda experiment's steps as plain functions (tasks/geoada.py wraps them): read the nbody
+stage's splits as the tasks' windows, pretrain the base on frame-conditioned forecasting, then
+fine-tune one variant on one control type and measure it (new task, original task, trainable
+parameters, equivariance error, training time)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, load_split
+from paperline.methods.geoada.adapters import build_variant, equivariance_error
+from paperline.methods.geoada.config import GeoAdaConfig
+from paperline.methods.geoada.egtn import EGTN, Schedule
+from paperline.methods.geoada.train import TrainResult, Windows, evaluate, train, windows
+
+
+def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
+    """The windows every task reads, checked (NBodyError names the file and field):
+    original_train/original_test (pretraining, cond_frames → horizon), frame_train/frame_test
+    (frame control: the same regime, frame_control_frames given; its test trajectories are the
+    original test's), global_train/global_test (global control: other interaction strengths, the
+    strength given)."""
+    need, n = cfg.frames_needed, cfg.eval_trajectories
+    train_set = load_split(folder, "train", PRETRAIN_SUFFIX, need)
+    test_set = load_split(folder, "test", PRETRAIN_SUFFIX, need)
+    out = {"original_train": windows(train_set, cfg.cond_frames, cfg.horizon),
+           "original_test": windows(test_set, cfg.cond_frames, cfg.horizon, n)}
+    if "frame" in cfg.controls:
+        out["frame_train"] = windows(load_split(folder, FINETUNE_SPLIT, PRETRAIN_SUFFIX, need),
+                                     cfg.frame_control_frames, cfg.horizon)
+        out["frame_test"] = windows(test_set, cfg.frame_control_frames, cfg.horizon, n)
+    if "global" in cfg.controls:
+        out["global_train"] = windows(load_split(folder, "train", GLOBAL_SUFFIX, need, control=True),
+                                      cfg.cond_frames, cfg.horizon)
+        out["global_test"] = windows(load_split(folder, "test", GLOBAL_SUFFIX, need, control=True),
+                                     cfg.cond_frames, cfg.horizon, n)
+    return out
+
+
+def make_base(cfg: GeoAdaConfig) -> EGTN:
+    return EGTN(cfg.shape.hidden, cfg.shape.blocks, cfg.shape.time_dim, cfg.diffusion_steps, cfg.displacement_scale)
+
+
+def pretrain_base(cfg: GeoAdaConfig, data: dict[str, Windows], checkpoint: Path | None, fingerprint: str,
+                  progress: bool = False) -> tuple[EGTN, TrainResult]:
+    torch.manual_seed(cfg.seed)
+    base = make_base(cfg)
+    model = build_variant("full_ft", base, "frame", cfg.cond_frames)  # the base's own window, no control
+    result = train(model, data["original_train"], Schedule.linear(cfg.diffusion_steps), cfg.pretrain.steps,
+                   cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.seed, checkpoint, fingerprint,
+                   cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
+    return model.base, result
+
+
+@dataclass
+class VariantResult:
+    control: str
+    variant: str
+    new_task: dict[str, float]
+    original_task: dict[str, float] | None  # None: the model on the original task is the base itself
+    trainable: int
+    train_seconds: float
+    equivariance_error: float
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, data: dict[str, Windows],
+                     checkpoint: Path | None, fingerprint: str, progress: bool = False) -> VariantResult:
+    """Fine-tune `variant` on `control`'s training set; its new-task and original-task ADE/FDE, with
+    the same sampling seed for every variant (the same noise, so rows differ by the model only).
+    The original task runs each model as fine-tuning left it, its control input off (coupling
+    off); GeoAda and the ControlNet switch their adapter off, so theirs is the base's, exactly
+    (tests/methods/test_geoada_adapters.py), and the frozen base is the base: those three report
+    None here and the summary fills in the base's figures."""
+    torch.manual_seed(cfg.seed + 1)
+    model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks,
+                          cfg.adapter_x)
+    schedule = Schedule.linear(cfg.diffusion_steps)
+    train_set, test_set = data[f"{control}_train"], data[f"{control}_test"]
+    result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,
+                   cfg.finetune.batch_size, cfg.finetune.lr, cfg.seed + 1, checkpoint, fingerprint,
+                   cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
+    new_task = evaluate(model, test_set, schedule, cfg.samples, cfg.seed + 2, scale=cfg.displacement_scale)
+    original = None
+    if variant not in ("frozen", "geoada", "controlnet"):
+        original = evaluate(model, data["original_test"], schedule, cfg.samples, cfg.seed + 2, original=True,
+                            scale=cfg.displacement_scale)
+    probe = test_set.take(slice(0, 4))
+    t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
+    error = equivariance_error(model, probe.cond, (probe.target - probe.cond[:, -1:]) * cfg.displacement_scale, t,
+                               probe.charges, probe.edges,
+                               probe.control, seed=cfg.seed)
+    return VariantResult(control, variant, new_task, original, result.trainable, result.seconds, error,
+                         result.steps, result.loss)
+
+
+def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows]) -> dict[str, float]:
+    """The base on the original task, with the sampling seed every variant uses."""
+    model = build_variant("frozen", base, "frame", cfg.cond_frames)
+    return evaluate(model, data["original_test"], Schedule.linear(cfg.diffusion_steps), cfg.samples,
+                    cfg.seed + 2, original=True, scale=cfg.displacement_scale)

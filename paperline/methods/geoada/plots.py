@@ -1,0 +1,60 @@
+"""Figures of a GeoAda run and the table `dvc plots` reads. Each function writes one file."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from paperline.io import atomic_path  # noqa: E402
+from paperline.methods.geoada.config import GeoAdaConfig  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
+
+
+def plot_ade(cfg: GeoAdaConfig, rows: dict[str, dict], path: Path) -> Path:
+    """New-task ADE (average over K samples) and original-task ADE after fine-tuning, per variant,
+    one panel per control type."""
+    fig, axes = plt.subplots(1, len(cfg.controls), figsize=(4.5 * len(cfg.controls), 3.4), squeeze=False)
+    xs = np.arange(len(cfg.variants))
+    for ax, control in zip(axes[0], cfg.controls):
+        new = [rows[f"{control}_{v}"]["ade"] for v in cfg.variants]
+        old = [rows[f"{control}_{v}"]["original_ade"] for v in cfg.variants]
+        ax.bar(xs - 0.2, new, 0.4, label="new task")
+        ax.bar(xs + 0.2, old, 0.4, label="original task")
+        ax.set_xticks(xs, cfg.variants, rotation=30, fontsize=7)
+        ax.set(title=f"{control} control", ylabel="ADE (mean of K samples)")
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def plot_losses(curves: dict[str, dict], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for name, c in curves.items():
+        ax.plot(c["step"], c["loss"], lw=2 if name.endswith("geoada") else 1, label=name)
+    ax.set(xlabel="fine-tuning step", ylabel="ε-prediction loss", yscale="log")
+    ax.legend(fontsize=6, ncol=2)
+    return save_figure(fig, path)
+
+
+def write_ade_table(rows: dict[str, dict], path: Path) -> Path:
+    """ade.csv: variant rows with the new- and original-task ADE/FDE (dvc plots)."""
+    columns = ["ade", "fde", "min_ade", "min_fde", "original_ade", "original_fde"]
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["row", *columns])
+        for name, row in rows.items():
+            writer.writerow([name, *(f"{row[c]:.6g}" for c in columns)])
+    return path
+
+
+def write_all(cfg: GeoAdaConfig, rows: dict[str, dict], curves: dict[str, dict], directory: Path) -> list[Path]:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [plot_ade(cfg, rows, directory / "ade.png"), write_ade_table(rows, directory / "ade.csv")]
+    if curves:
+        paths.append(plot_losses(curves, directory / "finetune_loss.png"))
+    return paths

@@ -1,0 +1,169 @@
+"""The LoTA-QAF run, as plain functions the tasks call: open and check the inputs (before any
+training), the float models (the digits MLP trained here, the shared LM loaded by path), and one
+(task, bit width) group: quantise, then recover with each method and merge."""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from paperline.methods.lota_qaf.config import LotaQafConfig
+from paperline.methods.lota_qaf.quant import QuantError
+
+
+@dataclass(frozen=True)
+class LotaData:
+    digits: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None  # x_train, y_train, x_test, y_test
+    lm_dir: str | None
+    corpus_dir: str | None
+    version: str = ""
+    inputs: tuple[str, ...] = field(default_factory=tuple)  # the files the version hashes
+
+
+def check_targets(model: nn.Module, targets: list[str], cfg: LotaQafConfig, section: str) -> list[str]:
+    """The target layers exist and every adapter rank fits their width (errors name the key)."""
+    from paperline.methods.lota_qaf.layers import select_targets
+
+    names = select_targets(model, targets, key=f"{section}.target_modules")
+    for name in names:
+        layer = model.get_submodule(name)
+        width = min(layer.in_features, layer.out_features)
+        for method in cfg.methods:
+            rank = getattr(cfg, method).rank
+            if method != "qalora" and rank > width:  # QA-LoRA's rank is capped per layer (layers.py)
+                raise QuantError(f"{method}.rank: rank {rank} above the width {width} of {section} layer {name} "
+                                 f"({layer.in_features} → {layer.out_features})")
+    return names
+
+
+def split_digits(seed: int, test_fraction: float):
+    from paperline.data.digits import read_digits
+
+    x, y = read_digits()
+    x = (x / 16.0).astype(np.float32)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(round(test_fraction * len(x)))
+    test, train = order[:n_test], order[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def open_data(cfg: LotaQafConfig, lm_dir: str | None) -> LotaData:
+    """Every input read and checked: digits split; the LM directory (a ModelDirError naming the path
+    when it is not a causal LM), its corpus (tokenizer must fit the model), the target layers and
+    ranks. `lm_dir`: the resolved model directory (cfg.lm.model_dir or the lm-base stage's)."""
+    digest = hashlib.sha256(cfg.model_dump_json().encode())
+    inputs: list[str] = []
+    digits = None
+    if "digits" in cfg.tasks:
+        from paperline.data.digits import digits_file
+
+        digits = split_digits(cfg.seed, cfg.digits.test_fraction)
+        inputs.append(str(digits_file()))
+        mlp = make_float_mlp(cfg)
+        check_targets(mlp, cfg.digits.target_modules, cfg, "digits")
+    if "lm" in cfg.tasks:
+        from paperline.data.text_corpus import load_corpus
+        from paperline.train.lm_base import load_causal_lm
+
+        model = load_causal_lm(lm_dir)
+        load_corpus(cfg.lm.corpus_dir, cfg.lm.block_size, model.config.vocab_size)
+        check_targets(model, cfg.lm.target_modules, cfg, "lm")
+        inputs += [str(p) for p in sorted(Path(lm_dir).glob("*")) if p.is_file()]
+        inputs += [str(Path(cfg.lm.corpus_dir) / n) for n in ("train.bin", "val.bin", "tokenizer.json")]
+    for path in inputs:
+        digest.update(Path(path).read_bytes())
+    return LotaData(digits, lm_dir if "lm" in cfg.tasks else None,
+                    cfg.lm.corpus_dir if "lm" in cfg.tasks else None, "sha256:" + digest.hexdigest(), tuple(inputs))
+
+
+def make_float_mlp(cfg: LotaQafConfig) -> nn.Module:
+    from paperline.methods.lota_qaf.experiment import make_mlp
+
+    return make_mlp(cfg.digits.hidden, torch.Generator().manual_seed(cfg.seed))
+
+
+def build_task(cfg: LotaQafConfig, name: str, data: LotaData):
+    from paperline.methods.lota_qaf.experiment import digits_task, lm_task
+
+    if name == "digits":
+        return digits_task(*data.digits, cfg.digits.batch_size)
+    from paperline.data.text_corpus import load_corpus
+
+    corpus = load_corpus(data.corpus_dir, cfg.lm.block_size)
+    return lm_task(corpus.train, corpus.val, cfg.lm.block_size, cfg.lm.batch_size, cfg.lm.eval_windows,
+                   cfg.lm.calibration_windows)
+
+
+def float_model(cfg: LotaQafConfig, name: str, data: LotaData, checkpoint: Path) -> tuple[nn.Module, dict]:
+    """The float model (the ceiling) and its training record; the digits MLP is trained once and
+    saved to `checkpoint`, read back by every group (a trained one is reused)."""
+    from paperline.methods.lota_qaf.experiment import train_float_mlp
+
+    if name == "lm":
+        from paperline.train.lm_base import load_causal_lm
+
+        return load_causal_lm(data.lm_dir, dtype=torch.float32).eval(), {}
+    model = make_float_mlp(cfg)
+    if checkpoint.is_file():
+        model.load_state_dict(torch.load(checkpoint, weights_only=True))
+        return model.eval(), {}
+    task = build_task(cfg, name, data)
+    started = time.perf_counter()
+    steps_per_epoch = max(1, len(data.digits[0]) // cfg.digits.batch_size)
+    losses = train_float_mlp(model, task, cfg.digits.epochs, steps_per_epoch, cfg.digits.lr,
+                             torch.Generator().manual_seed(cfg.seed))
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    tmp = checkpoint.with_suffix(".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(checkpoint)
+    return model.eval(), {"epoch_loss": losses, "train_seconds": time.perf_counter() - started}
+
+
+def score_row(task, model: nn.Module, bits: int | None = None) -> dict:
+    from paperline.methods.lota_qaf.experiment import model_bytes
+
+    scores = task.score(model)
+    return {task.metric: scores[task.metric], "loss": scores["loss"], "bits": bits or 16,
+            "model_bytes": model_bytes(model)}
+
+
+def run_group(cfg: LotaQafConfig, name: str, bits: int, data: LotaData, checkpoint: Path,
+              on_method=None) -> dict:
+    """One (task, bit width): the quantised model, then each method recovered for the step budget
+    from the same quantised model and seed. Returns {"rows": variant -> row, "histories": ...}.
+    `on_method(variant, result)` is called after each method (for its MLflow child run)."""
+    from paperline.methods.lota_qaf.experiment import quantize_model, recover
+
+    task = build_task(cfg, name, data)
+    model, _ = float_model(cfg, name, data, checkpoint)
+    section = getattr(cfg, name)
+    started = time.perf_counter()
+    quantized = quantize_model(model, section.target_modules, bits, section.group_size, cfg.quantizer,
+                               task.calibration, cfg.gptq_damp)
+    quant_seconds = time.perf_counter() - started
+    prefix = f"{name}_w{bits}"
+    rows = {f"{prefix}_quantized": score_row(task, quantized, bits) | {"quantize_seconds": quant_seconds}}
+    histories = {}
+    float_params = sum(p.numel() for p in model.parameters())
+    for method in cfg.methods:
+        settings = cfg.lora if method == "lora" else cfg.qalora
+        result = recover(quantized, task, method, section.steps, cfg.lota, settings, cfg.seed)
+        variant = f"{prefix}_{method}"
+        rows[variant] = {
+            task.metric: result["after"][task.metric], f"{task.metric}_unmerged": result["before"][task.metric],
+            "loss": result["after"]["loss"], "loss_unmerged": result["before"]["loss"], "bits": bits,
+            "merge_gap": result["merge_gap"], "bit_identical": result["bit_identical"],
+            "max_output_diff": result["max_output_diff"], "codes_on_grid": result["codes_on_grid"],
+            "changed_share": result["changed_share"], "model_bytes": result["merged_bytes"],
+            # the same model served as 16-bit weights with its 16-bit adapter unmerged
+            "lora16_bytes": 2 * (float_params + result["trainable_params"]),
+            "trainable_params": result["trainable_params"], "train_seconds": result["train_seconds"]}
+        histories[variant] = result["history"]
+        if on_method:
+            on_method(variant, rows[variant], result["history"])
+    return {"rows": rows, "histories": histories}

@@ -1,0 +1,96 @@
+"""metrics/lota_qaf.json: a row per variant (<task>_float, <task>_w<b>_quantized, <task>_w<b>_<method>),
+a table per task (bit widths × methods, after the merge), and the paper's claims as figures
+computed from the run (never written by hand)."""
+from __future__ import annotations
+
+from paperline.methods.lota_qaf.config import LotaQafConfig
+from paperline.metrics import MethodMetrics
+
+METRIC = {"digits": "accuracy", "lm": "perplexity"}
+HIGHER_IS_BETTER = {"digits": True, "lm": False}
+
+
+def degradation(task: str, before: float, after: float) -> float:
+    """How much worse `after` is than `before` (positive: worse), in the task's metric."""
+    return before - after if HIGHER_IS_BETTER[task] else after - before
+
+
+def method_rows(rows: dict[str, dict]) -> dict[str, dict]:
+    """Each method row gains `merge_loss`: its merge's degradation of the metric (0: lossless)."""
+    out = {}
+    for variant, row in rows.items():
+        task = variant.split("_")[0]
+        metric = METRIC[task]
+        if f"{metric}_unmerged" in row:
+            row = row | {"merge_loss": degradation(task, row[f"{metric}_unmerged"], row[metric])}
+        out[variant] = row
+    return out
+
+
+def tables(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict[str, dict]:
+    """<task>: a row per bit width: float, quantised, each method merged (and unmerged)."""
+    out = {}
+    for task in cfg.tasks:
+        metric = METRIC[task]
+        table = {}
+        for bits in cfg.bits:
+            prefix = f"{task}_w{bits}"
+            entry = {"float": rows[f"{task}_float"][metric], "quantized": rows[f"{prefix}_quantized"][metric]}
+            for method in cfg.methods:
+                r = rows[f"{prefix}_{method}"]
+                entry[f"{method}_merged"] = r[metric]
+                entry[f"{method}_unmerged"] = r[f"{metric}_unmerged"]
+            table[f"w{bits}"] = entry
+        out[f"{task}_{metric}"] = table
+    return out
+
+
+def claims(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
+    """- lota_merge_bit_identical / lota_codes_on_grid: every LoTA merge reproduced its unmerged
+      outputs bit for bit on the probe batch, with codes in [0, 2ᵇ−1];
+    - lota_max_merge_loss, lora_mean_merge_loss_low_bits (b ≤ 3; in each task's metric, averaged
+      over the tasks' rows: positive is worse) and lora_max_merge_loss;
+    - <task>_lota_recovered_w<b>: the share of the quantisation drop LoTA recovered after merging
+      ((quantised − LoTA) / (quantised − float), in the direction of the metric; None without a drop);
+    - lota_beats_lora_merged: the share of (task, b) where merged LoTA beats merged 16-bit LoRA;
+    - <task>_memory_ratio_w<b>: bytes of the merged int-b LoTA model over the 16-bit LoRA model;
+    - <task>_lota_changed_share_w<b>: the share of quantised weights the merge changed."""
+    out: dict = {}
+    lota = [r for v, r in rows.items() if v.endswith("_lota")]
+    if lota:
+        out["lota_merge_bit_identical"] = all(r["bit_identical"] for r in lota)
+        out["lota_codes_on_grid"] = all(r["codes_on_grid"] for r in lota)
+        out["lota_max_merge_loss"] = max(abs(r["merge_loss"]) for r in lota)
+    lora = {v: r for v, r in rows.items() if v.endswith("_lora")}
+    if lora:
+        low = [r["merge_loss"] for v, r in lora.items() if r["bits"] <= 3]
+        out["lora_mean_merge_loss_low_bits"] = sum(low) / len(low) if low else None
+        out["lora_max_merge_loss"] = max(r["merge_loss"] for r in lora.values())
+    wins = []
+    for task in cfg.tasks:
+        metric = METRIC[task]
+        ceiling = rows[f"{task}_float"][metric]
+        for bits in cfg.bits:
+            prefix = f"{task}_w{bits}"
+            quant = rows[f"{prefix}_quantized"][metric]
+            if "lota" in cfg.methods:
+                got = rows[f"{prefix}_lota"][metric]
+                drop = degradation(task, ceiling, quant)
+                out[f"{task}_lota_recovered_w{bits}"] = (degradation(task, got, quant) / drop) if drop > 0 else None
+                out[f"{task}_lota_changed_share_w{bits}"] = rows[f"{prefix}_lota"]["changed_share"]
+                out[f"{task}_memory_ratio_w{bits}"] = (rows[f"{prefix}_lota"]["model_bytes"]
+                                                       / rows[f"{prefix}_lota"]["lora16_bytes"])
+                if "lora" in cfg.methods:
+                    wins.append(degradation(task, got, rows[f"{prefix}_lora"][metric]) > 0)
+    if wins:
+        out["lota_beats_lora_merged"] = sum(wins) / len(wins)
+    return out
+
+
+def method_metrics(cfg: LotaQafConfig, rows: dict[str, dict], histories: dict[str, list[float]],
+                   profile: str) -> MethodMetrics:
+    rows = method_rows(rows)
+    return MethodMetrics(method="lota_qaf", profile=profile, headline=claims(cfg, rows), rows=rows,
+                         tables=tables(cfg, rows),
+                         details={"histories": histories, "quantizer": cfg.quantizer,
+                                  "metric": {t: METRIC[t] for t in cfg.tasks}})

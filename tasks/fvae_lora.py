@@ -1,0 +1,158 @@
+"""Tasks of the FVAE-LoRA flow: the data (the clean images, split once, and the backbone's inputs
+checked: a missing target module or a rank above a layer's width fails here, before any
+training), the clean backbone (trained once, or a local model by path), one task per variant
+training every seed (each seed's result kept under models/fvae_lora/<variant>/ so a killed run
+resumes at the next seed), the text modality's variants likewise (a frozen causal LM, the lm-base
+stage's, as the backbone; results under models/fvae_lora/text/<variant>/), then the report."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.io import write_json
+from paperline.methods.fvae_lora import plots
+from paperline.methods.fvae_lora.config import TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
+from paperline.methods.fvae_lora.data import CleanSplit
+from paperline.methods.fvae_lora.text import TextData
+from paperline.methods.fvae_lora.summary import method_metrics
+from tasks import track
+from tasks.paths import models_dir, plots_dir
+from tasks.publish import Report
+from tasks.runners import GPU_TAG, gpu_slot
+
+METHOD = "fvae_lora"
+BACKBONE_FILE = "backbone.pt"
+
+
+@dataclass(frozen=True)
+class FvaeLoraData:
+    split: CleanSplit
+    model: str | None  # the local image model by path (None: the backbone is trained here)
+    version: str
+    text: TextData | None = None  # the second modality's tokens (None: no text block)
+
+
+def data(cfg: FvaeLoraConfig) -> FvaeLoraData:
+    """The clean split of the configured images and the backbone's checks, versioned by content."""
+    import numpy as np
+
+    from paperline.methods.fvae_lora.adapter import check_targets
+    from paperline.methods.fvae_lora.data import clean_split, load_source, spurious_task, threshold
+    from paperline.methods.fvae_lora.train import DigitsMLP, image_size_of, load_backbone
+
+    model = load_backbone(cfg.backbone.model) if cfg.backbone.model else None
+    x, y, source = load_source(cfg.task, image_size_of(model) if model is not None else None)
+    if model is not None and x.shape[1] != image_size_of(model):
+        raise ValueError(f"task: {source} images are {x.shape[1]}×{x.shape[2]} but backbone.model "
+                         f"{cfg.backbone.model} takes {image_size_of(model)}×{image_size_of(model)}")
+    split = clean_split(x, y, cfg.task, cfg.seed, source)
+    threshold(cfg.task, split.classes)
+    spurious_task(split, cfg.task, cfg.seeds[0])  # a test pool too small for four groups fails here
+    skeleton = model if model is not None else DigitsMLP(x.shape[1], cfg.backbone.hidden, split.classes)
+    check_targets(skeleton, cfg.adapter.target_modules, cfg.adapter.rank, where="fvae_lora.adapter.target_modules")
+    digest = hashlib.sha256()
+    for a in (split.train_x, split.train_y, split.test_x, split.test_y):
+        digest.update(np.ascontiguousarray(a).tobytes())
+    if cfg.backbone.model:
+        digest.update(Path(cfg.backbone.model).read_bytes())
+    text = None
+    if cfg.text is not None:
+        from paperline.methods.fvae_lora.text import prepare_text, text_task
+
+        text = prepare_text(cfg.text, cfg.seed)
+        t = cfg.text
+        text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, t.seeds[0])
+    return FvaeLoraData(split, cfg.backbone.model, "sha256:" + digest.hexdigest(), text)
+
+
+def _fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+@task(name="fvae_lora-backbone", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -> dict:
+    """The frozen backbone's file and record: the local model by path, or the MLP trained on the
+    clean training images (kept in models/fvae_lora/backbone.pt, reused by a resumed run)."""
+    import torch
+
+    from paperline.methods.fvae_lora.train import load_backbone, save_backbone, train_backbone
+
+    torch.set_num_threads(cfg.threads)
+    if source.model:
+        return {"path": source.model, "trained_here": False}
+    path = models_dir(METHOD) / BACKBONE_FILE
+    fingerprint = _fingerprint(cfg.backbone.model_dump(), cfg.seed, source.version)
+    if path.is_file():
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        if saved.get("fingerprint") == fingerprint:
+            load_backbone(path)
+            return {"path": str(path), "trained_here": True, **saved["record"]}
+    with gpu_slot(), ctx.child("backbone", params={"backbone": cfg.backbone.model_dump()}) as run:
+        model, record = train_backbone(source.split, cfg.backbone, cfg.seed)
+        save_backbone(path, model, fingerprint=fingerprint, record=record)
+        run.log_metrics(record)
+        run.log_artifact(path, "checkpoints")
+    return {"path": str(path), "trained_here": True, **record}
+
+
+@task(name="fvae_lora-variant", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backbone_info: dict,
+                  ctx: track.RunContext, parent: track.Run) -> dict[int, dict]:
+    """Every seed of one variant on its MLflow child run (per-seed figures, seed-wise loss curves),
+    each seed's result saved as models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
+    A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
+    import torch
+
+    from paperline.methods.fvae_lora.data import spurious_task
+    from paperline.methods.fvae_lora.train import adapt, load_backbone
+
+    torch.set_num_threads(cfg.threads)
+    if variant.startswith(TEXT_PREFIX):
+        from paperline.methods.fvae_lora.text import LMFeatures, text_task
+        from paperline.train.lm_base import load_causal_lm
+
+        t, text, folder = cfg.text, source.text, models_dir(METHOD) / "text"
+        run_cfg, own, model = cfg.text_config(), variant[len(TEXT_PREFIX):], LMFeatures(load_causal_lm(t.base))
+        fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version)
+
+        def task_of(seed):
+            return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
+    else:
+        run_cfg, own, model, folder = cfg, variant, load_backbone(backbone_info["path"]), models_dir(METHOD)
+        fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "confidence", "text"}), variant,
+                                   source.version, backbone_info.get("clean_test_accuracy"))
+
+        def task_of(seed):
+            return spurious_task(source.split, cfg.task, seed)
+    out = {}
+    with gpu_slot() as device:
+        for seed in run_cfg.seeds:
+            path = folder / own / f"seed{seed}.json"
+            if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
+                out[seed] = saved["result"]
+                continue
+            result = adapt(run_cfg, own, model, task_of(seed), seed, device)
+            write_json(path, {"fingerprint": fingerprint, "result": result})
+            out[seed] = result
+            parent.log_metrics({f"seed{seed}/{k}": v for k, v in result["metrics"].items()})
+            for name, curve in result["history"].items():
+                parent.log_history(f"{name}/seed{seed}", range(1, len(curve) + 1), curve)
+    parent.log_params({"kind": VARIANT_SPECS[own][0], "device": str(device),
+                       "modality": "text" if own != variant else "image",
+                       **{f"fvae.{k}": v for k, v in VARIANT_SPECS[own][1].items()}})
+    return out
+
+
+@task(name="fvae_lora-report", cache_policy=NO_CACHE)
+def report(cfg: FvaeLoraConfig, results: dict[str, dict[int, dict]], backbone_info: dict, source: FvaeLoraData,
+           ctx: track.RunContext) -> Report:
+    text = source.text and {"speeches": source.text.speeches, "rows": len(source.text.y),
+                            "positive_share": source.text.positive_share, "spurious_token": source.text.spurious_token}
+    metrics = method_metrics(cfg, results, backbone_info, source.split.source, ctx.profile, text)
+    return Report(metrics, plots.write_all(cfg, results, metrics.rows, plots_dir(METHOD)))

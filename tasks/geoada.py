@@ -1,0 +1,111 @@
+"""Tasks of the GeoAda flow: the data (the nbody stage's folder, built when missing), the base's
+pretraining (one MLflow child, resumable), one task per control type running every variant
+(fine-tune and measure, one MLflow child each, resumable from its checkpoint), then the report."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from paperline.config import read_params
+from paperline.data.nbody import RECORD_FILE, NBodyConfig, NBodyError
+from paperline.io import json_digest, read_json
+from paperline.methods.geoada import plots
+from paperline.methods.geoada.config import GeoAdaConfig
+from paperline.methods.geoada.summary import method_metrics, row_name
+from tasks import nbody_prep, track
+from tasks.paths import models_dir, params_path, plots_dir
+from tasks.publish import Report
+from tasks.runners import GPU_TAG, gpu_slot
+
+METHOD = "geoada"
+BASE_FILE = "base.pt"
+
+
+@dataclass(frozen=True)
+class NBodyData:
+    folder: str  # the nbody stage's output
+    fingerprint: str  # of the parameters it was built from
+    record: dict
+    version: str
+
+
+def data_config(profile: str | None) -> NBodyConfig:
+    """nbody at the profile this run uses (`geoada.profile` unless given)."""
+    return nbody_prep.resolve(read_params(params_path()), profile)[1]
+
+
+def data(cfg: GeoAdaConfig, data_cfg: NBodyConfig) -> NBodyData:
+    """The trajectories, checked (a wrong shape, a NaN, too few frames or a missing split fail here,
+    naming the file and field, before the run starts), versioned by content."""
+    from paperline.methods.geoada.experiment import task_windows
+
+    folder = nbody_prep.ensure(data_cfg)
+    record = read_json(folder / RECORD_FILE)
+    if "global" in cfg.controls and data_cfg.source != "simulate":
+        raise NBodyError(f"{folder}: the global control needs the simulated set of interaction strengths "
+                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame]")
+    task_windows(folder, cfg)
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".json"))
+    return NBodyData(str(folder), record["fingerprint"], record, track.data_version(files))
+
+
+def _fingerprint(cfg: GeoAdaConfig, source: NBodyData, *parts: str) -> str:
+    return json_digest([cfg.model_dump(), source.fingerprint, *parts])
+
+
+# DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+@task(name="geoada-pretrain", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dict:
+    """The base EGTN on frame-conditioned forecasting (cond_frames → horizon), saved to
+    models/geoada/base.pt, and its original-task ADE/FDE (child run `base`)."""
+    import torch
+
+    from paperline.methods.geoada.experiment import evaluate_base, pretrain_base, task_windows
+
+    torch.set_num_threads(cfg.threads)
+    with gpu_slot() as device, ctx.child("base", params={"device": str(device)}) as run:
+        windows = task_windows(source.folder, cfg)
+        folder = models_dir(METHOD)
+        base, result = pretrain_base(cfg, windows, folder / "base_train.pt", _fingerprint(cfg, source, "base"),
+                                     progress=sys.stderr.isatty())
+        torch.save(base.state_dict(), folder / BASE_FILE)
+        original = evaluate_base(cfg, base, windows)
+        run.log_history("loss", result.steps, result.loss)
+        run.log_metrics({f"original_{k}": v for k, v in original.items()} | {"train_seconds": result.seconds})
+    return {"path": str(folder / BASE_FILE), "original_task": original, "trainable": result.trainable,
+            "train_seconds": result.seconds, "final_loss": result.loss[-1] if result.loss else None}
+
+
+@task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx: track.RunContext) -> list[dict]:
+    """Every variant on one control type (one task: a `gpu` slot request costs ~1.5 s, a tiny
+    variant less), each fine-tuned from the base and measured on the new and the original task;
+    its row on its own MLflow child run `<control>_<variant>`, the loss as a history."""
+    import torch
+
+    from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
+
+    torch.set_num_threads(cfg.threads)
+    results = []
+    with gpu_slot() as device:
+        windows = task_windows(source.folder, cfg)
+        for variant in cfg.variants:
+            name = row_name(control, variant)
+            with ctx.child(name, params={"control": control, "variant": variant, "device": str(device)}) as run:
+                model = make_base(cfg)
+                model.load_state_dict(torch.load(base["path"], weights_only=True))
+                result = finetune_variant(cfg, model, control, variant, windows, models_dir(METHOD) / name / "train.pt",
+                                          _fingerprint(cfg, source, control, variant), progress=sys.stderr.isatty())
+                if result.steps:
+                    run.log_history("loss", result.steps, result.loss)
+            results.append(result.as_dict())
+    return results
+
+
+@task(name="geoada-report", cache_policy=NO_CACHE)
+def report(cfg: GeoAdaConfig, results: list[dict], base: dict, source: NBodyData, ctx: track.RunContext) -> Report:
+    metrics = method_metrics(cfg, results, base, ctx.profile, source.record)
+    return Report(metrics, plots.write_all(cfg, metrics.rows, metrics.details["loss_curves"], plots_dir(METHOD)))

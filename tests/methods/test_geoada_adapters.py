@@ -1,0 +1,183 @@
+"""GeoAda's exact properties: at initialisation every adapted model's output equals the base's; the
+equivariance error under a random rotation + translation is at float precision for GeoAda (and the
+baselines and the base) but not for the non-equivariant ControlNet once its zero layers have moved;
+switching the adapter off restores the base exactly; the trainable parameters are the copies and
+the zero layers (the first block of every K); the DDPM schedule and the metrics."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from paperline.methods.geoada.adapters import GeoAda, build_variant, equivariance_error, trainable_parameters
+from paperline.methods.geoada.config import VARIANTS
+from paperline.methods.geoada.egtn import EGTN, Schedule, sample
+from paperline.methods.geoada.train import Windows, evaluate, train
+
+TB, TF, H, N = 3, 5, 4, 5
+
+
+def _inputs(seed: int = 0, batch: int = 3, cond: int = TF):
+    g = torch.Generator().manual_seed(seed)
+    charges = torch.randint(0, 2, (batch, N), generator=g).double() * 2 - 1
+    return dict(cond=torch.randn(batch, cond, N, 3, generator=g, dtype=torch.float64),
+                noisy=torch.randn(batch, H, N, 3, generator=g, dtype=torch.float64),
+                t=torch.randint(0, 10, (batch,), generator=g), charges=charges,
+                edges=charges[:, :, None] * charges[:, None, :],
+                control=torch.rand(batch, generator=g, dtype=torch.float64) * 3 + 0.2)
+
+
+@torch.no_grad()  # the same kernels with and without frozen parameters (autograd picks others: 1e-18 apart)
+def _call(model, x, **kw):
+    return model(x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"], **kw)
+
+
+def _base(blocks: int = 3) -> EGTN:
+    torch.manual_seed(0)
+    return EGTN(hidden=16, blocks=blocks, time_dim=8, diffusion_steps=10).double()
+
+
+def _perturb(model, scale: float = 0.3) -> None:
+    """Move every trainable parameter (zero-initialised ones included) as training would."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to float64 rounding: MKL's kernels may sum in another order for another memory
+    alignment (measured: 1.7e-18 between two calls of the same module), so bitwise equality is not
+    what the same computation guarantees here; a real difference (a ϕ of 1e-12) is far above this."""
+    return (a - b).abs().max().item() <= 1e-15
+
+
+def _base_output(base, x):
+    with torch.no_grad():
+        return base(x["cond"][:, -TB:], x["noisy"], x["charges"], x["edges"], x["t"])
+
+
+@pytest.mark.parametrize("control", ["frame", "global"])
+def test_at_init_the_adapted_model_is_the_base(control):
+    """Equal to the base's output (float64 rounding, see _same). Global control keeps the base's
+    window."""
+    base, x = _base(), _inputs(cond=TF if control == "frame" else TB)
+    reference = _base_output(base, x)
+    for variant in VARIANTS:
+        model = build_variant(variant, base, control, TB)
+        if control == "frame" and variant not in ("frozen", "geoada", "controlnet"):
+            continue  # the single-stream baselines see the longer window itself: another input
+        out = _call(model, x)
+        assert _same(out, _base_output(model.base, x)) and _same(out, reference), variant
+
+
+@pytest.mark.parametrize("control", ["frame", "global"])
+def test_geoada_is_equivariant_at_float_precision_and_controlnet_is_not(control):
+    base, x = _base(), _inputs()
+    frozen = build_variant("frozen", base, control, TB)
+    assert equivariance_error(frozen, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"]) < 1e-12
+    for variant in VARIANTS:
+        model = build_variant(variant, base, control, TB)
+        _perturb(model)
+        error = equivariance_error(model, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"])
+        if variant == "controlnet":
+            assert error > 1e-2, error
+        else:
+            assert error < 1e-12, (variant, error)
+    literal = GeoAda(copy.deepcopy(base), control, TB, every=2, x_form="com").double()  # update (f)'s Δx
+    _perturb(literal)
+    assert equivariance_error(literal, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"]) < 1e-12
+    # in float32 GeoAda's error is float32's (spec (e): "about 1e-5")
+    model = build_variant("geoada", base, control, TB).float()
+    _perturb(model)
+    error32 = equivariance_error(model, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"],
+                                 dtype=torch.float32)
+    assert error32 < 1e-4
+
+
+def test_switching_the_adapter_off_restores_the_base():
+    base, x = _base(), _inputs()
+    reference = _base_output(base, x)
+    for equivariant in (True, False):
+        model = GeoAda(base, "frame", TB, every=2, equivariant=equivariant).double()  # wraps `base` itself
+        _perturb(model)
+        assert not torch.allclose(_call(model, x), reference)
+        model.enabled = False
+        assert _same(_call(model, x), reference)
+        model.enabled = True
+        assert _same(_call(model, x, original=True), reference)  # the original task
+
+
+def test_geoada_trains_copies_of_the_first_of_every_k_blocks_and_nothing_of_the_base():
+    base = _base(blocks=6)
+    model = GeoAda(base, "global", TB, every=2).double()
+    assert model.selected == [0, 2, 4]  # update (f): layers 0, 2, 4 of a 6-layer EGTN
+    assert not any(p.requires_grad for p in model.base.parameters())
+    copies = sum(p.numel() for p in model.copies.parameters())
+    assert copies == 3 * sum(p.numel() for p in base.blocks[0].parameters())
+    zero = sum(p.numel() for p in model.zero.parameters())
+    assert zero == 3 * (1 + base.hidden)  # ϕ_x scalar + ϕ_h H-vector per copied block
+    assert trainable_parameters(model) == copies + zero + sum(p.numel() for p in model.global_embed.parameters())
+    # a training step moves the copies and ϕ, never the base
+    before = {k: v.clone() for k, v in model.base.state_dict().items()}
+    data = Windows(torch.randn(16, TB, N, 3).double(), torch.randn(16, H, N, 3).double(),
+                   torch.ones(16, N).double(), torch.ones(16, N, N).double(), torch.rand(16).double() + 0.5)
+    train(model, data, Schedule.linear(10), steps=3, batch_size=8, lr=1e-2, seed=0)
+    assert all(torch.equal(before[k], v) for k, v in model.base.state_dict().items())
+    assert any(z.phi_x.detach().item() != 0 for z in model.zero.values())
+
+
+def test_partial_k_trains_the_last_k_blocks_only():
+    model = build_variant("partial_k", _base(), "frame", TB, last_k=1)
+    trainable = {n.split(".")[1] for n, p in model.base.named_parameters() if p.requires_grad}
+    assert trainable == {"2"}
+
+
+def test_schedule_and_noise():
+    s = Schedule.linear(50)
+    assert s.alphas_bar[-1] < 1e-3 < s.alphas_bar[0]  # scaled linear: ≈ pure noise at T at any length
+    x0, eps = torch.randn(4, 2, 3), torch.randn(4, 2, 3)
+    t = torch.tensor([0, 10, 20, 49])
+    a = s.alphas_bar[t].float().view(-1, 1, 1)
+    assert torch.allclose(s.noise(x0, t, eps), a.sqrt() * x0 + (1 - a).sqrt() * eps)
+
+
+def test_evaluate_reports_average_and_min_over_samples():
+    """With an oracle ε (the one whose x̂_0 is the truth at every step) sampling returns the truth:
+    ADE = FDE = 0; min ≤ average for any model."""
+    s = Schedule.linear(10)
+    g = torch.Generator().manual_seed(0)
+    target = torch.randn(6, H, N, 3, generator=g, dtype=torch.float64)
+    cond = torch.randn(6, TB, N, 3, generator=g, dtype=torch.float64)
+    data = Windows(cond, target, torch.ones(6, N).double(), torch.ones(6, N, N).double())
+
+    class Oracle(torch.nn.Module):
+        def forward(self, c, noisy, t, charges, edges, control, original=False):
+            k = len(noisy) // len(target)
+            truth = target.repeat(k, 1, 1, 1) - cond.repeat(k, 1, 1, 1)[:, -1:]  # the displacement
+            a = s.alphas_bar[t].view(-1, 1, 1, 1).to(noisy.dtype)
+            return (noisy - a.sqrt() * truth) / (1 - a).sqrt()
+
+    exact = evaluate(Oracle(), data, s, samples=3, seed=0)
+    assert exact["ade"] < 1e-9 and exact["fde"] < 1e-9 and exact["min_ade"] < 1e-9
+    scores = evaluate(build_variant("frozen", _base(), "frame", TB), data, s, samples=3, seed=0)
+    assert scores["min_ade"] <= scores["ade"] and scores["min_fde"] <= scores["fde"] and scores["ade"] > 0.1
+
+
+def test_sampling_commutes_with_translations():
+    """DDPM sampling commutes with translations of the conditioning frames, for the same noise (the
+    diffused displacements are translation-invariant)."""
+    base = _base()
+    model = build_variant("geoada", base, "frame", TB)
+    _perturb(model, scale=0.02)  # a trained-like adapter (a large random one makes the chain chaotic)
+    x = _inputs()
+    s = Schedule.linear(10)
+
+    def run(cond):
+        return sample(lambda c, z, t: model(c, z, t, x["charges"], x["edges"]), s, cond, H,
+                      torch.Generator().manual_seed(3))
+
+    b = torch.tensor([1.5, -2.0, 0.7], dtype=torch.float64)
+    assert torch.allclose(run(x["cond"] + b), run(x["cond"]) + b, atol=1e-9)

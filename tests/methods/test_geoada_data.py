@@ -1,0 +1,128 @@
+"""The nbody data: the vectorised charged-particle simulator (its physics and its determinism), the
+EGNN .npy layout written and read back, MD17-style .npz windows by path, the stage's folder, and the
+refused inputs (a wrong shape, a NaN, a trajectory shorter than the window, a missing field), each
+naming the file and the field."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paperline.data.nbody import (GLOBAL_SUFFIX, PRETRAIN_SUFFIX, RECORD_FILE, NBodyConfig, NBodyError,
+                                  build_nbody, load_md17_npz, load_split, simulate_charged, write_split)
+
+
+def _cfg(**kw) -> NBodyConfig:
+    return NBodyConfig(**({"frames": 6, "train": 6, "test": 3, "finetune": 3, "control_train": 4,
+                           "control_test": 2} | kw))
+
+
+def test_simulator_shapes_charges_and_physics():
+    cfg = _cfg(frames=8)
+    a = simulate_charged(16, cfg, np.random.default_rng(0))
+    b = simulate_charged(16, cfg, np.random.default_rng(0))
+    assert np.array_equal(a.loc, b.loc)  # seeded
+    assert a.loc.shape == a.vel.shape == (16, 8, 5, 3) and a.charges.shape == (16, 5)
+    assert set(np.unique(a.charges)) <= {-1.0, 1.0}
+    assert np.array_equal(a.edges, a.charges[:, :, None] * a.charges[:, None, :])
+    assert np.allclose(np.linalg.norm(a.vel[:, 0], axis=-1), cfg.vel_norm, atol=1e-6)
+    assert np.abs(a.loc).max() <= cfg.box + 1e-5
+    # positions integrate the velocities: a frame's displacement ≈ the mean velocity × 100 dt
+    step = cfg.sample_every * cfg.dt
+    moved = a.loc[:, 1:] - a.loc[:, :-1]
+    mid = 0.5 * (a.vel[:, 1:] + a.vel[:, :-1]) * step
+    bounced = np.abs(a.loc).max(axis=(1, 2, 3)) > cfg.box - 0.5  # wall reflections break the relation
+    assert np.median(np.abs(moved - mid)[~bounced]) < 0.02
+    # two like charges alone, at rest, repel; opposite ones attract
+    two = _cfg(n_particles=2, frames=3, vel_norm=0.0)
+    for q, sign in ((1.0, 1), (-1.0, -1)):
+        rng = np.random.default_rng(1)
+        out = simulate_charged(64, two, rng)
+        same = out.charges[:, 0] * out.charges[:, 1] == q
+        d = np.linalg.norm(out.loc[:, :, 0] - out.loc[:, :, 1], axis=-1)
+        assert (np.sign(d[same, -1] - d[same, 0]) == sign).all()
+    strong = simulate_charged(4, cfg, np.random.default_rng(0), strengths=np.full(4, 3.0))
+    assert np.allclose(strong.control, 3.0) and not np.allclose(strong.loc[:, -1], a.loc[:4, -1])
+
+
+def test_egnn_layout_round_trip(tmp_path):
+    data = simulate_charged(5, _cfg(), np.random.default_rng(0), strengths=np.full(5, 2.0))
+    paths = write_split(tmp_path, "train", GLOBAL_SUFFIX, data)
+    assert sorted(p.name for p in paths) == sorted(f"{f}_train_{GLOBAL_SUFFIX}.npy"
+                                                    for f in ("loc", "vel", "charges", "edges", "strength"))
+    assert np.load(tmp_path / f"loc_train_{GLOBAL_SUFFIX}.npy").shape == (5, 6, 3, 5)  # EGNN's (S, T, 3, n)
+    assert np.load(tmp_path / f"charges_train_{GLOBAL_SUFFIX}.npy").shape == (5, 5, 1)
+    back = load_split(tmp_path, "train", GLOBAL_SUFFIX, min_frames=6, control=True)
+    for field in ("loc", "vel", "charges", "edges", "control"):
+        assert np.array_equal(getattr(back, field), getattr(data, field)), field
+
+
+def test_refused_layouts_name_the_file_and_field(tmp_path):
+    write_split(tmp_path, "train", PRETRAIN_SUFFIX, simulate_charged(4, _cfg(), np.random.default_rng(0)))
+    loc = tmp_path / f"loc_train_{PRETRAIN_SUFFIX}.npy"
+    good = np.load(loc)
+    with pytest.raises(NBodyError, match=r"loc_train_charged5\.npy: loc: trajectories of 6 frames, shorter than the 9"):
+        load_split(tmp_path, "train", PRETRAIN_SUFFIX, min_frames=9)
+    bad = good.copy()
+    bad[1, 2, 0, 3] = np.nan
+    np.save(loc, bad)
+    with pytest.raises(NBodyError, match=r"loc_train_charged5\.npy: loc: non-finite value \(NaN or inf\) at index \(1, 2, 0, 3\)"):
+        load_split(tmp_path, "train", PRETRAIN_SUFFIX)
+    np.save(loc, good.transpose(0, 1, 3, 2))  # (S, T, n, 3): the loader's layout, not the file's
+    with pytest.raises(NBodyError, match=r"loc_train_charged5\.npy: loc: expected \(trajectories, frames, 3, particles\)"):
+        load_split(tmp_path, "train", PRETRAIN_SUFFIX)
+    np.save(loc, good[:, :, :, :4])
+    with pytest.raises(NBodyError, match=r"vel_train_charged5\.npy: vel: shape \(4, 6, 3, 5\) differs from loc's"):
+        load_split(tmp_path, "train", PRETRAIN_SUFFIX)
+    np.save(loc, good)
+    np.save(tmp_path / f"charges_train_{PRETRAIN_SUFFIX}.npy", np.ones((4, 5)))
+    with pytest.raises(NBodyError, match=r"charges_train_charged5\.npy: charges: expected 3 dimensions, got shape \(4, 5\)"):
+        load_split(tmp_path, "train", PRETRAIN_SUFFIX)
+    with pytest.raises(NBodyError, match=r"loc_test_charged5\.npy: missing"):
+        load_split(tmp_path, "test", PRETRAIN_SUFFIX)
+
+
+def _md17(path, frames: int = 40, atoms: int = 4, **override) -> None:
+    rng = np.random.default_rng(0)
+    arrays = {"R": rng.normal(size=(frames, atoms, 3)), "z": np.array([6, 6, 8, 1][:atoms]),
+              "E": rng.normal(size=(frames, 1)), "F": rng.normal(size=(frames, atoms, 3))}
+    np.savez(path, **(arrays | override))
+
+
+def test_md17_npz_windows_and_refusals(tmp_path):
+    path = tmp_path / "md17_test.npz"
+    _md17(path)
+    data = load_md17_npz(path, span=10, stride=5)
+    assert data.loc.shape == (7, 10, 4, 3) and data.charges.tolist()[0] == [6, 6, 8, 1]
+    with np.load(path) as z:
+        assert np.allclose(data.loc[1], z["R"][5:15])
+        assert np.allclose(data.vel[1, 1:], np.diff(z["R"][5:15], axis=0))
+    _md17(path, frames=8)
+    with pytest.raises(NBodyError, match=r"md17_test\.npz: R: a trajectory of 8 frames, shorter than the 10"):
+        load_md17_npz(path, span=10, stride=5)
+    R = np.random.default_rng(0).normal(size=(20, 4, 3))
+    R[3, 1, 2] = np.nan
+    _md17(path, frames=20, R=R)
+    with pytest.raises(NBodyError, match=r"md17_test\.npz: R: non-finite value \(NaN or inf\) at index \(3, 1, 2\)"):
+        load_md17_npz(path, span=10, stride=5)
+    _md17(path, frames=20, R=np.zeros((20, 4, 2)))
+    with pytest.raises(NBodyError, match=r"md17_test\.npz: R: expected \(frames, atoms, 3\), got shape \(20, 4, 2\)"):
+        load_md17_npz(path, span=10, stride=5)
+    np.savez(path, R=np.zeros((20, 4, 3)))
+    with pytest.raises(NBodyError, match=r"md17_test\.npz: field 'z' missing"):
+        load_md17_npz(path, span=10, stride=5)
+
+
+def test_stage_folder_simulated_and_md17(tmp_path):
+    record = build_nbody(_cfg(), tmp_path / "nbody")
+    assert record["trajectories"] == {"train_charged5": 6, "test_charged5": 3, "finetune_charged5": 3,
+                                      f"train_{GLOBAL_SUFFIX}": 4, f"test_{GLOBAL_SUFFIX}": 2}
+    assert (tmp_path / "nbody" / RECORD_FILE).is_file()
+    strengths = load_split(tmp_path / "nbody", "train", GLOBAL_SUFFIX, control=True).control
+    assert set(strengths.tolist()) <= {0.25, 3.0}
+    npz = tmp_path / "md17_small.npz"
+    _md17(npz, frames=60)
+    cfg = _cfg(source="md17", md17=str(npz), md17_stride=4, frames=10)
+    build_nbody(cfg, tmp_path / "md")
+    assert load_split(tmp_path / "md", "train", PRETRAIN_SUFFIX, min_frames=10).loc.shape == (6, 10, 4, 3)
+    with pytest.raises(NBodyError, match=r"md17_small\.npz: 7 windows of 10 frames \(stride 8\); train \+ test \+ finetune need 12"):
+        build_nbody(cfg.model_copy(update={"md17_stride": 8}), tmp_path / "md2")

@@ -1,0 +1,103 @@
+"""The LoTA-QAF pipeline end to end at tiny size: on a CausalLM and on a transformers Llama folder the
+test writes (the paper profile's real format), digits; the inputs checked before any training."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from paperline.config import ParamsError, validate
+from paperline.methods.lota_qaf.config import LotaQafConfig
+from paperline.methods.lota_qaf.pipeline import open_data, run_group
+from paperline.methods.lota_qaf.quant import QuantError
+from paperline.methods.lota_qaf.summary import method_metrics
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A corpus folder in the text-corpus stage's format (flat uint16 tokens, a BPE tokenizer file)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4000), ("val", 1000)):
+        # a learnable stream: each token mostly follows its predecessor + 1
+        tokens = np.cumsum(rng.integers(0, 2, n)) % VOCAB
+        tokens.astype(np.uint16).tofile(folder / f"{split}.bin")
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []}}))
+    (folder / "corpus.json").write_text(json.dumps({"vocab_size": VOCAB, "fingerprint": "test"}))
+    return folder
+
+
+def _causal_lm(folder):
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    config = CausalLMConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2, head_dim=16,
+                            max_position_embeddings=32)
+    CausalLM.seeded(config, torch.Generator().manual_seed(0)).save_pretrained(folder)
+    return folder
+
+
+def _llama(folder):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2,
+                                 max_position_embeddings=32)).save_pretrained(folder)
+    return folder
+
+
+def _cfg(corpus, model_dir, **extra):
+    values = {"tasks": ["lm"], "bits": [2], "lota": {"rank": 4}, "lora": {"rank": 4}, "qalora": {"rank": 2},
+              "lm": {"model_dir": str(model_dir), "corpus_dir": str(corpus), "block_size": 16, "batch_size": 4,
+                     "steps": 4, "group_size": 16, "eval_windows": 4, "calibration_windows": 4}} | extra
+    return validate(LotaQafConfig, values, "lota_qaf.profiles.test")
+
+
+@pytest.mark.parametrize("make", [_causal_lm, _llama], ids=["causal_lm", "llama"])
+def test_lm_group_on_a_model_folder(make, corpus, tmp_path):
+    cfg = _cfg(corpus, make(tmp_path / "model"))
+    data = open_data(cfg, cfg.lm.model_dir)
+    result = run_group(cfg, "lm", 2, data, tmp_path / "unused.pt")
+    rows = result["rows"]
+    assert set(rows) == {"lm_w2_quantized", "lm_w2_lota", "lm_w2_lora", "lm_w2_qalora"}
+    lota = rows["lm_w2_lota"]
+    assert lota["bit_identical"] and lota["codes_on_grid"] and lota["merge_gap"] == 0
+    assert lota["model_bytes"] < lota["lora16_bytes"]
+    assert rows["lm_w2_qalora"]["changed_share"] == 0  # QA-LoRA moves zero points only
+    assert all(np.isfinite(r["perplexity"]) for r in rows.values())
+    assert len(result["histories"]["lm_w2_lora"]) == 4
+
+
+def test_digits_to_metrics(tmp_path):
+    cfg = validate(LotaQafConfig, {"tasks": ["digits"], "bits": [3], "quantizer": "rtn",
+                                   "digits": {"hidden": 32, "epochs": 2, "steps": 3}}, "lota_qaf")
+    data = open_data(cfg, None)
+    from paperline.methods.lota_qaf.pipeline import build_task, float_model, score_row
+
+    model, record = float_model(cfg, "digits", data, tmp_path / "mlp.pt")
+    assert record and (tmp_path / "mlp.pt").is_file()
+    rows = {"digits_float": score_row(build_task(cfg, "digits", data), model)}
+    rows |= run_group(cfg, "digits", 3, data, tmp_path / "mlp.pt")["rows"]
+    metrics = method_metrics(cfg, rows, {}, "tiny")
+    assert metrics.headline["lota_merge_bit_identical"] is True
+    assert metrics.headline["lota_max_merge_loss"] == 0
+    assert set(metrics.tables["digits_accuracy"]["w3"]) >= {"float", "quantized", "lota_merged", "lora_unmerged"}
+
+
+def test_bad_inputs_fail_before_training(corpus, tmp_path):
+    with pytest.raises(ParamsError, match=r"lota_qaf\.bits: .*bit width 5 is not one of 2, 3, 4, 8"):
+        validate(LotaQafConfig, {"bits": [4, 5]}, "lota_qaf")
+    from paperline.train.lm_base import ModelDirError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelDirError, match="empty"):
+        open_data(_cfg(corpus, tmp_path / "empty"), str(tmp_path / "empty"))
+    model = _causal_lm(tmp_path / "model")
+    with pytest.raises(QuantError, match="lm.target_modules: 'c_attn'"):
+        open_data(_cfg(corpus, model, lm={"model_dir": str(model), "corpus_dir": str(corpus),
+                                          "target_modules": ["c_attn"]}), str(model))
+    with pytest.raises(QuantError, match="lota.rank: rank 64 above the width 32"):
+        open_data(_cfg(corpus, model, lota={"rank": 64}), str(model))

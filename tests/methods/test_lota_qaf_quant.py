@@ -1,0 +1,133 @@
+"""Exact checks of the quantisers and of LoTA's merge (issue 21): merged == unmerged outputs bit for
+bit, merged codes in [0, 2ᵇ−1], B = 0 gives exactly the quantised model; RTN/GPTQ properties."""
+import pytest
+import torch
+from torch import nn
+
+from paperline.methods.lota_qaf.config import AdapterSettings, LotaSettings
+from paperline.methods.lota_qaf.layers import LotaLinear, QALoraLinear, QuantLinear, select_targets, threshold_projection
+from paperline.methods.lota_qaf.quant import (QuantError, check_bits, quantize_gptq, quantize_rtn, requantize)
+from paperline.methods.lota_qaf.tsignsgd import TSignSGD, quantile_at
+
+
+def _weight(d_out=12, d_in=40, seed=0):
+    return torch.randn(d_out, d_in, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_rtn_codes_on_the_grid_and_error_within_half_a_step(bits):
+    w = _weight()
+    qw = quantize_rtn(w, bits, 16)  # 40 columns: groups 16, 16 and a short last one of 8
+    assert qw.scale.shape == (12, 3) and qw.q.dtype == torch.uint8
+    assert int(qw.q.min()) >= 0 and int(qw.q.max()) <= 2 ** bits - 1
+    step = qw.dequantize() - w
+    s = qw.scale.float()[:, torch.arange(40) // 16]
+    assert (step.abs() <= s / 2 + 1e-6).all()
+    assert (torch.equal(requantize(qw.dequantize(), qw).q, qw.q))  # a grid point rounds to itself
+
+
+def test_bad_bit_width_names_the_key():
+    for bad in (1, 5, 16):
+        with pytest.raises(QuantError, match="bits: bit width"):
+            check_bits(bad)
+    with pytest.raises(QuantError, match="bits"):
+        quantize_rtn(_weight(), 5, 16)
+
+
+def test_gptq_with_an_identity_hessian_is_rtn_and_lowers_the_output_error():
+    w = _weight(16, 64)
+    # H = I: no error is carried to other columns; GPTQ and RTN round the same grid
+    assert torch.equal(quantize_gptq(w, torch.eye(64), 3, 16).q, quantize_rtn(w, 3, 16).q)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 64, generator=gen) @ torch.randn(64, 64, generator=gen)  # correlated inputs
+    H = 2 * x.t() @ x / len(x)
+    for bits in (2, 3, 4):
+        err = {name: float(((x @ (qw.dequantize() - w).t()) ** 2).mean())
+               for name, qw in (("rtn", quantize_rtn(w, bits, 16)), ("gptq", quantize_gptq(w, H, bits, 16)))}
+        assert err["gptq"] < err["rtn"], (bits, err)
+
+
+def _lota(bits=2, rank=8, omega=5, seed=0):
+    base = QuantLinear(quantize_rtn(_weight(24, 48, seed), bits, 16), torch.randn(24))
+    layer = LotaLinear(base, rank, omega, torch.Generator().manual_seed(seed))
+    return base, layer
+
+
+def test_B_zero_at_start_gives_exactly_the_quantised_model():
+    base, layer = _lota()
+    assert set(layer.A.unique().tolist()) <= {-1.0, 0.0, 1.0} and (layer.A != 0).any()
+    x = torch.randn(5, 48)
+    assert torch.equal(layer(x), base(x))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_merged_and_unmerged_outputs_are_bit_identical_and_codes_stay_on_the_grid(bits):
+    base, layer = _lota(bits)
+    with torch.no_grad():  # an adapter past the threshold in many places, overflow masks exercised
+        layer.B.copy_(torch.randint(-1, 2, layer.B.shape, generator=torch.Generator().manual_seed(3)).float())
+        layer.A.copy_(torch.sign(layer.A) + (layer.A == 0).float())
+    assert layer.changed() > 0
+    merged = layer.merge()
+    x = torch.randn(7, 48)
+    assert torch.equal(layer(x), merged(x))
+    assert int(merged.q.min()) >= 0 and int(merged.q.max()) <= 2 ** bits - 1
+    # the masks: T never pushes a code past the ends of the grid, so some codes sit at 0 and qmax
+    assert ((merged.q.int() - base.q.int()).abs() <= 1).all()
+
+
+def test_threshold_projection_masks():
+    U = torch.tensor([[7.0, -7.0, 7.0, -7.0, 3.0]])
+    q = torch.tensor([[3, 0, 2, 1, 1]], dtype=torch.uint8)
+    assert threshold_projection(U, q, 6, 3).tolist() == [[0.0, 0.0, 1.0, -1.0, 0.0]]
+
+
+def test_straight_through_gradient_and_offset_reach_A_and_B():
+    base, layer = _lota()
+    with torch.no_grad():
+        layer.B.fill_(1.0)
+    layer(torch.randn(3, 48)).sum().backward()
+    assert layer.A.grad.abs().sum() > 0 and layer.B.grad.abs().sum() > 0
+
+
+def test_tsignsgd_schedule_and_update():
+    assert quantile_at(0, 100) == pytest.approx(0.95)
+    assert quantile_at(80, 100) == pytest.approx(0.999)
+    assert quantile_at(100, 100) == pytest.approx(0.9999)
+    p = nn.Parameter(torch.zeros(1000))
+    p.grad = torch.linspace(-1, 1, 1000)
+    opt = TSignSGD([p], 100)
+    opt.step()  # q = 0.95: the 5% largest |g| move one level against the sign
+    assert opt.moved == 50 and set(p.unique().tolist()) == {-1.0, 0.0, 1.0}
+    assert (p[:25] == 1).all() and (p[-25:] == -1).all()
+    p.grad = torch.full((1000,), -1.0)
+    opt.step()  # all |g| equal: none above the quantile, nothing moves
+    assert opt.moved == 0
+
+
+def test_qalora_merges_into_the_zero_points():
+    base = QuantLinear(quantize_rtn(_weight(24, 40), 3, 16))
+    layer = QALoraLinear(base, 4, 8.0, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        layer.B.normal_(0, 0.1)
+    merged = layer.merge()
+    x = torch.randn(5, 40)
+    assert torch.equal(merged.q, base.q)
+    assert torch.allclose(layer(x), merged(x), atol=2e-2)  # the zero points rounded to fp16
+
+
+def test_target_selection_names_the_key():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    assert select_targets(model, ["0", "2"]) == ["0", "2"]
+    with pytest.raises(QuantError, match="target_modules: 'q_proj' names no linear layer"):
+        select_targets(model, ["q_proj"])
+
+
+def test_rank_above_the_width_and_omega_not_below_rank_are_refused():
+    base = QuantLinear(quantize_rtn(_weight(6, 32), 4, 16))
+    with pytest.raises(QuantError, match="lota.rank"):
+        LotaLinear(base, 8, 6)
+    with pytest.raises(QuantError, match="lota.omega"):
+        LotaLinear(base, 4, 4)
+    with pytest.raises(ValueError, match="omega"):
+        LotaSettings(rank=4, omega=4)
+    assert LotaSettings(rank=64).threshold() == 48 and AdapterSettings().rank == 8

@@ -1,0 +1,107 @@
+"""The AltLoRA flow: its outputs in the tiny DAG (a row per optimizer, on that optimizer's MLflow run
+with its linear runs nested under it, the step-time run, plots as MLflow artifacts and DVC files,
+state floats equal to the spec's formulas); the same seed gives the DAG's numbers again; a bad
+parameter fails before any work, naming the key."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from flows.launch import resolve, run_method
+from paperline.config import ParamsError
+from paperline.metrics import validate_metrics
+from paperline.train.lm_base import ModelDirError
+from tasks import track
+from tasks.altlora import data_version
+from tests.conftest import finished_flow_runs, report_rows
+
+TIMING_KEYS = {"step_ms", "step_time_vs_lora_adamw"}
+
+
+def _tiny(project) -> dict:
+    return yaml.safe_load((project / "params.yaml").read_text())["altlora"]["profiles"]["tiny"]
+
+
+def _metrics(project):
+    path = project / "metrics" / "altlora.json"
+    return validate_metrics(json.loads(path.read_text()), str(path))
+
+
+def test_tiny_dag_outputs(dag):
+    metrics, tiny = _metrics(dag), _tiny(dag)
+    assert sorted(metrics.rows) == sorted(tiny["optimizers"]) == sorted(report_rows(dag, "altlora"))
+    assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("lora_adamw", "final_error", False)
+    rows = metrics.rows
+    for name, row in rows.items():
+        assert row["best_lr"] in tiny["linear"]["lr_grid"][name]
+        assert row["state_floats"] == row["state_floats_formula"]
+        for key in ("final_error", "final_loss", "c_spread", "step_time_vs_lora_adamw"):
+            assert isinstance(row[key], float), (name, key)
+    n, r = tiny["linear"]["dim"], tiny["linear"]["ranks"][0]
+    assert rows["altlora"]["state_floats"] == rows["lora_adamw"]["state_floats"] == 2 * (n + n) * r
+    assert rows["altlora_plus"]["state_floats"] == 3 * (n + n) * r
+    assert rows["lora_pro"]["state_floats"] == rows["full_ft"]["state_floats"] == 2 * n * n
+    assert rows["scaledgd"]["state_floats"] == 0 and rows["lora_adamw"]["step_time_vs_lora_adamw"] == 1.0
+    assert rows["full_ft"]["c_spread"] == 1.0  # no factors to rescale
+    # the reparameterisation invariance, and its absence under Adam, even in 40 steps
+    assert rows["scaledgd"]["c_spread"] < 1.05 < rows["lora_adamw"]["c_spread"]
+    assert metrics.headline["altlora_over_lora_adamw_final_error"] == pytest.approx(
+        rows["altlora"]["final_error"] / rows["lora_adamw"]["final_error"])
+    # the LM adaptation of the tiny lm-base: its optimizers only, the base's losses beside them
+    for name, row in rows.items():
+        assert (row.get("lm_val_loss") is not None) == (name in tiny["lm"]["optimizers"]), name
+    assert rows["altlora"]["lm_val_loss"] < metrics.details["lm_base"]["base_target_val_loss"]
+    assert metrics.headline["altlora_over_lora_adamw_lm_val_loss"] == pytest.approx(
+        rows["altlora"]["lm_val_loss"] / rows["lora_adamw"]["lm_val_loss"])
+
+    parent, children = finished_flow_runs(dag, "altlora")
+    c = track.client()
+    assert parent.data.tags["data_version"].startswith("sha256:")  # the base, the corpus, the KJV slice
+    by_variant = {run.data.tags["variant"]: run for run in children}
+    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time"])
+    lm_runs = c.search_runs([parent.info.experiment_id],
+                            filter_string=f"tags.mlflow.parentRunId = '{by_variant['lora_adamw'].info.run_id}'")
+    assert "lora_adamw_lm_lr0.01" in {run.data.tags["variant"] for run in lm_runs}
+    for name, row in rows.items():
+        assert by_variant[name].data.metrics["final_error"] == row["final_error"]
+    nested = c.search_runs([parent.info.experiment_id],
+                           filter_string=f"tags.mlflow.parentRunId = '{by_variant['altlora'].info.run_id}'")
+    assert sorted(run.data.tags["variant"] for run in nested) == [f"altlora_linear_r{r}", "altlora_lm_lr0.1"]
+    linear_run = next(run for run in nested if "linear" in run.data.tags["variant"])
+    curve = c.get_metric_history(linear_run.info.run_id, "error/c1_lr0.1")
+    assert len(curve) == tiny["linear"]["steps"] // tiny["linear"]["log_every"] + 1
+    assert curve[-1].value < curve[0].value
+    pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
+    assert {"error_curves.png", "rescaling_curves.png", "state_and_step_time.png"} <= pngs
+    assert (dag / "plots" / "altlora" / "error_curves.csv").read_text().startswith("step,")
+    assert json.loads((dag / "models" / "altlora" / "run.json").read_text())["complete"]
+
+
+@pytest.mark.dag_stage("altlora")
+def test_the_same_seed_gives_the_dag_numbers_again(dag_stage, project, prefect_server):
+    """LoRA-AdamW and AltLoRA alone, against the DAG's record: every number but the timings (the LM
+    runs too: the same base, seed and batches)."""
+    expected = _metrics(dag_stage)
+    for folder in ("data/lm_base", "data/text/shakespeare", "data/raw/kjv"):  # the DAG's inputs
+        shutil.copytree(dag_stage / folder, project / folder)
+    run_method("altlora", "tiny", ["optimizers=[lora_adamw, altlora]"])
+    again = _metrics(project)
+    for name in ("lora_adamw", "altlora"):
+        same = {k: v for k, v in again.rows[name].items() if k not in TIMING_KEYS and "timing" not in k}
+        assert same == {k: v for k, v in expected.rows[name].items() if k in same}
+
+
+def test_bad_parameters_fail_before_any_work(project, tmp_path):
+    with pytest.raises(ParamsError, match=r"altlora.profiles.tiny.linear.lr_grid.nadam.\[key\]: Input should be 'lora_adamw'"):
+        resolve("altlora", "tiny", ["linear.lr_grid.nadam=[0.1]"])
+    with pytest.raises(ParamsError, match=r"linear.ranks \[32\] exceed linear.dim 16"):
+        resolve("altlora", "tiny", ["linear.ranks=[32]"])
+    with pytest.raises(ParamsError, match=r"optimizers must include lora_adamw"):
+        resolve("altlora", "tiny", ["optimizers=[altlora]"])
+    _, cfg = resolve("altlora", "tiny", [f"lm.base={tmp_path}"])
+    with pytest.raises(ModelDirError, match=f"{tmp_path}: not a transformers model directory"):
+        data_version(cfg)  # what the flow checks first
+    assert not (project / "models" / "altlora").exists()

@@ -1,0 +1,64 @@
+"""The LoTA-QAF flow's outputs in the tiny DAG (the record with its claims and tables, a report row
+and an MLflow child run per variant, plots, the digits MLP), and a bad bit width or model folder
+refused before any work."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from paperline.metrics import validate_metrics
+from tests.conftest import finished_flow_runs, report_rows
+
+
+def _variants(project) -> list[str]:
+    tiny = yaml.safe_load((project / "params.yaml").read_text())["lota_qaf"]["profiles"]["tiny"]
+    names = [f"{t}_float" for t in tiny["tasks"]]
+    return sorted(names + [f"{t}_w{b}_{m}" for t in tiny["tasks"] for b in tiny["bits"]
+                           for m in ("quantized", "lota", "lora", "qalora")])
+
+
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / "lota_qaf.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    variants = _variants(dag)
+    assert sorted(metrics.rows) == sorted(report_rows(dag, "lota_qaf")) == variants
+    headline = metrics.headline
+    # the exact properties hold at any scale: LoTA's merge is lossless and stays on the grid
+    assert headline["lota_merge_bit_identical"] is True and headline["lota_codes_on_grid"] is True
+    assert headline["lota_max_merge_loss"] == 0
+    for name, row in metrics.rows.items():
+        if name.endswith("_lota"):
+            assert row["merge_gap"] == 0 and row["max_output_diff"] == 0
+            assert row["model_bytes"] < row["lora16_bytes"]
+        if name.endswith("_qalora"):
+            assert row["changed_share"] == 0
+    assert set(metrics.tables) == {"digits_accuracy", "lm_perplexity"}
+
+    parent, children = finished_flow_runs(dag, "lota_qaf")
+    assert sorted(r.data.tags["variant"] for r in children) == variants
+    for child in children:
+        row = metrics.rows[child.data.tags["variant"]]
+        key = "accuracy" if child.data.tags["variant"].startswith("digits") else "perplexity"
+        assert child.data.metrics[key] == pytest.approx(row[key])
+    names = sorted(p.name for p in (dag / "plots" / "lota_qaf").glob("*.png"))
+    assert names == ["digits_accuracy_by_bits.png", "digits_losses.png", "lm_losses.png", "lm_perplexity_by_bits.png"]
+    assert (dag / "models" / "lota_qaf" / "digits_mlp.pt").is_file()
+    assert json.loads((dag / "models" / "lota_qaf" / "run.json").read_text())["complete"]
+
+
+def test_bad_bit_width_and_model_folder_are_refused_before_any_work(project, tmp_path):
+    """The flow's two gates: the parameters (before Prefect starts) and its data step (before the
+    run directory or an MLflow run exists)."""
+    from flows.launch import resolve
+    from paperline.config import ParamsError
+    from paperline.train.lm_base import ModelDirError
+    from tasks.lota_qaf import data
+
+    with pytest.raises(ParamsError, match="lota_qaf.*bits.*bit width 5"):
+        resolve("lota_qaf", "tiny", ["bits=[4,5]"])
+    _, cfg = resolve("lota_qaf", "tiny", [f"lm.model_dir={tmp_path / 'not_a_model'}"])
+    with pytest.raises(ModelDirError, match="not_a_model"):
+        data(cfg)
+    assert not (project / "models" / "lota_qaf").exists()
