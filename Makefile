@@ -16,6 +16,9 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 export RAY_USAGE_STATS_ENABLED := 0
+export FLWR_TELEMETRY_ENABLED := 0
+export FLWR_DISABLE_UPDATE_CHECK := 1
+export FLWR_HOME := $(CURDIR)/.flwr
 # `python` in dvc.yaml commands is the project venv's
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -24,9 +27,11 @@ MLFLOW_PORT ?= 5000
 
 .PHONY: install run test ui ui-stop serve lock clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt requirements-flower.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	# Flower (LEFF) beside our pins, without its declared dependencies: see requirements-flower.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-flower.txt
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,1 @@
+"""LEFF: layer-wise efficient federated fine-tuning, on Flower."""

@@ -1,0 +1,65 @@
+"""Parameters of the LEFF run: the base LM and corpus, the non-IID clients, the federated rounds,
+LEFF's block choice and context distillation, and the baselines' settings."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from paperline.config import MethodConfig, ProjectPath
+
+PositiveInt = Annotated[int, Field(ge=1)]
+# fedavg: full fine-tuning; fedlora: peft LoRA on q/k/v/o; fedbitfit: zero-started biases on every
+# block Linear (the base LM has none); leff_*: LEFF with its block choice by importance, at random,
+# or round-robin
+Method = Literal["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
+LEFF_METHODS = ("leff_importance", "leff_random", "leff_round_robin")
+
+
+class LEFFConfig(MethodConfig):
+    model: ProjectPath = "data/lm_base"  # a transformers causal-LM folder (paperline CausalLM, GQA-family attention)
+    corpus: ProjectPath = "data/text/shakespeare"
+    block_size: PositiveInt = 64
+    methods: list[Method] = Field(default=["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random",
+                                           "leff_round_robin"], min_length=1)
+    baseline: Method = "fedavg"
+    # non-IID clients: the play-ordered training stream cut into `families` contiguous segments,
+    # each segment's windows shared among the clients by Dirichlet(α) (a label-skew split over segments)
+    clients: Annotated[int, Field(ge=2)] = 8
+    alphas: list[Annotated[float, Field(gt=0)]] = Field(default=[0.1], min_length=1)
+    families: Annotated[int, Field(ge=2)] = 8
+    capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
+    rounds: PositiveInt = 10
+    local_steps: PositiveInt = 8  # AdamW steps per client per round (the paper: one local epoch)
+    batch_size: PositiveInt = 8
+    lr: float = Field(1e-3, gt=0)  # the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
+    # LEFF's server side
+    compression: float = Field(0.5, gt=0, le=1)  # r: a context of n layers is distilled into ⌈n·r⌉
+    distill_steps: Annotated[int, Field(ge=0)] = 50
+    distill_lr: float = Field(1e-3, gt=0)
+    attention_kl_weight: float = Field(1.0, ge=0)  # α of E = MSE(H_s, H_t) + α·KL(A_t‖A_s)
+    proxy_windows: PositiveInt = 32  # public proxy set: unlabeled windows of the validation stream's first half
+    eval_windows: PositiveInt = 64  # the global test windows: the validation stream's second half
+    # baselines
+    lora_rank: PositiveInt = 4
+    lora_alpha: float = Field(8.0, gt=0)
+    # Flower simulation
+    client_cpus: PositiveInt = 1  # Ray resources per ClientApp: clients run this many-way parallel per core count
+    round_timeout_s: float = Field(600.0, gt=0)
+    # fault check: this client fails in this round of every method's run (None: no fault), by
+    # raising in its ClientApp or by killing the process the ClientApp runs in
+    fail_client: Annotated[int, Field(ge=0)] | None = None
+    fail_round: PositiveInt = 2
+    fail_mode: Literal["raise", "kill"] = "raise"
+
+    @model_validator(mode="after")
+    def _check(self) -> "LEFFConfig":
+        if self.fail_client is not None and self.fail_client >= self.clients:
+            raise ValueError(f"fail_client {self.fail_client}: there are only {self.clients} clients")
+        if self.fail_client is not None and self.fail_round > self.rounds:
+            raise ValueError(f"fail_round {self.fail_round} is after the last round {self.rounds}")
+        return self
+
+
+def client_capacity(cfg: LEFFConfig, partition: int) -> int:
+    return cfg.capacities[partition % len(cfg.capacities)]

@@ -1,0 +1,342 @@
+"""LEFF and its baselines on Flower: the `ClientApp` (every method's local step) and the server
+`Strategy` (LEFF's importance, block choice, context distillation and layer-wise aggregation; the
+baselines' plain weighted averaging of what they train), run by Flower's simulation engine (Ray)
+with one ServerApp for every (α, method), so Ray starts once.
+
+The same two apps run under Flower's Deployment Engine (`flower-superlink` + one
+`flower-supernode --node-config "partition-id=<i> num-partitions=<n>"` per machine): a client reads
+its shard of the corpus path the server sends, so each machine needs the corpus at that path.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity
+from paperline.methods.leff.data import FederatedData, Windows, federated_data
+from paperline.methods.leff.leff import (LAYER_KEY, add_lora, add_zero_biases, aggregate, build_model, choose_block,
+                                         layer_importance, leff_client_model, trainable_keys)
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+# Offline and quiet, set before flwr is imported (the Makefile exports the same; a project-local
+# FLWR_HOME is set by the task)
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord,  # noqa: E402
+                      RecordDict)
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp import Grid, ServerApp  # noqa: E402
+from flwr.serverapp.strategy import Strategy  # noqa: E402
+
+
+def model_state(model: CausalLM) -> dict[str, torch.Tensor]:
+    """The state to send: a tied lm_head is the embedding, sent once (loaded with strict=False)."""
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def state_bytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+@torch.no_grad()
+def evaluate(model: CausalLM, windows: Windows, batch_size: int = 32) -> tuple[float, float]:
+    """Mean next-token cross-entropy (nats) and top-1 accuracy on the windows."""
+    model.eval()
+    loss, correct, count = 0.0, 0, 0
+    for i in range(0, len(windows), batch_size):
+        x, y = windows.x[i:i + batch_size], windows.y[i:i + batch_size]
+        out = model(x, labels=y)
+        loss += out.loss.item() * y.numel()
+        correct += int((out.logits.argmax(-1) == y).sum())
+        count += y.numel()
+    model.train()
+    return loss / count, correct / count
+
+
+def client_shard(cfg: LEFFConfig, alpha: float, partition: int) -> Windows:
+    data = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families, cfg.seed,
+                          cfg.proxy_windows, cfg.eval_windows)
+    return data.clients[partition]
+
+
+def local_train(model: CausalLM, keys: list[str], shard: Windows, steps: int, batch_size: int, lr: float,
+                generator: torch.Generator) -> dict:
+    """AdamW on the parameters named `keys` only, `steps` batches drawn from the shard; the FLOPs of
+    the first step counted by torch's FlopCounterMode (forward + backward, every matmul incl.
+    attention), times `steps`."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    names = set(keys)
+    params = [p for n, p in model.named_parameters() if n in names]
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    losses, flops = [], 0
+    for step in range(steps):
+        idx = torch.randint(len(shard), (min(batch_size, len(shard)),), generator=generator)
+        counter = FlopCounterMode(display=False) if step == 0 else None
+        with counter if counter is not None else contextlib.nullcontext():
+            loss = model(shard.x[idx], labels=shard.y[idx]).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        if counter is not None:
+            flops = counter.get_total_flops() * steps
+        opt.step()
+        losses.append(loss.item())
+    return {"train_loss": sum(losses) / len(losses), "flops": float(flops),
+            "trained_params": float(sum(p.numel() for p in params)),
+            "held_params": float(sum(p.numel() for p in model.parameters()))}
+
+
+# --- the client ----------------------------------------------------------------------------------
+
+CLIENT = ClientApp()
+
+
+def _partition(context: Context) -> int:
+    return int(context.node_config["partition-id"])
+
+
+@CLIENT.query()
+def report(msg: Message, context: Context) -> Message:
+    """Step 1 of a LEFF round: the client reports its capacity L_i and its data size D_i."""
+    cfg = LEFFConfig.model_validate_json(msg.content["config"]["cfg"])
+    partition = _partition(context)
+    shard = client_shard(cfg, float(msg.content["config"]["alpha"]), partition)
+    return Message(RecordDict({"metrics": MetricRecord({"partition": partition, "capacity": client_capacity(cfg, partition),
+                                                        "num-examples": len(shard)})}), reply_to=msg)
+
+
+@CLIENT.train()
+def train(msg: Message, context: Context) -> Message:
+    """Any method's local step: build the model the server describes, load what it sent, train
+    the keys the method trains, send those back with the client's costs."""
+    start = time.perf_counter()
+    torch.set_num_threads(1)  # one core per ClientApp: Ray runs them side by side
+    conf = msg.content["config"]
+    cfg = LEFFConfig.model_validate_json(conf["cfg"])
+    method, server_round, partition = str(conf["method"]), int(conf["server-round"]), _partition(context)
+    if cfg.fail_client == partition and server_round == cfg.fail_round:
+        if cfg.fail_mode == "kill":  # the ClientApp's process dies mid-round, as a crashed client would
+            os._exit(1)
+        raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
+    model = CausalLM(CausalLMConfig.from_dict(json.loads(conf["model-config"])))
+    if method == "fedlora":
+        model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)
+    elif method == "fedbitfit":
+        model = add_zero_biases(model)
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict(), strict=False)
+    block = range(int(conf["block-first"]), int(conf["block-first"]) + int(conf["block-size"]))
+    keys = trainable_keys(method, [n for n, _ in model.named_parameters()], block)
+    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
+    shard = client_shard(cfg, float(conf["alpha"]), partition)
+    metrics = local_train(model, keys, shard, cfg.local_steps, cfg.batch_size, cfg.lr, generator)
+    state = model.state_dict()
+    sent = {k: state[k].detach().clone() for k in keys}
+    metrics |= {"partition": partition, "num-examples": len(shard), "wall_s": time.perf_counter() - start,
+                "bytes_up": float(state_bytes(sent))}
+    return Message(RecordDict({"arrays": ArrayRecord(sent), "metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+@dataclass
+class MethodRun:
+    """What one (method, α) run measured, round by round."""
+    method: str
+    alpha: float
+    initial: dict
+    rounds: list[dict] = field(default_factory=list)
+    clients: int = 0  # nodes that answered the capacity query (a client killed earlier does not)
+
+    @property
+    def final(self) -> dict:
+        return self.rounds[-1] if self.rounds else self.initial
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MethodRun":
+        return cls(**d)
+
+
+class FederatedFineTuning(Strategy):
+    """One strategy for every method: LEFF (per-client blocks and distilled contexts, layer-wise
+    aggregation) and the baselines (the whole global state out, the trained keys back, averaged by
+    D_i). A client whose reply is an error (its ClientApp raised, or its process died: Ray's
+    ActorDiedError) is dropped from the round and recorded; a dead node stays out of later runs."""
+
+    def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print):
+        self.cfg, self.method, self.alpha, self.log = cfg, method, alpha, log
+        self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha)
+        self.rule = method.removeprefix("leff_") if method in LEFF_METHODS else None
+        self.data = data
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.nodes: dict[int, dict] = {}  # node id → partition, capacity, num-examples
+        self.plans: dict[int, dict] = {}  # node id → this round's block (LEFF) and bytes sent
+        self.server_s = 0.0
+        loss, acc = evaluate(self.model, data.test)
+        self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc})
+
+    def _config(self, server_round: int, **extra) -> ConfigRecord:
+        return ConfigRecord({"cfg": self.cfg.model_dump_json(), "method": self.method, "alpha": self.alpha,
+                             "server-round": server_round, "model-config": self.model.config.to_json_string(),
+                             "block-first": 0, "block-size": 0, **extra})
+
+    def query_clients(self, grid: Grid, timeout: float) -> None:
+        """Step 1: every node's partition, capacity L_i and data size D_i."""
+        messages = [Message(RecordDict({"config": self._config(0)}), dst_node_id=node, message_type=MessageType.QUERY)
+                    for node in grid.get_node_ids()]
+        for reply in grid.send_and_receive(messages, timeout=timeout):
+            if reply.has_error():
+                continue  # a client that cannot answer is never sampled
+            m = reply.content["metrics"]
+            self.nodes[reply.metadata.src_node_id] = {"partition": int(m["partition"]), "capacity": int(m["capacity"]),
+                                                      "num-examples": int(m["num-examples"])}
+        self.run.clients = len(self.nodes)
+        L = self.model.config.num_layers
+        for node in self.nodes.values():
+            if node["capacity"] > L:
+                raise ValueError(f"params.yaml: leff.capacities: client {node['partition']} reports capacity "
+                                 f"{node['capacity']} but the model has {L} layers")
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        started = time.perf_counter()
+        L = self.model.config.num_layers
+        state = model_state(self.model)
+        scores = None
+        if self.rule == "importance":  # one forward + backward on the proxy set, on the server
+            scores = layer_importance(self.model, self.data.proxy.x, self.data.proxy.y)
+        contexts: dict[tuple[int, int], tuple] = {}  # a distilled context serves every client with that block
+        messages, self.plans = [], {}
+        for node, info in sorted(self.nodes.items(), key=lambda kv: kv[1]["partition"]):
+            if self.rule is None:
+                sent, extra, plan = state, {}, {}
+            else:
+                size = info["capacity"]
+                start = choose_block(self.rule, scores, size, L, server_round, info["partition"], self.generator)
+                if (start, size) not in contexts:
+                    contexts[(start, size)] = leff_client_model(
+                        self.model, start, size, self.data.proxy.x, self.cfg.compression, self.cfg.distill_steps,
+                        self.cfg.distill_lr, self.cfg.attention_kl_weight, self.cfg.batch_size, self.generator)
+                client_model, first, losses = contexts[(start, size)]
+                sent = model_state(client_model)
+                extra = {"block-first": first, "block-size": size,
+                         "model-config": client_model.config.to_json_string()}
+                plan = {"block_start": start, "block_first": first, "block_size": size,
+                        "context_layers": client_model.config.num_layers - size,
+                        "distill_final": sum(v[-1] for v in losses.values() if v)}
+            self.plans[node] = plan | {"bytes_down": state_bytes(sent)}
+            messages.append(Message(RecordDict({"arrays": ArrayRecord(sent), "config": self._config(server_round, **extra)}),
+                                    dst_node_id=node, message_type=MessageType.TRAIN))
+        self.server_s = time.perf_counter() - started
+        self.scores = None if scores is None else scores.tolist()
+        return messages
+
+    def aggregate_train(self, server_round: int, replies):
+        started = time.perf_counter()
+        updates, clients, dropped = [], [], []
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                dropped.append({"partition": self.nodes[node]["partition"], "reason": reply.error.reason[:300]})
+                continue
+            sent = reply.content["arrays"].to_torch_state_dict()
+            plan = self.plans[node]
+            if self.rule is not None:  # client-local layer j is global layer start + (j − first)
+                sent = {LAYER_KEY.sub(f"layers.{plan['block_start'] + int(LAYER_KEY.match(k).group(1)) - plan['block_first']}.", k): v
+                        for k, v in sent.items()}
+            m = reply.content["metrics"]
+            updates.append((float(m["num-examples"]), sent))
+            clients.append({"partition": int(m["partition"]), "capacity": self.nodes[node]["capacity"],
+                            "num_examples": int(m["num-examples"]), "train_loss": float(m["train_loss"]),
+                            "flops": float(m["flops"]), "trained_params": int(m["trained_params"]),
+                            "held_params": int(m["held_params"]), "wall_s": float(m["wall_s"]),
+                            "bytes_up": int(m["bytes_up"])} | plan)
+        if updates:
+            self.model.load_state_dict(aggregate(model_state(self.model), updates), strict=False)
+        loss, acc = evaluate(self.model, self.data.test)
+        clients.sort(key=lambda c: c["partition"])
+        record = {"round": server_round, "test_loss": loss, "test_accuracy": acc,
+                  "straggler_s": max((c["wall_s"] for c in clients), default=math.nan),
+                  "bytes_down": sum(p["bytes_down"] for p in self.plans.values()),
+                  "bytes_up": sum(c["bytes_up"] for c in clients),
+                  "server_s": self.server_s + time.perf_counter() - started,
+                  "layer_importance": self.scores, "clients": clients, "dropped": dropped}
+        self.run.rounds.append(record)
+        self.log(f"leff: {self.method} α={self.alpha:g} round {server_round}: test loss {loss:.4f} "
+                 f"acc {acc:.4f}, straggler {record['straggler_s']:.2f} s, dropped {len(dropped)}")
+        return None, MetricRecord({"test_loss": loss, "test_accuracy": acc})
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return []  # evaluation is on the server's global test windows (aggregate_train)
+
+    def aggregate_evaluate(self, server_round, replies):
+        return None
+
+    def summary(self) -> None:
+        self.log(f"leff: {self.method} α={self.alpha:g} on {len(self.nodes)} clients, {self.cfg.rounds} rounds")
+
+
+def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float], MethodRun] | None = None,
+                  on_result=None, log=print) -> dict[tuple[str, float], MethodRun]:
+    """Every (α, method) not in `done`, one after another in one Flower simulation (Ray backend,
+    `cfg.clients` virtual SuperNodes); `on_result(run)` after each (the task saves it, so a killed
+    run resumes at the next)."""
+    from flwr.simulation import run_simulation
+
+    L = base.config.num_layers
+    if max(cfg.capacities) > L:
+        raise ValueError(f"params.yaml: leff.capacities: {max(cfg.capacities)} exceeds the model's {L} layers "
+                         f"({cfg.model})")
+    results = dict(done or {})
+    errors: list[BaseException] = []
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            for alpha in cfg.alphas:
+                data = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families, cfg.seed,
+                                      cfg.proxy_windows, cfg.eval_windows)
+                for method in cfg.methods:
+                    if (method, alpha) in results:
+                        continue
+                    strategy = FederatedFineTuning(cfg, method, alpha, base, data, log)
+                    strategy.query_clients(grid, cfg.round_timeout_s)
+                    strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=cfg.rounds,
+                                   timeout=cfg.round_timeout_s)
+                    results[(method, alpha)] = strategy.run
+                    if on_result is not None:
+                        on_result(strategy.run)
+        except BaseException as err:  # the simulation logs and swallows it: re-raised below
+            errors.append(err)
+            raise
+
+    # Flower's Ray backend hands the workers this process's sys.path: they import the same paperline
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the server's importance, distillation and evaluation: small matmuls, shared cores
+    try:
+        run_simulation(server_app=server, client_app=CLIENT, num_supernodes=cfg.clients,
+                       backend_config={"client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": 0.0},
+                                       "init_args": {"include_dashboard": False, "log_to_driver": False}})
+    finally:
+        torch.set_num_threads(threads)
+    if errors:
+        raise errors[0]
+    missing = [(m, a) for a in cfg.alphas for m in cfg.methods if (m, a) not in results]
+    if missing:
+        raise RuntimeError(f"the Flower simulation ended without results for {missing} (see its log above)")
+    return results

@@ -1,0 +1,232 @@
+"""LEFF's server-side steps and the per-method client models, as plain functions on a paperline
+`CausalLM` (so the Flower strategy in `fed.py`, or any other round loop, calls them):
+
+    importance I_l = Σ_{m∈l} (g_m θ_m)²  →  Ī_k = Σ_{l=k}^{k+L_i−1} I_l  →  p_i(k) = softmax(Ī_k / std Ī)
+    → block [k, k+L_i)  →  the layers below and above it distilled into ⌈n·r⌉-layer frozen stacks
+    → the client trains its block  →  each layer averaged over the clients that trained it (by D_i).
+
+Layer numbering: `model.layers[l]`; a state-dict key `layers.<l>.…` belongs to layer l.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from paperline.nn.attention.common import rope_at, rotate
+from paperline.nn.attention.gqa import GroupedQueryAttention
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+LAYER_KEY = re.compile(r"^layers\.(\d+)\.")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+# --- importance and block choice ------------------------------------------------------------------
+
+def layer_importance(model: CausalLM, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(L,) first-order Taylor importance (Molchanov et al. 2019) of each layer on one proxy
+    batch: one forward and one backward pass; I_m = (g_m θ_m)² (the squared form: the spec leaves
+    squared vs absolute undecoded [I]), summed over the layer's parameters."""
+    model.zero_grad(set_to_none=True)
+    model(x, labels=y).loss.backward()
+    scores = torch.stack([sum(((p.grad * p.detach()) ** 2).sum() for p in layer.parameters() if p.grad is not None)
+                          for layer in model.layers])
+    model.zero_grad(set_to_none=True)
+    return scores.detach()
+
+
+def block_importance(layer_scores: torch.Tensor, size: int) -> torch.Tensor:
+    """Ī_k for every start k = 0 … L−size: the sum of `size` consecutive layer importances."""
+    L = len(layer_scores)
+    if not 1 <= size <= L:
+        raise ValueError(f"block of {size} layers in a model of {L}")
+    return torch.stack([layer_scores[k:k + size].sum() for k in range(L - size + 1)])
+
+
+def block_probabilities(layer_scores: torch.Tensor, size: int) -> torch.Tensor:
+    """p(k) = softmax_k(Ī_k / std(Ī)). The temperature is not in the paper [I]: dividing by the
+    spread makes it scale-free (the spec's pitfall f); equal scores (or one start) give uniform."""
+    scores = block_importance(layer_scores, size).double()
+    spread = scores.std() if len(scores) > 1 else scores.new_tensor(0.0)
+    if not torch.isfinite(spread) or spread <= 0:
+        return torch.full_like(scores, 1.0 / len(scores)).float()
+    return torch.softmax(scores / spread, dim=0).float()
+
+
+def choose_block(rule: str, layer_scores: torch.Tensor | None, size: int, num_layers: int, server_round: int,
+                 client: int, generator: torch.Generator) -> int:
+    """The start k of a contiguous block of `size` layers: sampled by importance, uniformly, or
+    round-robin ((round + client) cycles through the starts, so clients cover different blocks)."""
+    starts = num_layers - size + 1
+    if rule == "importance":
+        return int(torch.multinomial(block_probabilities(layer_scores, size), 1, generator=generator))
+    if rule == "random":
+        return int(torch.randint(starts, (1,), generator=generator))
+    if rule == "round_robin":
+        return (server_round - 1 + client) % starts
+    raise ValueError(f"block rule {rule!r}: not importance, random or round_robin")
+
+
+# --- context compression --------------------------------------------------------------------------
+
+def context_layers(n: int, ratio: float) -> int:
+    """⌈n·r⌉ student layers for a context of n teacher layers (0 for an empty context)."""
+    return math.ceil(n * ratio - 1e-9) if n else 0
+
+
+def student_map(teacher: int, student: int) -> list[int]:
+    """Teacher layer each student layer imitates: uniform, the last on the last (TinyBERT's
+    mapping [I]; the paper does not say)."""
+    return [math.ceil((j + 1) * teacher / student) - 1 for j in range(student)]
+
+
+def attention_probs(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(B, heads, T, T) causal attention probabilities of a GQA-family layer (MHA, MQA, GQA) on its
+    (normed) input x: what its scaled-dot-product attention weights the values by."""
+    if not isinstance(attn, GroupedQueryAttention):
+        raise TypeError(f"attention KL needs q/k projections: {type(attn).__name__} is not MHA/MQA/GQA")
+    B, T, _ = x.shape
+    cos, sin = rope_at(0, T, attn.head_dim, attn.rope_base, x.device, x.dtype)
+    q = rotate(attn.q_proj(x).view(B, T, attn.num_heads, attn.head_dim), cos, sin).transpose(1, 2)
+    k = rotate(attn.k_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim), cos, sin).transpose(1, 2)
+    k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim)
+    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    return torch.softmax(logits.masked_fill(mask, float("-inf")), dim=-1)
+
+
+def run_stack(layers, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each layer's output hidden states and attention probabilities."""
+    hidden, attns = [], []
+    for layer in layers:
+        attns.append(attention_probs(layer.attn, layer.input_norm(x)))
+        x, _ = layer(x, 0, None)
+        hidden.append(x)
+    return hidden, attns
+
+
+def distillation_loss(teacher, student, x: torch.Tensor, kl_weight: float) -> torch.Tensor:
+    """E = Σ_j MSE(H_s^j, H_t^{m(j)}) + α·KL(A_t^{m(j)} ‖ A_s^j), each stack on the same input
+    hidden states x; the KL is per query row, averaged over batch, heads and rows."""
+    with torch.no_grad():
+        h_t, a_t = run_stack(teacher, x)
+    h_s, a_s = run_stack(student, x)
+    loss = x.new_zeros(())
+    for j, t in enumerate(student_map(len(teacher), len(student))):
+        kl = (a_t[t] * (a_t[t].clamp_min(1e-12).log() - a_s[j].clamp_min(1e-12).log())).sum(-1).mean()
+        loss = loss + F.mse_loss(h_s[j], h_t[t]) + kl_weight * kl
+    return loss
+
+
+def distil_context(teacher: nn.ModuleList, inputs: torch.Tensor, ratio: float, steps: int, lr: float,
+                   kl_weight: float, batch_size: int, generator: torch.Generator) -> tuple[nn.ModuleList, list[float]]:
+    """A ⌈n·r⌉-layer student of the n teacher layers, started from the mapped teacher layers
+    (copies, [I]) and trained `steps` AdamW steps on the proxy hidden states `inputs` (B, T, d)
+    (no labels); returned frozen, with its loss per step."""
+    m = context_layers(len(teacher), ratio)
+    student = nn.ModuleList(copy.deepcopy(teacher[t]) for t in student_map(len(teacher), m))
+    teacher_frozen = [layer.requires_grad_(False) for layer in copy.deepcopy(teacher)]
+    losses = []
+    if m and steps:
+        opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.0)
+        for _ in range(steps):
+            idx = torch.randint(len(inputs), (min(batch_size, len(inputs)),), generator=generator)
+            loss = distillation_loss(teacher_frozen, student, inputs[idx], kl_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return student.requires_grad_(False), losses
+
+
+@torch.no_grad()
+def hidden_before(model: CausalLM, x: torch.Tensor, layer: int) -> torch.Tensor:
+    """The hidden states entering layer `layer` (after the embedding and layers < layer)."""
+    return model.hidden_states(x, num_blocks=layer)
+
+
+def leff_client_model(model: CausalLM, start: int, size: int, proxy_x: torch.Tensor, ratio: float, steps: int,
+                      lr: float, kl_weight: float, batch_size: int,
+                      generator: torch.Generator) -> tuple[CausalLM, int, dict]:
+    """What the server sends a LEFF client: a CausalLM of [pre-context student, the block's L_i
+    global layers, post-context student] with the global embedding, norm and head. Returns it,
+    the client-local index of the block's first layer, and the distillation losses."""
+    L = model.config.num_layers
+    pre, post = list(range(start)), list(range(start + size, L))
+    pre_student, pre_losses = distil_context(nn.ModuleList(model.layers[i] for i in pre),
+                                             hidden_before(model, proxy_x, 0), ratio, steps, lr, kl_weight,
+                                             batch_size, generator)
+    post_student, post_losses = distil_context(nn.ModuleList(model.layers[i] for i in post),
+                                               hidden_before(model, proxy_x, start + size), ratio, steps, lr,
+                                               kl_weight, batch_size, generator)
+    layers = list(pre_student) + [copy.deepcopy(model.layers[i]) for i in range(start, start + size)] + list(post_student)
+    config = CausalLMConfig.from_dict({**model.config.to_dict(), "num_layers": len(layers)})
+    client = CausalLM(config)
+    client.load_state_dict({k: v for k, v in model.state_dict().items() if not LAYER_KEY.match(k)}, strict=False)
+    client.layers = nn.ModuleList(layers)
+    return client, len(pre_student), {"pre": pre_losses, "post": post_losses}
+
+
+# --- the baselines' models ------------------------------------------------------------------------
+
+def add_zero_biases(model: CausalLM) -> CausalLM:
+    """BitFit on a bias-free LM [I]: every Linear of the blocks gets a bias that starts at zero (the
+    model's function is unchanged), and only those are trained."""
+    for layer in model.layers:
+        for name, module in list(layer.named_modules()):
+            if isinstance(module, nn.Linear) and module.bias is None:
+                module.bias = nn.Parameter(torch.zeros(module.out_features))
+    return model
+
+
+def add_lora(model: CausalLM, rank: int, alpha: float) -> CausalLM:
+    """peft LoRA (B starts at zero) on the attention projections of every block."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, target_modules=LORA_TARGETS,
+                                                  lora_dropout=0.0), model)
+
+
+def trainable_keys(method: str, state_keys, block: range | None = None) -> list[str]:
+    """The state-dict keys a client trains (and sends back) under `method`."""
+    if method == "fedavg":
+        return [k for k in state_keys if k != "lm_head.weight"]  # tied to embed_tokens: sent once
+    if method == "fedlora":
+        return [k for k in state_keys if ".lora_" in k]
+    if method == "fedbitfit":
+        return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")]
+    if method.startswith("leff"):
+        return [k for k in state_keys if (m := LAYER_KEY.match(k)) and int(m.group(1)) in block]
+    raise ValueError(f"method {method!r}")
+
+
+def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float) -> CausalLM:
+    """The global model of `method`: the base LM, with LoRA adapters or zero biases where it needs them."""
+    model = copy.deepcopy(base)
+    if method == "fedlora":
+        return add_lora(model, lora_rank, lora_alpha)
+    if method == "fedbitfit":
+        return add_zero_biases(model)
+    return model
+
+
+# --- aggregation ----------------------------------------------------------------------------------
+
+def aggregate(global_state: dict[str, torch.Tensor],
+              updates: list[tuple[float, dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
+    """Θ^k ← Σ_{i∈S_k} D_i Θ_i^k / Σ_{i∈S_k} D_i for every key k, S_k the clients that sent k; a key
+    nobody sent keeps its value (LEFF's layers nobody trained, a dropped client's)."""
+    out = dict(global_state)
+    for key in global_state:
+        senders = [(w, s[key]) for w, s in updates if key in s]
+        if senders:
+            total = sum(w for w, _ in senders)
+            out[key] = sum(w * t.to(global_state[key].dtype) for w, t in senders) / total
+    return out

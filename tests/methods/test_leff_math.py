@@ -1,0 +1,141 @@
+"""LEFF's math, exactly: Taylor importance, block scores and probabilities, the block rules,
+attention probabilities, the distillation objective, the client model, layer-wise aggregation,
+the baselines' trainable sets, and the Dirichlet split."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from paperline.methods.leff.data import cut_windows, dirichlet_split
+from paperline.methods.leff.leff import (add_lora, add_zero_biases, aggregate, attention_probs, block_importance,
+                                         block_probabilities, build_model, choose_block, context_layers,
+                                         distil_context, distillation_loss, layer_importance, leff_client_model,
+                                         student_map, trainable_keys)
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+
+def tiny_lm(layers: int = 4, seed: int = 0) -> CausalLM:
+    config = CausalLMConfig(vocab_size=64, hidden_size=16, num_layers=layers, num_heads=2, head_dim=8, num_kv_heads=1,
+                            attention="gqa", max_position_embeddings=32)
+    return CausalLM.seeded(config, torch.Generator().manual_seed(seed))
+
+
+def batch(n: int = 3, T: int = 8, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(64, (n, T), generator=g), torch.randint(64, (n, T), generator=g)
+
+
+def test_layer_importance_is_the_summed_squared_taylor_term():
+    model, (x, y) = tiny_lm(), batch()
+    scores = layer_importance(model, x, y)
+    assert all(p.grad is None for p in model.parameters())  # left clean for training
+    model(x, labels=y).loss.backward()
+    for l, layer in enumerate(model.layers):
+        expected = sum(float(((p.grad * p.detach()) ** 2).sum()) for p in layer.parameters())
+        assert scores[l].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_block_scores_probabilities_and_rules():
+    scores = torch.tensor([1.0, 4.0, 2.0, 0.5])
+    assert block_importance(scores, 2).tolist() == [5.0, 6.0, 2.5]
+    assert block_importance(scores, 4).tolist() == [7.5]
+    s = torch.tensor([5.0, 6.0, 2.5], dtype=torch.float64)
+    assert block_probabilities(scores, 2).tolist() == pytest.approx(torch.softmax(s / s.std(), 0).tolist(), rel=1e-6)
+    assert block_probabilities(torch.ones(5), 2).tolist() == pytest.approx([0.25] * 4)  # equal: uniform
+    assert block_probabilities(scores, 4).tolist() == [1.0]
+    with pytest.raises(ValueError, match="block of 5 layers in a model of 4"):
+        block_importance(scores, 5)
+    g = torch.Generator().manual_seed(0)
+    # a dominant block is sampled (almost) always; every start keeps the block inside the model
+    peaked = torch.tensor([0.0, 0.0, 100.0, 100.0, 0.0, 0.0])
+    starts = [choose_block("importance", peaked, 2, 6, 1, 0, g) for _ in range(200)]
+    assert np.mean([s == 2 for s in starts]) > 0.5 and max(starts) <= 4
+    assert all(0 <= choose_block("random", None, 3, 6, r, 0, g) <= 3 for r in range(50))
+    assert [choose_block("round_robin", None, 2, 4, r, 1, g) for r in range(1, 5)] == [1, 2, 0, 1]
+
+
+def test_context_sizes_and_student_map():
+    assert [context_layers(n, 0.5) for n in range(5)] == [0, 1, 1, 2, 2]
+    assert context_layers(3, 1.0) == 3
+    assert student_map(4, 2) == [1, 3] and student_map(3, 3) == [0, 1, 2] and student_map(5, 1) == [4]
+
+
+def test_attention_probs_reproduce_the_layer_attention():
+    model = tiny_lm()
+    attn = model.layers[0].attn
+    x = torch.randn(2, 6, 16)
+    probs = attention_probs(attn, x)
+    assert probs.shape == (2, 2, 6, 6) and torch.allclose(probs.sum(-1), torch.ones(2, 2, 6))
+    assert torch.all(probs.triu(1) == 0)  # causal
+    v = attn.v_proj(x).view(2, 6, 1, 8).transpose(1, 2).repeat_interleave(2, dim=1)
+    manual = attn.o_proj((probs @ v).transpose(1, 2).reshape(2, 6, -1))
+    assert torch.allclose(manual, attn(x)[0], atol=1e-5)
+
+
+def test_distillation_objective_is_zero_on_a_copy_and_training_lowers_it():
+    model = tiny_lm()
+    x = torch.randn(4, 8, 16)
+    assert distillation_loss(model.layers, model.layers, x, 1.0).item() == pytest.approx(0.0, abs=1e-6)
+    g = torch.Generator().manual_seed(0)
+    student, losses = distil_context(model.layers, x, 0.5, 30, 1e-2, 1.0, 4, g)
+    assert len(student) == 2 and len(losses) == 30 and losses[-1] < losses[0]
+    assert not any(p.requires_grad for p in student.parameters())  # sent frozen
+    # started from the mapped teacher layers (3 = the last), not from fresh weights
+    untrained, _ = distil_context(model.layers, x, 0.5, 0, 1e-2, 1.0, 4, g)
+    assert torch.equal(untrained[1].mlp.up_proj.weight, model.layers[3].mlp.up_proj.weight)
+
+
+def test_client_model_without_compression_is_the_global_model():
+    model, (x, _) = tiny_lm(), batch()
+    g = torch.Generator().manual_seed(0)
+    client, first, _ = leff_client_model(model, 1, 2, x, ratio=1.0, steps=0, lr=1e-3, kl_weight=1.0, batch_size=2,
+                                         generator=g)
+    assert first == 1 and client.config.num_layers == 4
+    assert torch.allclose(client(x).logits, model(x).logits, atol=1e-5)
+    small, first, _ = leff_client_model(model, 1, 2, x, ratio=0.5, steps=0, lr=1e-3, kl_weight=1.0, batch_size=2,
+                                        generator=g)
+    assert first == 1 and small.config.num_layers == 4  # 1 → ⌈0.5⌉ = 1 below, 1 → 1 above
+    edge, first, _ = leff_client_model(tiny_lm(6), 0, 2, x, ratio=0.5, steps=0, lr=1e-3, kl_weight=1.0, batch_size=2,
+                                       generator=g)
+    assert first == 0 and edge.config.num_layers == 2 + 2  # nothing below; 4 above → 2
+
+
+def test_aggregation_is_layerwise_weighted_and_keeps_untrained_keys():
+    glob = {"layers.0.w": torch.zeros(2), "layers.1.w": torch.ones(2), "embed_tokens.weight": torch.full((2,), 5.0)}
+    updates = [(1.0, {"layers.0.w": torch.tensor([1.0, 2.0])}),
+               (3.0, {"layers.0.w": torch.tensor([5.0, 6.0]), "layers.1.w": torch.tensor([9.0, 9.0])})]
+    out = aggregate(glob, updates)
+    assert out["layers.0.w"].tolist() == [4.0, 5.0]  # (1·1 + 3·5)/4, (1·2 + 3·6)/4
+    assert out["layers.1.w"].tolist() == [9.0, 9.0]  # only the second client trained it
+    assert out["embed_tokens.weight"].tolist() == [5.0, 5.0]  # nobody trained it
+    assert aggregate(glob, []) == glob
+
+
+def test_baseline_models_start_as_the_base_and_train_their_own_keys():
+    base, (x, _) = tiny_lm(), batch()
+    for method in ("fedavg", "fedlora", "fedbitfit", "leff_importance"):
+        model = build_model(method, base, 2, 4.0)
+        assert torch.allclose(model(x).logits, base(x).logits, atol=1e-6), method  # zero-started additions
+    names = [n for n, _ in add_lora(tiny_lm(), 2, 4.0).named_parameters()]
+    lora = trainable_keys("fedlora", names)
+    assert lora and all("lora_" in k for k in lora) and len(lora) == 4 * 4 * 2  # q,k,v,o × 4 layers × A,B
+    bitfit = trainable_keys("fedbitfit", [n for n, _ in add_zero_biases(tiny_lm()).named_parameters()])
+    assert len(bitfit) == 4 * 7 and all(k.endswith(".bias") for k in bitfit)  # 4 attn + 3 mlp Linears per layer
+    names = [n for n, _ in base.named_parameters()]
+    block = trainable_keys("leff_random", names, range(1, 3))
+    assert block and {k.split(".")[1] for k in block} == {"1", "2"}
+    assert "embed_tokens.weight" in trainable_keys("fedavg", names)
+
+
+def test_dirichlet_split_covers_every_window_once_and_skews_with_small_alpha():
+    families = np.repeat(np.arange(4), 50)
+    for alpha in (0.05, 100.0):
+        shards = dirichlet_split(families, 5, alpha, seed=0)
+        assert sorted(np.concatenate(shards).tolist()) == list(range(200)) and all(len(s) for s in shards)
+    skew = lambda shards: np.mean([np.bincount(families[s], minlength=4).max() / len(s) for s in shards])
+    assert skew(dirichlet_split(families, 5, 0.05, 0)) > skew(dirichlet_split(families, 5, 100.0, 0)) + 0.2
+    w = cut_windows(np.arange(21, dtype=np.uint16), 5)
+    assert len(w) == 4 and w.x[1].tolist() == [5, 6, 7, 8, 9] and w.y[1].tolist() == [6, 7, 8, 9, 10]

@@ -1,0 +1,82 @@
+"""The LEFF flow's outputs in the tiny DAG (one Flower simulation: six methods, two clients, one
+round each; client 1's process is killed in the first method's round), and bad input refused
+before any work."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from paperline.metrics import validate_metrics
+from tests.conftest import finished_flow_runs, report_rows
+
+METHODS = ["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
+
+
+def test_tiny_dag_outputs(dag):
+    path = dag / "metrics" / "leff.json"
+    metrics = validate_metrics(json.loads(path.read_text()), str(path))
+    assert sorted(metrics.rows) == sorted(report_rows(dag, "leff")) == sorted(METHODS)
+    assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \
+        ("tiny", "fedavg", "test_loss", False)
+    for name, row in metrics.rows.items():
+        assert math.isfinite(row["test_loss"]) and 0 <= row["test_accuracy"] <= 1, name
+        assert row["client_gflops"] > 0 and row["trained_params"] > 0 and row["mb_per_round"] > 0, name
+    # the killed client: FedAvg's round went on without it, and it answered no later capacity query
+    assert (rows := metrics.rows)["fedavg"]["dropped_clients"] == 1 and rows["fedavg"]["clients"] == 2
+    assert all(rows[m]["dropped_clients"] == 0 and rows[m]["clients"] == 1 for m in METHODS[1:])
+    assert rows["fedlora"]["trained_params"] < rows["fedavg"]["trained_params"]
+    assert rows["fedbitfit"]["trained_params"] < rows["fedlora"]["trained_params"]
+    assert rows["leff_importance"]["trained_params"] < rows["fedavg"]["trained_params"]
+    head = metrics.headline
+    assert head["fault_dropped_clients"] == 1 and head["fault_runs_completed"] is True
+    assert isinstance(head["claim_leff_beats_random"], bool)
+    assert head["leff_flops_ratio_vs_fedavg"] == pytest.approx(
+        rows["leff_importance"]["client_gflops"] / rows["fedavg"]["client_gflops"])
+    blocks = metrics.details["blocks"]["leff_round_robin"]
+    assert blocks == [[0]]  # client 0 (L_i = 1) starts at (round − 1 + client) mod L = 0
+
+    parent, children = finished_flow_runs(dag, "leff")
+    assert sorted(r.data.tags["variant"] for r in children) == sorted(METHODS)
+    for child in children:
+        row = rows[child.data.tags["variant"]]
+        assert child.data.metrics["test_loss"] == pytest.approx(row["test_loss"])
+    assert sorted(p.name for p in (dag / "plots" / "leff").glob("*.png")) == ["client_compute.png", "test_loss.png"]
+    saved = json.loads((dag / "models" / "leff" / "fedavg" / "run.json").read_text())
+    assert saved["method"] == "fedavg" and len(saved["rounds"]) == 1
+    assert saved["rounds"][0]["dropped"][0]["partition"] == 1 and saved["rounds"][0]["dropped"][0]["reason"]
+
+
+def test_bad_input_is_refused_before_any_work(tmp_path):
+    from paperline.methods.leff.config import LEFFConfig
+    from paperline.methods.leff.fed import run_federated
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+    from tasks.leff import data_version
+
+    base = CausalLM(CausalLMConfig(vocab_size=64, hidden_size=16, num_layers=2, num_heads=2, head_dim=8))
+    with pytest.raises(ValueError, match="leff.capacities: 3 exceeds the model's 2 layers"):
+        run_federated(LEFFConfig(capacities=[1, 3]), base)
+    with pytest.raises(ValueError, match="fail_client 4: there are only 2 clients"):
+        LEFFConfig(clients=2, fail_client=4)
+    with pytest.raises(Exception, match="no_such_model"):
+        data_version(LEFFConfig(model=str(tmp_path / "no_such_model"), corpus=str(tmp_path)))
+    assert torch.is_tensor(base.embed_tokens.weight)
+
+
+def test_a_killed_flow_keeps_its_finished_runs(tmp_path, monkeypatch):
+    """Each finished (α, method) run is saved; a rerun keeps the complete ones and redoes the rest."""
+    from paperline.methods.leff.config import LEFFConfig
+    from paperline.methods.leff.fed import MethodRun
+    from tasks.leff import _saved
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = LEFFConfig(methods=["fedavg", "leff_importance"], rounds=2)
+    done = MethodRun("fedavg", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}, {"round": 2}], clients=8)
+    partial = MethodRun("leff_importance", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}], clients=8)
+    for run in (done, partial):
+        path = tmp_path / "models" / "leff" / run.method / "run.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(run.to_dict()))
+    assert _saved(cfg) == {("fedavg", 0.1): done}
