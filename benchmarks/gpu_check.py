@@ -324,9 +324,9 @@ def star_sac(device, scale):
     rng = np.random.default_rng(0)
     batch = {"obs": rng.standard_normal((settings.batch, obs), dtype=np.float32),
              "act": rng.uniform(-1, 1, (settings.batch, act)).astype(np.float32),
-             "reward": rng.standard_normal((settings.batch, 1), dtype=np.float32),
+             "reward": rng.standard_normal(settings.batch, dtype=np.float32),
              "next_obs": rng.standard_normal((settings.batch, obs), dtype=np.float32),
-             "terminated": np.zeros((settings.batch, 1), np.float32)}
+             "terminated": np.zeros(settings.batch, np.float32)}
 
     def step():
         agent.update(batch)
