@@ -90,10 +90,13 @@ def test_a_run_killed_after_a_seed_resumes_to_the_dag_metrics(dag_stage, project
     run_method(METHOD, "tiny")
     assert seed1.stat().st_mtime_ns == written  # resumed: the finished seed was not trained again
     got = json.loads((project / "metrics" / f"{METHOD}.json").read_text())["rows"]
-    # the DAG's figures, up to a prediction or two: runs in two processes differ in the last bits
-    # of a sum now and then (measured: one training image of 360 flipped), never the run's design
+    # the DAG's figures, up to a prediction: runs in two processes differ in the last bits of a sum
+    # now and then (measured: one training image of 360 flipped at smoke; at tiny one test image of
+    # a 26-image group, worst-group 0.0 against 0.038, in a fresh clone's `make test`), never the
+    # run's design. So: overall accuracies within two images, a group's within one of its images.
     assert list(got) == list(expected["rows"])  # the text rows too
     for v, row in expected["rows"].items():
-        for k in ("accuracy", "worst_group_accuracy", "train_accuracy"):
+        for k in ("accuracy", "train_accuracy"):
             assert got[v][k] == pytest.approx(row[k], abs=0.02), (v, k)
+        assert got[v]["worst_group_accuracy"] == pytest.approx(row["worst_group_accuracy"], abs=0.04), v
         assert got[v]["trainable_parameters"] == row["trainable_parameters"]  # threads, a resume: the same figures as the DAG's run
