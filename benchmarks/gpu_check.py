@@ -102,17 +102,23 @@ def adamw(model, lr: float = 3e-4):
                              fused=next(model.parameters()).is_cuda)
 
 
-def causal_lm(device, scale, *, hidden, layers, heads, head_dim, vocab, seq, batch, attention="mha", **extra) -> Prepared:
+def causal_lm(device, *, hidden, layers, heads, head_dim, vocab, seq, batch, attention="mha", **extra) -> Prepared:
     from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 
-    config = CausalLMConfig(vocab_size=vocab, hidden_size=scaled(hidden, scale, 8) // heads * heads if scale < 1 else hidden,
-                            num_layers=layers, attention=attention, num_heads=heads, head_dim=head_dim,
-                            max_position_embeddings=seq, **extra)
+    config = CausalLMConfig(vocab_size=vocab, hidden_size=hidden, num_layers=layers, attention=attention,
+                            num_heads=heads, head_dim=head_dim, max_position_embeddings=seq, **extra)
     model = CausalLM(config).to(device)
-    seq, batch = scaled(seq, scale, 8), scaled(batch, scale)
     return Prepared(lm_step(model, adamw(model), batch, seq, vocab, device), batch, batch * seq, "tokens",
                     {"parameters": sum(p.numel() for p in model.parameters()), "batch": batch, "seq": seq,
-                     "layers": layers, "hidden": config.hidden_size})
+                     "layers": layers, "hidden": hidden})
+
+
+def lm_shape_workload(device, scale, shape, *, vocab, seq, batch) -> Prepared:
+    """A CausalLM of an LMShapeConfig-like `shape`; at scale < 1 the rehearsal's toy width."""
+    if scale < 1:
+        shape = shape.model_copy(update={"hidden_size": 64, "num_heads": 4, "head_dim": 16})
+    return causal_lm(device, hidden=shape.hidden_size, layers=scaled(shape.num_layers, scale), heads=shape.num_heads,
+                     head_dim=shape.head_dim, vocab=vocab, seq=scaled(seq, scale, 8), batch=scaled(batch, scale))
 
 
 # --- the methods' workloads ----------------------------------------------------------------------
@@ -158,12 +164,7 @@ def sumo_optimizer(name: str):
 def memory_decoder(part: str):
     def setup(device, scale):
         cfg = paper_config("memory_decoder")
-        shape = getattr(cfg, part)
-        if scale < 1:
-            shape = shape.model_copy(update={"hidden_size": 64, "num_heads": 4, "head_dim": 16})
-        return causal_lm(device, 1.0, hidden=shape.hidden_size, layers=scaled(shape.num_layers, scale),
-                         heads=shape.num_heads, head_dim=shape.head_dim, vocab=50304,
-                         seq=scaled(cfg.block_size, scale, 8), batch=scaled(8, scale))
+        return lm_shape_workload(device, scale, getattr(cfg, part), vocab=50304, seq=cfg.block_size, batch=8)
     return setup
 
 
@@ -175,16 +176,12 @@ def lm_base(device, scale):
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     _, cfg = load_data_config(LMBaseConfig, params, "lm_base", "tpa", "paper", (), "params.yaml", ROOT)
-    return causal_lm(device, scale, hidden=cfg.shape.hidden_size, layers=scaled(cfg.shape.num_layers, scale),
-                     heads=cfg.shape.num_heads, head_dim=cfg.shape.head_dim if scale >= 1 else 8, vocab=512,
-                     seq=scaled(cfg.block_size, scale, 8), batch=scaled(cfg.train.batch_size, scale))
+    return lm_shape_workload(device, scale, cfg.shape, vocab=512, seq=cfg.block_size, batch=cfg.train.batch_size)
 
 
 def model_shapley_lm(device, scale):
     cfg = paper_config("model_shapley").lm
-    return causal_lm(device, scale, hidden=cfg.shape.hidden_size, layers=scaled(cfg.shape.num_layers, scale),
-                     heads=cfg.shape.num_heads, head_dim=cfg.shape.head_dim if scale >= 1 else 8, vocab=512,
-                     seq=scaled(cfg.block_size, scale, 8), batch=scaled(cfg.train.batch_size, scale))
+    return lm_shape_workload(device, scale, cfg.shape, vocab=512, seq=cfg.block_size, batch=cfg.train.batch_size)
 
 
 def public_config(kind: str):
@@ -297,19 +294,16 @@ def ngn_m_resnet(device, scale):
 
     def step():
         x, y = torch.randn(batch, 3, 32, 32, device=device), torch.randint(0, 100, (batch,), device=device)
-        with autocast(device):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step(lambda: loss) if _takes_closure(optimizer) else optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+
+        def closure():  # the NGN family's step reads the minibatch loss (as the sweep calls it)
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss.detach()
+        optimizer.step(closure)
     return Prepared(step, batch, batch, "images", {"parameters": sum(p.numel() for p in model.parameters()),
                                                   "batch": batch, "depth": problem.depth if scale >= 1 else 8})
-
-
-def _takes_closure(optimizer) -> bool:
-    import inspect
-
-    return "closure" in inspect.signature(optimizer.step).parameters and type(optimizer).__module__.startswith("paperline")
 
 
 def star_sac(device, scale):

@@ -17,7 +17,7 @@ usable memory (a 10% margin for the allocator and workspace)."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 GIB = 2**30
 H200_BYTES = 141 * 10**9  # an H200-class device (141 GB HBM3e)
@@ -59,9 +59,6 @@ class Plan:
     strategy: str
     devices: int
     note: str
-
-    def row(self) -> dict:
-        return asdict(self)
 
 
 def plan(w: Workload, device_bytes: float = H200_BYTES, usable: float = USABLE) -> Plan:
