@@ -18,7 +18,8 @@ def memory_decoder_flow(profile: str | None = None, overrides: list[str] | None 
     with method_run(METHOD, profile, overrides, data=data) as run:
         cfg, ctx = run.cfg, run.context
         domain = domain_corpus.submit(cfg, run.data)
-        base_futures = {size: submit_gpu(train_base, cfg, size, run.data, ctx) for size in BASES}
+        base_futures = {size: submit_gpu(train_base, cfg, size, run.data, ctx, run.distributed, gpus=run.gpus)
+                        for size in BASES}
         # the datastore needs the large base and the domain, the MemDec the datastore's targets (and
         # the small base), the evaluation the MemDec
         store = submit_gpu(build_datastore, cfg, run.data, ctx, wait_for=[base_futures["large"], domain])

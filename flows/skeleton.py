@@ -32,7 +32,10 @@ from flows.launch import resolve
 from tasks import track
 from tasks.publish import Report, publish
 from tasks.resume import RunDir, open_run_dir
-from tasks.runners import ensure_gpu_limit
+from paperline.config import read_params
+from paperline.train.distributed import DistributedConfig
+from tasks.paths import params_path
+from tasks.runners import ensure_gpu_limit, runtime_config, training_slots
 
 
 @dataclass
@@ -43,7 +46,14 @@ class MethodRun:
     data: Any
     context: track.RunContext
     run_dir: RunDir
+    # params.yaml `runtime.distributed`: how a training task spreads over devices (the tasks that
+    # take it; `gpus` is the `gpu` slots such a task holds, for submit_gpu's runner annotations)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     published: dict | None = field(default=None, init=False)
+
+    @property
+    def gpus(self) -> int:
+        return training_slots(self.distributed.devices)
 
     @property
     def models_dir(self) -> Path:
@@ -68,6 +78,7 @@ def method_run(method: str, profile: str | None, overrides: Sequence[str] | None
     """`run_config(cfg)`: what identifies the run for resuming and is logged as parameters, when it
     is more than the method's own config (ZTSurv adds the WSI prep parameters)."""
     profile, cfg = resolve(method, profile, list(overrides or []))
+    distributed = runtime_config(read_params(params_path())).distributed
     prepared = data(cfg) if data else None
     version = _version(prepared)
     ensure_gpu_limit()
@@ -77,7 +88,8 @@ def method_run(method: str, profile: str | None, overrides: Sequence[str] | None
         print(f"previous run {run_dir.previous_parent_run} died; resuming from its checkpoints")
     with track.parent_run(method, profile, config, version) as parent:
         run_dir.record_parent(parent.run_id)
-        run = MethodRun(method, profile, cfg, prepared, track.RunContext(method, profile, version, parent), run_dir)
+        run = MethodRun(method, profile, cfg, prepared, track.RunContext(method, profile, version, parent), run_dir,
+                        distributed)
         yield run
         if run.published is None:
             raise RuntimeError(f"the {method} flow ended without publishing its report (call run.publish)")

@@ -17,7 +17,8 @@ def splashnet_flow(profile: str | None = None, overrides: list[str] | None = Non
     with method_run(METHOD, profile, overrides, data=features) as run:
         char_lm = train_char_lm(run.cfg)
         lm_path = char_lm["path"] if char_lm else None
-        futures = [submit_gpu(train_variant, run.cfg, v, run.data, run.context, lm_path) for v in run.cfg.variants]
+        futures = [submit_gpu(train_variant, run.cfg, v, run.data, run.context, lm_path, run.distributed,
+                              gpus=run.gpus) for v in run.cfg.variants]
         table = model_table.submit()
         results = [f.result() for f in futures]
         return run.publish(report.submit(run.cfg, results, table.result(), char_lm, run.data, run.context))

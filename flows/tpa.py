@@ -14,7 +14,8 @@ from tasks.tpa import METHOD, data, decode_time, report, train_variant
 def tpa_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
     # data: a missing, corrupt or mismatched corpus fails before the run starts
     with method_run(METHOD, profile, overrides, data=data) as run:
-        futures = {v: submit_gpu(train_variant, run.cfg, v, run.data, run.context) for v in run.cfg.variants}
+        futures = {v: submit_gpu(train_variant, run.cfg, v, run.data, run.context, run.distributed,
+                                 gpus=run.gpus) for v in run.cfg.variants}
         timing = submit_gpu(decode_time, run.cfg, run.data, run.context)
         runs = {v: f.result() for v, f in futures.items()}
         return run.publish(report.submit(runs, timing.result(), run.context))

@@ -19,7 +19,8 @@ from paperline.methods.memory_decoder.summary import method_metrics
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from paperline.train.distributed import DistributedConfig
+from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "memory_decoder"
 BASES = pipeline.BASES
@@ -55,28 +56,33 @@ def domain_corpus(cfg: MemoryDecoderConfig, data: MemDecData) -> Path:
 
 
 @task(name="memory_decoder-train-base", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, ctx: track.RunContext) -> dict:
-    """A base LM pretrained on the general (Shakespeare train) corpus."""
+def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, ctx: track.RunContext,
+               distributed: DistributedConfig = DistributedConfig()) -> dict:
+    """A base LM pretrained on the general (Shakespeare train) corpus, spread over devices by
+    `distributed` (params.yaml runtime.distributed)."""
     import torch
 
     from paperline.data.tokens import open_tokens
     from paperline.nn.causal_lm import CausalLM
-    from paperline.train.lm import train_lm
+    from paperline.train.lm import train_lm_spread
 
     torch.set_num_threads(cfg.threads)
     shape = cfg.base_small if size == "small" else cfg.base_large
     name = f"base_{size}"
-    with gpu_slot() as device, ctx.child(name, params={"shape": shape.model_dump(), "train": cfg.base_train.model_dump(),
-                                                       "device": str(device)}) as run:
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            name, params={"shape": shape.model_dump(), "train": cfg.base_train.model_dump(),
+                          "device": ",".join(map(str, devices)), "distributed": distributed.model_dump()}) as run:
+        device = devices[0]
         torch.manual_seed(cfg.seed)
         model = CausalLM(pipeline.lm_config(shape, data.vocab_size, cfg.block_size))
         general = Path(data.general_dir)
         train = open_tokens(general / "train.bin", data.vocab_size, cfg.block_size)
         val = open_tokens(general / "val.bin", data.vocab_size, cfg.block_size)
-        result = train_lm(model, train, val, settings(cfg.base_train, cfg.block_size, cfg.seed), device,
-                          checkpoint_path=models_dir(METHOD) / name / "checkpoint.pt",
-                          fingerprint={"data": data.version}, progress=sys.stderr.isatty(), description=name,
-                          on_log=lambda step, m: run.log_metrics(m, step) if "val_loss" in m else None)
+        result = train_lm_spread(distributed, model, train, val, settings(cfg.base_train, cfg.block_size, cfg.seed),
+                                 device, device_indices=[d.index for d in devices],
+                                 checkpoint_path=models_dir(METHOD) / name / "checkpoint.pt",
+                                 fingerprint={"data": data.version}, progress=sys.stderr.isatty(), description=name,
+                                 on_log=lambda step, m: run.log_metrics(m, step) if "val_loss" in m else None)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         pipeline.save_lm(model.cpu(), _hf_dir(name), data)
         row = {"general_val_loss": result["val_loss"], "general_val_perplexity": result["val_perplexity"],

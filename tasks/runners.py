@@ -16,6 +16,7 @@ from pydantic import Field
 
 from flows.prefect_server import release_orphaned_slots
 from paperline.config import StrictModel, validate
+from paperline.train.distributed import DistributedConfig, DistributedError
 
 GPU_TAG = "gpu"
 GPU_LIMIT = "gpu"
@@ -30,6 +31,8 @@ class RuntimeConfig(StrictModel):
     dask_address: str | None = Field(None, description="scheduler of an existing Dask cluster")
     ray_workers: int = Field(2, ge=1, description="CPUs of the local Ray instance the Ray runner starts")
     ray_address: str | None = Field(None, description="an existing Ray cluster, e.g. ray://10.0.0.5:10001")
+    # how one training spreads over devices (the LM trainings and SplashNet's Trainer read it)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
 
 def runtime_config(params: dict[str, Any]) -> RuntimeConfig:
@@ -112,20 +115,50 @@ SLOT_LEASE_SECONDS = 60.0
 @contextlib.contextmanager
 def gpu_slot() -> Iterator[Any]:
     """Hold a `gpu` slot and yield the torch device to use (CUDA when present, else CPU)."""
+    with gpu_devices(1) as devices:
+        yield devices[0]
+
+
+def training_slots(devices: int) -> int:
+    """`gpu` slots a training over `devices` holds: one per GPU, one on a CPU machine."""
+    return devices if visible_gpus() else 1
+
+
+# Taking several slots one by one, two tasks could each hold part of what the other waits for.
+_several_slots = threading.Lock()
+
+
+@contextlib.contextmanager
+def gpu_devices(count: int = 1, where: str = "runtime.distributed.devices") -> Iterator[list[Any]]:
+    """Hold `count` slots of the `gpu` limit and yield their torch devices: a training spread over
+    several GPUs (runtime.distributed) holds one slot per GPU. On a CPU machine one slot and [cpu]:
+    CPU processes share the machine's cores, they do not need a slot each."""
     import torch
     from prefect.concurrency.sync import concurrency
 
-    with _gpu_gate(), concurrency(GPU_LIMIT, occupy=1, strict=True,
-                                         lease_duration=SLOT_LEASE_SECONDS):
-        if visible_gpus() == 0:
-            yield torch.device("cpu")
-            return
-        pool = _gpu_pool()
-        index = pool.get()
-        try:
-            yield torch.device("cuda", index)
-        finally:
-            pool.put(index)
+    gpus = visible_gpus()
+    if gpus and count > gpus:
+        raise DistributedError(f"{where}: {count} GPUs asked, {gpus} visible")
+    slots = training_slots(count)
+    gate = _gpu_gate()
+    with _several_slots if slots > 1 else contextlib.nullcontext():
+        for _ in range(slots):
+            gate.acquire()
+    try:
+        with concurrency(GPU_LIMIT, occupy=slots, strict=True, lease_duration=SLOT_LEASE_SECONDS):
+            if gpus == 0:
+                yield [torch.device("cpu")]
+                return
+            pool = _gpu_pool()
+            indices = [pool.get() for _ in range(slots)]
+            try:
+                yield [torch.device("cuda", i) for i in indices]
+            finally:
+                for i in indices:
+                    pool.put(i)
+    finally:
+        for _ in range(slots):
+            gate.release()
 
 
 def _task_runner_name() -> str | None:
@@ -135,21 +168,21 @@ def _task_runner_name() -> str | None:
     return None if ctx is None else type(ctx.task_runner).__name__
 
 
-def submit_gpu(task: Any, *args: Any, **kwargs: Any) -> Any:
+def submit_gpu(task: Any, *args: Any, gpus: int = 1, **kwargs: Any) -> Any:
     """`task.submit(...)` for a GPU task: with the Dask resource annotation under the Dask runner,
-    Ray's `num_gpus=1` under the Ray runner."""
+    Ray's `num_gpus` under the Ray runner (`gpus`: a training spread over several devices)."""
     if GPU_TAG not in task.tags:
         raise ValueError(f"task {task.name!r} is submitted as a GPU task but lacks the {GPU_TAG!r} tag")
     runner = _task_runner_name()
     if runner == "DaskTaskRunner":
         import dask
 
-        with dask.annotate(resources={"GPU": 1}):
+        with dask.annotate(resources={"GPU": gpus}):
             return task.submit(*args, **kwargs)
     if runner == "RayTaskRunner":
         from prefect_ray.context import remote_options
 
-        with remote_options(num_gpus=1):
+        with remote_options(num_gpus=gpus):
             return task.submit(*args, **kwargs)
     return task.submit(*args, **kwargs)
 

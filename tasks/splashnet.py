@@ -16,7 +16,8 @@ from paperline.methods.splashnet.summary import method_metrics, variant_rows
 from tasks import track
 from tasks.paths import committed_data_path, models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from paperline.train.distributed import DistributedConfig
+from tasks.runners import GPU_TAG, gpu_devices
 from tasks.semg_prep import require_prepared
 
 METHOD = "splashnet"
@@ -53,7 +54,7 @@ def train_char_lm(cfg: SplashNetConfig) -> dict | None:
 
 @task(name="splashnet-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_variant(cfg: SplashNetConfig, variant: str, data: Features, ctx: track.RunContext,
-                  lm_path: Path | None = None) -> dict:
+                  lm_path: Path | None = None, distributed: DistributedConfig = DistributedConfig()) -> dict:
     import torch
 
     from paperline.methods.splashnet.pipeline import beam_decoder, load_split, model_spec, train_and_evaluate
@@ -62,12 +63,16 @@ def train_variant(cfg: SplashNetConfig, variant: str, data: Features, ctx: track
     spec = model_spec(cfg, variant)
     params = {"variant": variant, "rtn": spec.rtn, "six_bands": spec.six_bands, "share_hand_weights": spec.share_hand_weights,
               "mlp_features": list(spec.mlp_features), "block_channels": list(spec.block_channels)}
-    with gpu_slot() as device, ctx.child(variant, params=params | {"device": str(device)}) as run:
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            variant, params=params | {"device": ",".join(map(str, devices)),
+                                      "distributed": distributed.model_dump()}) as run:
+        device = devices[0]
         train, finetune, test, val = load_split(cfg, data.path, spec.six_bands)
         out = models_dir(METHOD) / variant
         result = train_and_evaluate(cfg, variant, train, finetune, test, device, out, data.version,
                                     log=lambda user, m: run.log_metrics({f"{k}/{user}": v for k, v in m.items()}),
-                                    beam=beam_decoder(cfg, lm_path), val=val)
+                                    beam=beam_decoder(cfg, lm_path), val=val, distributed=distributed,
+                                    device_indices=[d.index for d in devices])
         steps, losses = zip(*result["history"]) if result["history"] else ((), ())
         run.log_history("train_ctc_loss", steps, losses)
         if result.get("val_history"):

@@ -20,7 +20,8 @@ from paperline.methods.tpa.summary import method_metrics
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from paperline.train.distributed import DistributedConfig
+from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "tpa"
 
@@ -46,27 +47,32 @@ def train_settings(cfg: TPAConfig, seed: int):
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="tpa-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_variant(cfg: TPAConfig, variant: str, data: TokenData, ctx: track.RunContext) -> dict:
-    """One attention variant trained with the run's budget: its row's measurements, with histories."""
+def train_variant(cfg: TPAConfig, variant: str, data: TokenData, ctx: track.RunContext,
+                  distributed: DistributedConfig = DistributedConfig()) -> dict:
+    """One attention variant trained with the run's budget: its row's measurements, with histories.
+    `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
     import torch
 
     from paperline.methods.tpa.models import build_model
-    from paperline.train.lm import train_lm
+    from paperline.train.lm import train_lm_spread
 
     torch.set_num_threads(cfg.threads)
     heads = balanced_heads(variant, cfg.shape)
     out = models_dir(METHOD) / variant
-    with gpu_slot() as device, ctx.child(variant, params={"variant": variant, "heads": heads, "device": str(device),
-                                                          "shape": cfg.shape.model_dump(),
-                                                          "train": cfg.train.model_dump()}) as run:
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            variant, params={"variant": variant, "heads": heads, "device": ",".join(map(str, devices)),
+                             "shape": cfg.shape.model_dump(), "train": cfg.train.model_dump(),
+                             "distributed": distributed.model_dump()}) as run:
+        device = devices[0]
         model = build_model(variant, cfg.shape, data.vocab_size, cfg.train.block_size, cfg.seed)
         train, val = data.tokens(cfg.train.block_size)
         # the per-eval curve under its own name: the row's final val_loss is published on this run
-        result = train_lm(model, train, val, train_settings(cfg, cfg.seed), device,
-                          checkpoint_path=out / "checkpoint.pt", fingerprint={"data": data.version},
-                          progress=sys.stderr.isatty(), description=variant,
-                          on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
-                          if "val_loss" in m else None)
+        result = train_lm_spread(distributed, model, train, val, train_settings(cfg, cfg.seed), device,
+                                 device_indices=[d.index for d in devices], checkpoint_path=out / "checkpoint.pt",
+                                 fingerprint={"data": data.version}, progress=sys.stderr.isatty(),
+                                 description=variant,
+                                 on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
+                                 if "val_loss" in m else None)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         run.log_history("lr", result["history"]["step"], result["history"]["lr"])
         model.save_pretrained(out / "hf")

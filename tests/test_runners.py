@@ -65,3 +65,36 @@ def test_task_runner_choice():
     assert (ray_runner.init_kwargs["num_cpus"], ray_runner.init_kwargs["num_gpus"]) == (3, 1)
     assert make_task_runner(RuntimeConfig(task_runner="ray", ray_address="ray://10.0.0.5:10001")).address \
         == "ray://10.0.0.5:10001"
+
+
+def test_runtime_distributed_is_read_and_checked_before_a_run():
+    from paperline.config import ParamsError
+    from tasks.runners import runtime_config
+
+    cfg = runtime_config({"runtime": {"distributed": {"strategy": "ddp", "devices": 2}}})
+    assert cfg.distributed.strategy == "ddp" and cfg.distributed.devices == 2 and cfg.task_runner == "thread"
+    with pytest.raises(ParamsError, match=r"runtime.*distributed.*strategy"):
+        runtime_config({"runtime": {"distributed": {"strategy": "pipeline"}}})
+    with pytest.raises(ParamsError, match=r"runtime.*distributed.*device"):
+        runtime_config({"runtime": {"distributed": {"device": 2}}})  # a misspelt key
+
+
+@task(tags=[GPU_TAG])
+def two_device_work() -> list[str]:
+    from tasks.runners import gpu_devices
+
+    with gpu_devices(2) as devices:
+        return [str(d) for d in devices]
+
+
+@flow(task_runner=ThreadPoolTaskRunner(max_workers=2))
+def two_device_flow() -> list[str]:
+    ensure_gpu_limit()
+    return submit_gpu(two_device_work, gpus=2).result()
+
+
+def test_a_training_over_several_cpu_processes_holds_one_slot(prefect_server):
+    from tasks.runners import training_slots
+
+    assert training_slots(2) == 1  # CPU processes share the cores; a GPU machine holds one slot per device
+    assert two_device_flow() == ["cpu"]

@@ -2,9 +2,14 @@
 no launcher of ours): one device, DDP or FSDP over `devices` × `num_nodes`, bf16 where the device
 has it. `make_fabric` checks the request against what is visible before any process starts.
 
-Multi-node and `torchrun`: Fabric reads the cluster from the environment (MASTER_ADDR, MASTER_PORT,
-NODE_RANK, WORLD_SIZE; SLURM's variables on a SLURM cluster), so the same params run under
-`torchrun --nnodes N --nproc-per-node G` or `srun`; see the README's scale-out section."""
+Two ways to start the processes:
+- `spread(cfg, fn, ...)`, what the flows use (`runtime.distributed` in params.yaml): the processes
+  are spawned from the calling one for the length of one training and rank 0's result comes back,
+  so a training inside a Prefect task spreads over one node's devices without re-running the
+  flow (Lightning's default DDP/FSDP launcher re-executes `sys.argv`: the whole flow, per rank).
+- `make_fabric(cfg)` in a script started by `torchrun --nnodes N --nproc-per-node G` or `srun`:
+  Fabric reads the cluster from the environment (MASTER_ADDR, MASTER_PORT, NODE_RANK,
+  WORLD_SIZE; SLURM's variables), which is how several nodes train (README, scale-out)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -39,10 +44,14 @@ def resolve_precision(cfg: DistributedConfig, accelerator: str) -> str:
     return "bf16-mixed" if accelerator == "cuda" and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def make_fabric(cfg: DistributedConfig, where: str = "distributed"):
-    """A Fabric for `cfg`; DistributedError naming the key when the machine cannot run it."""
+def world_size(cfg: DistributedConfig) -> int:
+    return cfg.devices * cfg.num_nodes
+
+
+def check_hardware(cfg: DistributedConfig, where: str) -> str:
+    """The accelerator `cfg` runs on ("cpu" or "cuda"); DistributedError naming the key when the
+    visible hardware cannot run it."""
     import torch
-    from lightning.fabric import Fabric
 
     accelerator = cfg.accelerator if cfg.accelerator != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if accelerator == "cuda":
@@ -56,9 +65,75 @@ def make_fabric(cfg: DistributedConfig, where: str = "distributed"):
     if cfg.strategy == "single" and cfg.devices * cfg.num_nodes > 1:
         raise DistributedError(f"{where}.strategy: single runs one device, but devices × num_nodes = "
                                f"{cfg.devices * cfg.num_nodes}")
+    return accelerator
+
+
+def make_fabric(cfg: DistributedConfig, where: str = "distributed", spawn: bool = False,
+                device_indices: list[int] | None = None):
+    """A Fabric for `cfg`; DistributedError naming the key when the machine cannot run it.
+
+    `spawn`: `fabric.launch(fn)` starts the processes itself (see the module's docstring).
+    `device_indices`: the CUDA devices to use (those the task holds), instead of the first ones."""
+    from lightning.fabric import Fabric
+
+    accelerator = check_hardware(cfg, where)
     strategy = {"single": "auto", "fsdp": "fsdp"}.get(cfg.strategy, cfg.strategy)
-    return Fabric(accelerator=accelerator, strategy=strategy, devices=cfg.devices, num_nodes=cfg.num_nodes,
+    if spawn and world_size(cfg) > 1:
+        strategy = _spawning_strategy(cfg.strategy)
+    devices = cfg.devices
+    if device_indices is not None and accelerator == "cuda":
+        if len(device_indices) != cfg.devices:
+            raise DistributedError(f"{where}.devices: {cfg.devices} asked, {len(device_indices)} held")
+        devices = list(device_indices)
+    return Fabric(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=cfg.num_nodes,
                   precision=resolve_precision(cfg, accelerator))
+
+
+def _spawning_strategy(name: str):
+    """DDP or FSDP whose launcher spawns the processes (multiprocessing) instead of re-running the
+    script: DDP has this as an option, FSDP through SpawnedFSDP below."""
+    from lightning.fabric.strategies import DDPStrategy
+
+    if name in ("ddp", "ddp_spawn", "auto"):
+        return DDPStrategy(start_method="spawn")
+    return SpawnedFSDP(state_dict_type="full")  # `spread`'s callers load the gathered state dict
+
+
+def __getattr__(name: str):
+    """SpawnedFSDP, built on first use (importing Lightning here would slow every task's import)
+    and found by name when the spawned processes unpickle the strategy: FSDP's launcher is always
+    the script re-runner, so it is swapped for the one DDP's spawn uses (Lightning's own class,
+    a private API)."""
+    if name != "SpawnedFSDP":
+        raise AttributeError(name)
+    from lightning.fabric.strategies import FSDPStrategy
+    from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    class SpawnedFSDP(FSDPStrategy):
+        def _configure_launcher(self) -> None:
+            self._launcher = _MultiProcessingLauncher(self, start_method="spawn")
+
+    SpawnedFSDP.__module__, SpawnedFSDP.__qualname__ = __name__, "SpawnedFSDP"
+    globals()["SpawnedFSDP"] = SpawnedFSDP
+    return SpawnedFSDP
+
+
+def spread(cfg: DistributedConfig, fn, *args, where: str = "runtime.distributed",
+           device_indices: list[int] | None = None):
+    """`fn(fabric, *args)` on every process `cfg` asks for, spawned here; returns rank 0's result.
+    One CPU process: `fn(None, *args)` in this process (the plain loop, no Fabric), so the default
+    configuration computes exactly what it did before Fabric; one CUDA device: a one-process
+    Fabric (for its bf16 precision). Several nodes are started by torchrun/srun, not from a flow."""
+    import torch
+
+    if cfg.num_nodes > 1:
+        raise DistributedError(f"{where}.num_nodes: {cfg.num_nodes} nodes cannot be spawned from one process; "
+                               "start the training under torchrun or srun on each node (README, scale-out)")
+    if world_size(cfg) == 1:
+        on_cuda = cfg.accelerator == "cuda" or (cfg.accelerator == "auto" and torch.cuda.is_available())
+        if not on_cuda:
+            return fn(None, *args)
+    return make_fabric(cfg, where, spawn=True, device_indices=device_indices).launch(fn, *args)
 
 
 def shard_rows(x, rank: int, world: int, where: str = "batch_size"):
@@ -67,3 +142,26 @@ def shard_rows(x, rank: int, world: int, where: str = "batch_size"):
         raise DistributedError(f"{where}: {x.shape[0]} rows do not split over {world} processes")
     n = x.shape[0] // world
     return x[rank * n:(rank + 1) * n]
+
+
+def trainer_arguments(cfg: DistributedConfig, device_indices: list[int] | None = None,
+                      where: str = "runtime.distributed") -> dict:
+    """A Lightning Trainer's accelerator, strategy, devices, num_nodes and precision for `cfg`,
+    inside a task like `spread`: DDP's processes spawned for the fit (Lightning brings the trained
+    weights back to the calling process). FSDP is for the LM loop (shards of large models); a
+    Trainer here trains models that fit one device."""
+    from lightning.pytorch.strategies import DDPStrategy
+
+    if cfg.strategy == "fsdp":
+        raise DistributedError(f"{where}.strategy: fsdp shards models too large for one device; this training's "
+                               "model fits one, use ddp")
+    accelerator = check_hardware(cfg, where)
+    if cfg.num_nodes > 1:
+        raise DistributedError(f"{where}.num_nodes: {cfg.num_nodes} nodes cannot be spawned from one process; "
+                               "start the training under torchrun or srun on each node (README, scale-out)")
+    devices = cfg.devices
+    if device_indices is not None and accelerator == "cuda":
+        devices = list(device_indices)
+    return {"accelerator": "gpu" if accelerator == "cuda" else "cpu", "devices": devices, "num_nodes": 1,
+            "strategy": DDPStrategy(start_method="spawn") if world_size(cfg) > 1 else "auto",
+            "precision": resolve_precision(cfg, accelerator)}

@@ -102,7 +102,7 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
              sample_batch: Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]] | None = None,
              val_batches: tuple[torch.Tensor, torch.Tensor] | None = None,
              optimizer_factory: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None,
-             stop_on_divergence: bool = False, fabric=None) -> dict:
+             stop_on_divergence: bool = False, fabric=None, save_to: str | Path | None = None) -> dict:
     """Train `model` (a CausalLM) for s.steps; returns history and final validation loss/perplexity.
 
     By default batches are random windows of `train_tokens` and validation uses fixed windows of
@@ -196,7 +196,67 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
         val_loss = None
     else:
         val_loss = eval_history["val_loss"][-1] if eval_history["val_loss"] else evaluate(trained, windows, s.batch_size, device)
+    if fabric is not None and save_to is not None:
+        fabric.save(save_to, {"model": trained})
     return {"history": history, "eval_history": eval_history, "val_loss": val_loss,
             "val_perplexity": None if val_loss is None else math.exp(val_loss), "train_time_s": run.elapsed(),
             "tokens_seen": record["step"] * s.micro_batches * s.batch_size * s.block_size,
             "steps": record["step"], "diverged": diverged}
+
+
+def train_lm_spread(distributed, model, train_tokens, val_tokens, s: LMTrainSettings, device, device_indices=None,
+                    on_log: Callable[[int, dict], None] | None = None, **kwargs) -> dict:
+    """`train_lm` over the devices of `distributed` (a DistributedConfig: params.yaml
+    `runtime.distributed`), the processes spawned for this training (paperline/train/distributed.py);
+    `model` holds the trained weights afterwards. `on_log` (an MLflow logger, which cannot cross
+    into the spawned processes) is replayed from the histories once training is done. One CPU
+    process: `train_lm` itself, as before."""
+    import tempfile
+
+    from paperline.train.distributed import spread, world_size
+
+    if world_size(distributed) == 1 and str(device) == "cpu":
+        return spread(distributed, _train_in_process, model, train_tokens, val_tokens, s, device,
+                      dict(kwargs, on_log=on_log))
+    with tempfile.TemporaryDirectory(prefix="train-lm-") as tmp:
+        weights = Path(tmp) / "trained.pt"
+        # settings as a dict: Lightning's launcher rebuilds dataclass arguments field by field,
+        # which a frozen one refuses
+        result = spread(distributed, _train_in_process, model, _by_reference(train_tokens),
+                        _by_reference(val_tokens), asdict(s), device, dict(kwargs, save_to=weights),
+                        device_indices=device_indices)
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True)["model"])
+    model.to(device)
+    if on_log:
+        for step, loss, lr in zip(result["history"]["step"], result["history"]["train_loss"], result["history"]["lr"]):
+            on_log(step, {"train_loss": loss, "lr": lr})
+        for step, val in zip(result["eval_history"]["step"], result["eval_history"]["val_loss"]):
+            on_log(step, {"val_loss": val})
+    return result
+
+
+@dataclass
+class _TokenFile:
+    """A memory-mapped token file crossing into a spawned process by its path (a pickled memmap
+    would be a copy of the whole corpus per process)."""
+    path: str
+    offset: int
+    shape: tuple
+
+    def open(self) -> np.ndarray:
+        return np.memmap(self.path, dtype=np.uint16, mode="r", offset=self.offset, shape=self.shape)
+
+
+def _by_reference(tokens):
+    import mmap
+
+    # a whole mapped file (a slice's offset would still be its file's: it crosses as a copy)
+    if isinstance(tokens, np.memmap) and isinstance(tokens.base, mmap.mmap) and tokens.dtype == np.uint16:
+        return _TokenFile(str(tokens.filename), tokens.offset, tokens.shape)
+    return tokens
+
+
+def _train_in_process(fabric, model, train_tokens, val_tokens, s, device, kwargs):
+    train_tokens, val_tokens = (t.open() if isinstance(t, _TokenFile) else t for t in (train_tokens, val_tokens))
+    s = LMTrainSettings(**s) if isinstance(s, dict) else s
+    return train_lm(model, train_tokens, val_tokens, s, device, fabric=fabric, **kwargs)

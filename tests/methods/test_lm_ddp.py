@@ -1,4 +1,5 @@
-"""The shared LM loop under Lightning DDP: two CPU processes (gloo) at a global batch of 8 give the
+"""The shared LM loop under Lightning DDP: two CPU processes (gloo, spawned by `train_lm_spread` as
+the flows do) at a global batch of 8 give the
 loss curve of one process at the same global batch, within float-reduction tolerance (1e-5
 relative: the gradient all-reduce sums in another order than one process's backward); and the
 strategies the machine cannot run are refused before any process starts, naming the key."""
@@ -10,7 +11,7 @@ import torch
 
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.train.distributed import DistributedConfig, DistributedError, make_fabric, shard_rows
-from paperline.train.lm import LMTrainSettings, train_lm
+from paperline.train.lm import LMTrainSettings, train_lm, train_lm_spread
 
 SETTINGS = LMTrainSettings(steps=6, batch_size=8, block_size=16, lr=1e-2, min_lr=1e-3, warmup_steps=1,
                            eval_every=3, eval_windows=4, log_every=1, checkpoint_every=100, micro_batches=2)
@@ -26,23 +27,37 @@ def _tokens() -> tuple[np.ndarray, np.ndarray]:
     return np.tile(cycle, 63), np.tile(cycle, 10)
 
 
-def _train_in_process(fabric, tokens) -> dict:
+def test_two_ddp_processes_give_the_one_process_loss_curve(tmp_path):
+    """Through `train_lm_spread`, as the flows call it with params.yaml runtime.distributed: the
+    processes are spawned for the training, the weights and the MLflow-style log come back."""
     torch.set_num_threads(1)
-    return train_lm(_model(), *tokens, SETTINGS, "cpu", fabric=fabric)
-
-
-def test_two_ddp_processes_give_the_one_process_loss_curve():
-    torch.set_num_threads(1)
-    single = train_lm(_model(), *_tokens(), SETTINGS, "cpu")
-    fabric = make_fabric(DistributedConfig(strategy="ddp_spawn", accelerator="cpu", devices=2))
-    assert fabric.world_size == 2 and str(fabric.device) == "cpu"
-    ddp = fabric.launch(_train_in_process, _tokens())  # rank 0's result
+    single_model = _model()
+    single = train_lm(single_model, *_tokens(), SETTINGS, "cpu")
+    train, val = _tokens()
+    train.tofile(tmp_path / "train.bin")  # a token file crosses into the processes by its path
+    train = np.memmap(tmp_path / "train.bin", dtype=np.uint16, mode="r")
+    logged = []
+    ddp_model = _model()
+    ddp = train_lm_spread(DistributedConfig(strategy="ddp", accelerator="cpu", devices=2), ddp_model, train, val,
+                          SETTINGS, "cpu", on_log=lambda step, m: logged.append((step, m)))
     assert ddp["history"]["step"] == single["history"]["step"] == list(range(1, 7))
     np.testing.assert_allclose(ddp["history"]["train_loss"], single["history"]["train_loss"], rtol=1e-5)
     np.testing.assert_allclose(ddp["eval_history"]["val_loss"], single["eval_history"]["val_loss"], rtol=1e-5)
     assert ddp["tokens_seen"] == single["tokens_seen"] == 6 * 2 * 8 * 16
+    for name, weight in single_model.state_dict().items():  # the trained weights are back in this process
+        torch.testing.assert_close(ddp_model.state_dict()[name], weight, rtol=1e-4, atol=1e-5)
+    assert [step for step, m in logged if "val_loss" in m] == [3, 6] and len(logged) == 8
     # and training moved: the curve is not flat (the comparison would otherwise be empty)
     assert single["history"]["train_loss"][-1] < single["history"]["train_loss"][0] - 0.05
+
+
+def test_one_cpu_process_is_the_plain_loop():
+    torch.set_num_threads(1)
+    plain, spread_model = _model(), _model()
+    a = train_lm(plain, *_tokens(), SETTINGS, "cpu")
+    b = train_lm_spread(DistributedConfig(), spread_model, *_tokens(), SETTINGS, "cpu")
+    assert a["history"]["train_loss"] == b["history"]["train_loss"]  # bit-identical
+    assert all(torch.equal(w, spread_model.state_dict()[k]) for k, w in plain.state_dict().items())
 
 
 def test_shard_rows_and_refused_strategies():
@@ -52,6 +67,9 @@ def test_shard_rows_and_refused_strategies():
         shard_rows(x, 0, 4)
     with pytest.raises(DistributedError, match="distributed.strategy: fsdp needs CUDA devices"):
         make_fabric(DistributedConfig(strategy="fsdp", accelerator="cpu", devices=2))
+    with pytest.raises(DistributedError, match="runtime.distributed.num_nodes: 2 nodes cannot be spawned"):
+        train_lm_spread(DistributedConfig(strategy="ddp", accelerator="cpu", num_nodes=2), _model(), *_tokens(),
+                        SETTINGS, "cpu")
     with pytest.raises(DistributedError, match="strategy: single runs one device"):
         make_fabric(DistributedConfig(strategy="single", accelerator="cpu", devices=2))
     if not torch.cuda.is_available():

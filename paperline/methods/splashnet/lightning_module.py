@@ -64,9 +64,17 @@ class CTCModule(L.LightningModule):
             offset += n
 
     def on_validation_epoch_end(self) -> None:
-        cer = character_error_rate(self._val_pairs)
+        pairs, loss = self._val_pairs, self._val_loss
+        if self.trainer.world_size > 1:  # under DDP each process validated its share of the sessions
+            import torch.distributed as dist
+
+            shares: list = [None] * self.trainer.world_size
+            dist.all_gather_object(shares, (pairs, loss))
+            # (Lightning's sampler pads the shares to equal length: up to world − 1 sessions count twice)
+            pairs, loss = [p for share, _ in shares for p in share], sum(share_loss for _, share_loss in shares)
+        cer = character_error_rate(pairs)
         self.log("val_cer", cer)
-        self.log("val_ctc_loss", self._val_loss / sum(len(r) for r, _ in self._val_pairs))
+        self.log("val_ctc_loss", loss / sum(len(r) for r, _ in pairs))
         self.val_history.append((int(self.global_step), cer))
 
     # the histories travel in Lightning's checkpoint, so a resumed run logs the whole curves

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
 from paperline.methods.splashnet.config import VARIANT_CHANGES, VARIANT_SIZE, SplashNetConfig
@@ -25,6 +26,7 @@ from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flo
 from paperline.methods.splashnet.transforms import HOP
 from paperline.io import json_digest
 from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train.distributed import DistributedConfig
 
 _INIT_LOCK = threading.Lock()  # model init reads the global RNG; variants train in threads
 
@@ -90,21 +92,29 @@ def fingerprint(cfg: SplashNetConfig, variant: str, stage: str, data: str) -> st
 
 
 def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_steps: int, device: torch.device,
-         ckpt_dir: Path, fp: str, seed: int, val: list[SessionFeatures] | None = None) -> None:
+         ckpt_dir: Path, fp: str, seed: int, val: list[SessionFeatures] | None = None,
+         distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> None:
     """Lightning fit for `max_steps`, resuming from ckpt_dir/last.ckpt when it was written for `fp`.
     With validation sessions, validates every `cfg.val_every` steps and ends with the weights of
-    the best validation CER (emg2qwerty's checkpoint choice)."""
+    the best validation CER (emg2qwerty's checkpoint choice). `distributed` (params.yaml
+    runtime.distributed): the Trainer's strategy and devices; under DDP `batch_size` is per device
+    (Lightning's convention and emg2qwerty's), each process reading its share of the windows."""
     import logging
 
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from paperline.train.distributed import trainer_arguments, world_size
+
     for name in ("lightning.pytorch", "lightning.fabric"):  # no banners per fit
         logging.getLogger(name).setLevel(logging.WARNING)
 
+    spawned = distributed is not None and world_size(distributed) > 1
+    # Spawned DDP processes draw their shares through Lightning's DistributedSampler (seeded); a
+    # torch.Generator cannot cross into them (its state fails to unpickle in a spawned process)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate, num_workers=0,
                         drop_last=len(dataset) > cfg.batch_size,
-                        generator=torch.Generator().manual_seed(seed))
+                        generator=None if spawned else torch.Generator().manual_seed(seed))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     marker = ckpt_dir / "fingerprint.txt"
     last = ckpt_dir / "last.ckpt"
@@ -115,18 +125,22 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
         for stale in ckpt_dir.glob("best*.ckpt"):
             stale.unlink()
     marker.write_text(fp)
+    histories = ckpt_dir / "histories.pt"
     callbacks = [ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
-                                 every_n_train_steps=cfg.checkpoint_every)]
+                                 every_n_train_steps=cfg.checkpoint_every), _SaveHistories(histories)]
     val_loader = None
     if val:
         val_loader = DataLoader(_WholeSessions(val), batch_size=1, collate_fn=collate)
         callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_cer", mode="min",
                                          save_top_k=1, save_last=False))
+    if distributed is None:  # this process's device, as the task holds it
+        hardware = {"accelerator": "gpu" if device.type == "cuda" else "cpu",
+                    "devices": [device.index or 0] if device.type == "cuda" else 1}
+    else:
+        hardware = trainer_arguments(distributed, device_indices)
     trainer = L.Trainer(
         max_steps=max_steps, max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-        accelerator="gpu" if device.type == "cuda" else "cpu",
-        devices=[device.index or 0] if device.type == "cuda" else 1,
-        callbacks=callbacks, default_root_dir=str(ckpt_dir), num_sanity_val_steps=0, gradient_clip_val=None,
+        **hardware, callbacks=callbacks, default_root_dir=str(ckpt_dir), num_sanity_val_steps=0, gradient_clip_val=None,
         val_check_interval=min(cfg.val_every, max_steps) if val else None, check_val_every_n_epoch=None if val else 1)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -135,10 +149,26 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
         warnings.filterwarnings("ignore", ".*no `val_dataloader`.*")  # fine-tuning: no validation users
         warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # our fingerprint file lives there
         trainer.fit(module, loader, val_loader, ckpt_path=resume)
+    # under DDP the fit ran in spawned processes: Lightning brought the weights back, the curves
+    # come from rank 0's file (one process: the same values it holds)
+    module.on_load_checkpoint(torch.load(histories, weights_only=False))
     if val:
-        best = callbacks[1].best_model_path
+        best = callbacks[2].best_model_path
         if best:
             module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
+
+
+class _SaveHistories(Callback):
+    """Rank 0 writes the module's loss and validation curves at the end of the fit."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_train_end(self, trainer, module) -> None:
+        if trainer.is_global_zero:
+            checkpoint: dict = {}
+            module.on_save_checkpoint(checkpoint)
+            torch.save(checkpoint, self.path)
 
 
 class _WholeSessions(torch.utils.data.Dataset):
@@ -189,10 +219,12 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
                        device: torch.device, out_dir: Path, data: str,
                        log: Callable[[str, Any], None] = lambda *_: None,
                        beam: Callable[[torch.Tensor], list[int]] | None = None,
-                       val: list[SessionFeatures] | None = None) -> dict[str, Any]:
+                       val: list[SessionFeatures] | None = None, distributed: DistributedConfig | None = None,
+                       device_indices: list[int] | None = None) -> dict[str, Any]:
     """Generic training (validated on `val`, the validation users' sessions, when given),
     zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant (greedy, and with
-    `beam` also beam search with the character LM)."""
+    `beam` also beam search with the character LM). `distributed` spreads the generic training
+    (the long one) over devices; a user's fine-tuning stays on `device`."""
     spec = model_spec(cfg, variant)
     frames, left, right = window_frames(cfg, variant)
     augment = augmentation(cfg, variant)
@@ -205,7 +237,8 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
         module = CTCModule(spec, cfg.lr, warmup, schedule_horizon(cfg, total), cfg.ctc_blank_bias)
     if done is None:
-        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed, val)
+        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed, val, distributed,
+             device_indices)
         save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
                                        "history": module.history, "val_history": module.val_history})
         history, val_history = module.history, module.val_history
