@@ -29,11 +29,20 @@ class DataConfig(MethodConfig):
 
 class ChannelConfig(MethodConfig):
     host: str = "127.0.0.1"  # the address each party binds and the other connects to
+    # a party on a machine of its own (launch.py): its address, else `host`
+    active_host: str | None = None
+    passive_host: str | None = None
+    # the coordinator's port at the active party, where the passive party's launcher and parameter
+    # server connect (launch.py: must be set); 0: a free port, when one process starts both parties
+    control_port: Annotated[int, Field(ge=0, le=65535)] = 0
     active_port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0: a free port, picked at bind time
     passive_port: Annotated[int, Field(ge=0, le=65535)] = 0
     buffer_embeddings: PositiveInt = 5  # p
     buffer_gradients: PositiveInt = 5  # q
     deadline_s: float = Field(10.0, gt=0)  # T_ddl
+
+    def party_host(self, party: str) -> str:
+        return getattr(self, f"{party}_host") or self.host
 
 
 class PubSubVFLConfig(MethodConfig):

@@ -21,7 +21,7 @@ import zmq
 from paperline.methods.pubsub_vfl import model
 from paperline.methods.pubsub_vfl.channels import bind
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
-from paperline.methods.pubsub_vfl.data import VFLData, align
+from paperline.methods.pubsub_vfl.data import PartyData, VFLData, VFLDataError, align
 from paperline.methods.pubsub_vfl.parties import MODES
 
 
@@ -72,51 +72,96 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: tuple[int, int] | None = None,
-                batch_size: int | None = None, dp_mu: float = 0.0, kill_passive_after_s: float | None = None,
-                timeout_s: float = 600.0) -> RunResult:
-    """One training run of `variant` over real processes and sockets."""
-    align(data.active_train, data.passive_train, "train split")
-    align(data.active_test, data.passive_test, "test split")
-    modes = MODES[variant]
-    if workers is None:
-        workers = (1, 1) if variant in ("vfl", "avfl") else (cfg.workers_active, cfg.workers_passive)
-    B = batch_size or cfg.batch_size
+def _settings(cfg: PubSubVFLConfig, task: str, variant: str, seed: int, B: int, dp_mu: float) -> dict:
+    """What every process of both parties reads: the same at both, from the same params."""
     ch = cfg.channels
-    run = {"variant": variant, "seed": seed, "data_seed": seed, "batch_size": B, "epochs": cfg.epochs, "lr": cfg.lr,
-           "task": data.task, "deadline_s": ch.deadline_s, "buffer_embeddings": ch.buffer_embeddings,
-           "buffer_gradients": ch.buffer_gradients, "inflight": modes["inflight"] or ch.buffer_gradients,
-           "delta_t0": cfg.delta_t0, "target_accuracy": cfg.target_metric if data.task == "classification" else 0.5,
-           "delay_per_sample_ms": cfg.delay_per_sample_ms, "active_slowdown": cfg.active_slowdown,
-           "passive_slowdown": cfg.passive_slowdown, "dp_mu": dp_mu, "dp_clip": cfg.dp_clip}
+    return {"variant": variant, "seed": seed, "data_seed": seed, "batch_size": B, "epochs": cfg.epochs, "lr": cfg.lr,
+            "task": task, "deadline_s": ch.deadline_s, "buffer_embeddings": ch.buffer_embeddings,
+            "buffer_gradients": ch.buffer_gradients, "inflight": MODES[variant]["inflight"] or ch.buffer_gradients,
+            "delta_t0": cfg.delta_t0, "target_accuracy": cfg.target_metric if task == "classification" else 0.5,
+            "delay_per_sample_ms": cfg.delay_per_sample_ms, "active_slowdown": cfg.active_slowdown,
+            "passive_slowdown": cfg.passive_slowdown, "dp_mu": dp_mu, "dp_clip": cfg.dp_clip}
+
+
+def _initial(cfg: PubSubVFLConfig, data: VFLData, seed: int) -> dict:
+    """Both parties' initial models from the seed: a party on another machine draws the same."""
     rng = np.random.default_rng(seed)
     init_a = {"bottom": model.init_bottom(rng, data.active_train.x.shape[1], cfg.hidden, cfg.embedding),
               "top": model.init_top(rng, cfg.embedding, cfg.top_hidden)}
-    init_p = model.init_bottom(rng, data.passive_train.x.shape[1], cfg.hidden, cfg.embedding)
+    return {"active": init_a, "passive": model.init_bottom(rng, data.passive_train.x.shape[1], cfg.hidden, cfg.embedding)}
+
+
+def _default_workers(cfg: PubSubVFLConfig, variant: str) -> tuple[int, int]:
+    return (1, 1) if variant in ("vfl", "avfl") else (cfg.workers_active, cfg.workers_passive)
+
+
+def _write_party(tmp: Path, party: str, data: VFLData, init) -> None:
+    if party == "active":
+        np.savez(tmp / "active.npz", x=data.active_train.x, y=data.y_train)
+    else:
+        np.savez(tmp / "passive.npz", x=data.passive_train.x)
+    (tmp / f"{party}_init.pkl").write_bytes(pickle.dumps(init))
+
+
+def _spawn_ps(party: str, run: dict, w: int, control: str, cfg: PubSubVFLConfig, tmp: Path) -> subprocess.Popen:
+    ch = cfg.channels
+    return _spawn({"role": "ps", "party": party, "run": run, "workers": w, "control": control,
+                   "host": ch.party_host(party), "port": getattr(ch, f"{party}_port"),
+                   "data": str(tmp / f"{party}.npz"), "init_path": str(tmp / f"{party}_init.pkl")}, tmp, f"ps_{party}")
+
+
+def _spawn_workers(party: str, run: dict, w: int, ports: dict, hosts: dict, tmp: Path) -> list[subprocess.Popen]:
+    """A party's workers: its own PS and broker, and the other party's broker, by address."""
+    other = "passive" if party == "active" else "active"
+    addr = {p: f"tcp://{hosts[p]}:" for p in hosts}
+    return [_spawn({"role": "worker", "party": party, "index": i, "run": run,
+                    "ps": addr[party] + str(ports[party]["ps"]),
+                    "subscribe": addr[party] + str(ports[party]["xpub"]),
+                    "publish": addr[other] + str(ports[other]["xsub"]),
+                    "data": str(tmp / f"{party}.npz")}, tmp, f"{party}_{i}") for i in range(w)]
+
+
+def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: tuple[int, int] | None = None,
+                batch_size: int | None = None, dp_mu: float = 0.0, kill_passive_after_s: float | None = None,
+                timeout_s: float = 600.0, remote_passive: bool = False) -> RunResult:
+    """One training run of `variant` over real processes and sockets. `remote_passive`: start the
+    active party only and take the passive one from its launcher (`join`, launch.py), which
+    connects to channels.control_port at the active party's address, maybe from another machine."""
+    align(data.active_train, data.passive_train, "train split")
+    align(data.active_test, data.passive_test, "test split")
+    workers = workers or _default_workers(cfg, variant)
+    B = batch_size or cfg.batch_size
+    ch = cfg.channels
+    hosts = {party: ch.party_host(party) for party in ("active", "passive")}
+    local = ("active",) if remote_passive else ("active", "passive")
+    if remote_passive and ch.control_port == 0:
+        raise ValueError("channels.control_port: 0, but a party on another machine needs the coordinator's port")
+    if remote_passive and kill_passive_after_s is not None:
+        raise ValueError("kill_passive_after_s: the passive workers run on the other party's machine")
+    run = _settings(cfg, data.task, variant, seed, B, dp_mu)
+    init = _initial(cfg, data, seed)
     procs: list[subprocess.Popen] = []
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="pubsub_vfl_") as tmpdir:
         tmp = Path(tmpdir)
-        np.savez(tmp / "active.npz", x=data.active_train.x, y=data.y_train)
-        np.savez(tmp / "passive.npz", x=data.passive_train.x)
-        for party, init in (("active", init_a), ("passive", init_p)):
-            (tmp / f"{party}_init.pkl").write_bytes(pickle.dumps(init))
+        for party in local:
+            _write_party(tmp, party, data, init[party])
         control = ctx.socket(zmq.ROUTER)
         control.setsockopt(zmq.LINGER, 0)
-        control_addr = f"tcp://127.0.0.1:{bind(control, '127.0.0.1', 0)}"
+        control_host = hosts["active"] if remote_passive else "127.0.0.1"
+        control_addr = f"tcp://{control_host}:{bind(control, control_host, ch.control_port)}"
         try:
-            idents, ports = {}, {}
-            for party, w in zip(("active", "passive"), workers):
-                procs.append(_spawn({"role": "ps", "party": party, "run": run, "workers": w, "control": control_addr,
-                                     "host": ch.host, "port": getattr(ch, f"{party}_port"),
-                                     "data": str(tmp / f"{party}.npz"),
-                                     "init_path": str(tmp / f"{party}_init.pkl")}, tmp, f"ps_{party}"))
+            idents, ports, joined = {}, {}, None
+            w_of = dict(zip(("active", "passive"), workers))
+            for party in local:
+                procs.append(_spawn_ps(party, run, w_of[party], control_addr, cfg, tmp))
+            servers = list(procs)
             deadline = time.time() + timeout_s
 
             def receive(block: bool = True):
                 """(identity, message) from a party; None after one short poll when not blocking."""
                 while not control.poll(50):
-                    for p in procs[:2]:
+                    for p in servers:
                         if p.poll() is not None and p.returncode != 0:
                             raise PartyFailure(f"{variant}: a parameter server exited with code {p.returncode}")
                     if time.time() > deadline:
@@ -126,21 +171,27 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
                 ident, raw = control.recv_multipart()
                 return ident, pickle.loads(raw)
 
-            while len(ports) < 2:
-                ident, (kind, party, p) = receive()
-                idents[party], ports[party] = ident, p
-            addr = {party: f"tcp://{ch.host}:" for party in ports}
+            while len(ports) < 2 or (remote_passive and joined is None):
+                ident, msg = receive()
+                if msg[0] == "join":  # the passive party's launcher: its ids must be ours, in our order
+                    try:
+                        for where, ids, mine in (("train split", msg[2], data.active_train),
+                                                 ("test split", msg[3], data.active_test)):
+                            align(mine, PartyData(np.asarray(ids), np.empty((len(ids), 0))), f"{where} (remote party)")
+                    except VFLDataError as err:
+                        control.send_multipart([ident, pickle.dumps(("refused", str(err)))])
+                        time.sleep(0.2)
+                        raise
+                    joined = ident
+                else:
+                    idents[msg[1]], ports[msg[1]] = ident, msg[2]
+            if joined is not None:
+                control.send_multipart([joined, pickle.dumps(("ports", ports, hosts))])
             worker_procs = {}
-            for party, w in zip(("active", "passive"), workers):
-                other = "passive" if party == "active" else "active"
-                for i in range(w):
-                    worker_procs[(party, i)] = _spawn({
-                        "role": "worker", "party": party, "index": i, "run": run,
-                        "ps": addr[party] + str(ports[party]["ps"]),
-                        "subscribe": addr[party] + str(ports[party]["xpub"]),
-                        "publish": addr[other] + str(ports[other]["xsub"]),
-                        "data": str(tmp / f"{party}.npz")}, tmp, f"{party}_{i}")
-                    procs.append(worker_procs[(party, i)])
+            for party in local:
+                for i, p in enumerate(_spawn_workers(party, run, w_of[party], ports, hosts, tmp)):
+                    worker_procs[(party, i)] = p
+                    procs.append(p)
             ready = set()
             while len(ready) < 2:
                 ready.add(receive()[1][1])
@@ -156,10 +207,56 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
                 got = receive(block=False)
                 if got is not None and got[1][0] == "result":
                     results[got[1][1]] = got[1][2]
+            result = _evaluate(cfg, data, variant, seed, workers, B, dp_mu, results)
+            if joined is not None:  # the passive launcher may stop: the run is over
+                control.send_multipart([joined, pickle.dumps(("finished", result.metric))])
+                time.sleep(0.2)
         finally:
             _stop(procs)
             ctx.destroy(linger=0)
-    return _evaluate(cfg, data, variant, seed, workers, B, dp_mu, results)
+    return result
+
+
+def join(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: tuple[int, int] | None = None,
+         batch_size: int | None = None, dp_mu: float = 0.0, timeout_s: float = 600.0) -> float:
+    """The passive party on a machine of its own: its parameter server and workers, against the
+    active party's coordinator at channels.active_host:control_port (run_variant with
+    remote_passive). Sends its ids (the alignment check), learns the active party's addresses,
+    trains, and returns the test metric the active party measured."""
+    ch = cfg.channels
+    if ch.control_port == 0:
+        raise ValueError("channels.control_port: 0; set the port the active party's coordinator listens on")
+    workers = workers or _default_workers(cfg, variant)
+    run = _settings(cfg, data.task, variant, seed, batch_size or cfg.batch_size, dp_mu)
+    control_addr = f"tcp://{ch.party_host('active')}:{ch.control_port}"
+    procs: list[subprocess.Popen] = []
+    ctx = zmq.Context()
+    with tempfile.TemporaryDirectory(prefix="pubsub_vfl_passive_") as tmpdir:
+        tmp = Path(tmpdir)
+        _write_party(tmp, "passive", data, _initial(cfg, data, seed)["passive"])
+        coordinator = ctx.socket(zmq.DEALER)
+        coordinator.setsockopt(zmq.LINGER, 0)
+        coordinator.connect(control_addr)  # zmq connects whenever the active party binds: any start order
+        try:
+            procs.append(_spawn_ps("passive", run, workers[1], control_addr, cfg, tmp))
+            coordinator.send_pyobj(("join", "passive", data.passive_train.ids.tolist(), data.passive_test.ids.tolist()))
+            deadline = time.time() + timeout_s
+            while True:
+                while not coordinator.poll(100):
+                    if procs[0].poll() is not None:
+                        raise PartyFailure(f"{variant}: the passive parameter server exited with code {procs[0].returncode}")
+                    if time.time() > deadline:
+                        raise TimeoutError(f"{variant}: no answer from the active party at {control_addr} within {timeout_s} s")
+                msg = coordinator.recv_pyobj()
+                if msg[0] == "ports":
+                    procs += _spawn_workers("passive", run, workers[1], msg[1], msg[2], tmp)
+                elif msg[0] == "finished":
+                    return float(msg[1])
+                elif msg[0] == "refused":
+                    raise VFLDataError(f"the active party at {control_addr} refused this party: {msg[1]}")
+        finally:
+            _stop(procs)
+            ctx.destroy(linger=0)
 
 
 def _evaluate(cfg, data: VFLData, variant, seed, workers, B, dp_mu, results) -> RunResult:
