@@ -46,7 +46,7 @@ def data(cfg: GeoAdaConfig, data_cfg: NBodyConfig) -> NBodyData:
     record = read_json(folder / RECORD_FILE)
     if "global" in cfg.controls and data_cfg.source != "simulate":
         raise NBodyError(f"{folder}: the global control needs the simulated set of interaction strengths "
-                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame]")
+                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame, subgraph]")
     task_windows(folder, cfg)
     files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".json"))
     return NBodyData(str(folder), record["fingerprint"], record, track.data_version(files))

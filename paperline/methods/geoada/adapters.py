@@ -13,9 +13,9 @@ Control types and their coupling operators C (how the control enters a graph), s
 - subgraph control: the whole trajectory of a subgraph (the first S particles) is given, the others
   are generated: C adds the given subgraph's nodes, with their coordinates at every frame (the
   conditioning frames and the future ones), to the graph and connects them by edges to every node
-  (spec (b) [I]: "add the given subgraph's nodes/coordinates and connect them with edges"; the edge
-  feature of a new edge is q_i q_j as the data's own, and the added nodes carry their charge and the
-  given-frame flag at every frame). `control` is then the subgraph's future positions (B, H, S, 3):
+  (spec (b) [I]: "add the given subgraph's nodes/coordinates and connect them with edges"; an added
+  node's edges carry the features of the particle it copies, q_i q_j here, and it carries that
+  particle's charge and the given-frame flag at every frame). `control` is then the subgraph's future positions (B, H, S, 3):
   a geometric control, rotated and translated with the input.
 The decoupling operator D removes what C added: the extra leading frames (frame control); nothing
 for global control (it added no nodes or frames); the added nodes (subgraph control).
@@ -87,15 +87,12 @@ def couple_subgraph(cond: torch.Tensor, control: torch.Tensor, charges: torch.Te
                     ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Subgraph control's C: the given subgraph (the first S particles) as S added nodes with their
     positions at every frame — their conditioning frames then `control`, their future (B, H, S, 3) —
-    and their charges; the edges of the N + S nodes: the data's among the N, q_i q_j on every new
-    edge (the charged system's own edge feature [I])."""
-    S = control.shape[2]
+    and their charges; the edges of the N + S nodes: an added node's edge features are those of the
+    particle it copies (q_i q_j in the charged system, 1 in MD17's complete graph) [I]."""
+    S, N = control.shape[2], edges.shape[1]
     extra_x = torch.cat([cond[:, :, :S], control.to(cond.dtype)], dim=1)
-    extra_q = charges[:, :S]
-    q = torch.cat([charges, extra_q], dim=1)
-    coupled = q[:, :, None] * q[:, None, :]
-    coupled[:, :edges.shape[1], :edges.shape[2]] = edges
-    return (extra_x, extra_q), coupled
+    index = torch.cat([torch.arange(N), torch.arange(S)]).to(edges.device)
+    return (extra_x, charges[:, :S]), edges[:, index][:, :, index]
 
 
 class Variant(nn.Module):
