@@ -236,7 +236,8 @@ class EquivariantZeroConv(nn.Module):
     centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's own
     coordinate update at this block [I, a deviation]: with "com" ϕ_x dilates each frame's whole
     configuration about its centre of mass, which measured ADE 0.72 against the base's 0.35 after
-    fine-tuning at smoke scale (docs/methods/geoada.md); both are rotation-equivariant and
+    fine-tuning at smoke scale (docs/methods/geoada.md; measured while GeoAda's ε̂ still lacked the
+    base's displacement scale, not re-measured since); both are rotation-equivariant and
     translation-invariant. ϕ_x, ϕ_h zero at init."""
 
     def __init__(self, hidden: int, form: str = "update"):
