@@ -15,8 +15,8 @@ Control types and their coupling operators C (how the control enters a graph), s
   conditioning frames and the future ones), to the graph and connects them by edges to every node
   (spec (b) [I]: "add the given subgraph's nodes/coordinates and connect them with edges"; an added
   node's edges carry the features of the particle it copies, q_i q_j here, and it carries that
-  particle's charge and the given-frame flag at every frame). `control` is then the subgraph's future positions (B, H, S, 3):
-  a geometric control, rotated and translated with the input.
+  particle's charge and the given-frame flag at every frame). `control` is then the subgraph's
+  future positions (B, H, S, 3): a geometric control, rotated and translated with the input.
 The decoupling operator D removes what C added: the extra leading frames (frame control); nothing
 for global control (it added no nodes or frames); the added nodes (subgraph control).
 
