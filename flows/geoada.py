@@ -1,6 +1,7 @@
 """GeoAda: SE(3)-equivariant adapters for a pretrained geometric diffusion model. A GeoTDM-style
-EGTN is pretrained on frame-conditioned N-body forecasting, then fine-tuned to frame and global
-control by GeoAda and by the paper's baselines (full fine-tuning, PARTIAL-k, MLP-k, GPF), against
+EGTN is pretrained on frame-conditioned N-body forecasting, then fine-tuned to frame, global and
+subgraph control by GeoAda and by the paper's baselines (full fine-tuning, PARTIAL-k, MLP-k, GPF,
+GPF-plus, Prompt-Template where it fits), against
 the frozen base and a non-equivariant ControlNet (one MLflow child each). The trajectories come
 from the nbody prep stage."""
 from __future__ import annotations

@@ -13,7 +13,7 @@ from paperline.config import read_params
 from paperline.data.nbody import RECORD_FILE, NBodyConfig, NBodyError
 from paperline.io import json_digest, read_json
 from paperline.methods.geoada import plots
-from paperline.methods.geoada.config import GeoAdaConfig
+from paperline.methods.geoada.config import GeoAdaConfig, fits
 from paperline.methods.geoada.summary import method_metrics, row_name
 from tasks import nbody_prep, track
 from tasks.paths import models_dir, params_path, plots_dir
@@ -46,7 +46,7 @@ def data(cfg: GeoAdaConfig, data_cfg: NBodyConfig) -> NBodyData:
     record = read_json(folder / RECORD_FILE)
     if "global" in cfg.controls and data_cfg.source != "simulate":
         raise NBodyError(f"{folder}: the global control needs the simulated set of interaction strengths "
-                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame]")
+                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame, subgraph]")
     task_windows(folder, cfg)
     files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".json"))
     return NBodyData(str(folder), record["fingerprint"], record, track.data_version(files))
@@ -81,7 +81,7 @@ def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dic
 
 @task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx: track.RunContext) -> list[dict]:
-    """Every variant on one control type (one task: a `gpu` slot request costs ~1.5 s, a tiny
+    """Every variant that fits the control type on it (one task: a `gpu` slot request costs ~1.5 s, a tiny
     variant less), each fine-tuned from the base and measured on the new and the original task;
     its row on its own MLflow child run `<control>_<variant>`, the loss as a history."""
     import torch
@@ -92,7 +92,7 @@ def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx
     results = []
     with gpu_slot() as device:
         windows = task_windows(source.folder, cfg)
-        for variant in cfg.variants:
+        for variant in (v for v in cfg.variants if fits(v, control)):
             name = row_name(control, variant)
             with ctx.child(name, params={"control": control, "variant": variant, "device": str(device)}) as run:
                 model = make_base(cfg)

@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from paperline.data.nbody import NBodyError
-from paperline.methods.geoada.config import VARIANTS, GeoAdaConfig
+from paperline.methods.geoada.config import VARIANTS, GeoAdaConfig, fits
 from paperline.metrics import validate_metrics
 from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
 
-CONTROLS = ("frame", "global")
-ROWS = [f"{c}_{v}" for c in CONTROLS for v in VARIANTS]
+CONTROLS = ("frame", "global", "subgraph")
+ROWS = [f"{c}_{v}" for c in CONTROLS for v in VARIANTS if fits(v, c)]
 
 
 def test_tiny_dag_outputs(dag):
@@ -41,8 +41,11 @@ def test_tiny_dag_outputs(dag):
     h = metrics.headline
     assert h["geoada_equivariance_error"] < 1e-10 < h["controlnet_equivariance_error"]  # float64 probe
     for key in ("claim_geoada_matches_full_ft", "claim_geoada_no_forgetting", "claim_full_ft_forgets",
-                "claim_geoada_equivariant"):
+                "claim_geoada_equivariant",
+                *(f"claim_{c}_{k}" for c in CONTROLS
+                  for k in ("geoada_matches_full_ft", "geoada_no_forgetting", "full_ft_forgets"))):
         assert isinstance(h[key], bool), key
+    assert "prompt_template" not in {r["variant"] for r in metrics.rows.values() if r["control"] == "global"}
     assert h["claim_geoada_no_forgetting"] and h["claim_geoada_equivariant"]
     assert report_rows(dag, "geoada") == ROWS
 

@@ -9,9 +9,16 @@ Control types and their coupling operators C (how the control enters a graph), s
 - frame control: more conditioning frames than the base was pretrained on (15 → 20 after 10 → 20):
   C concatenates the given frames along time (the base's own input format, longer);
 - global control: an invariant global vector c (here the log interaction strength): C adds
-  MLP(c̃) to every node's h after the input embedding (spec (f): h′ = h + MLP(c̃)).
+  MLP(c̃) to every node's h after the input embedding (spec (f): h′ = h + MLP(c̃));
+- subgraph control: the whole trajectory of a subgraph (the first S particles) is given, the others
+  are generated: C adds the given subgraph's nodes, with their coordinates at every frame (the
+  conditioning frames and the future ones), to the graph and connects them by edges to every node
+  (spec (b) [I]: "add the given subgraph's nodes/coordinates and connect them with edges"; an added
+  node's edges carry the features of the particle it copies, q_i q_j here, and it carries that
+  particle's charge and the given-frame flag at every frame). `control` is then the subgraph's
+  future positions (B, H, S, 3): a geometric control, rotated and translated with the input.
 The decoupling operator D removes what C added: the extra leading frames (frame control); nothing
-for global control (it added no nodes or frames).
+for global control (it added no nodes or frames); the added nodes (subgraph control).
 
 GeoAda [I, following spec (b) and its update (f)]: the base is frozen. A control stream runs the
 coupled graph through the network, with the selected blocks (the first of every K consecutive
@@ -31,9 +38,16 @@ ControlNet on images would apply them: exact at init, not equivariant once train
 
 Baselines (the paper's, update (f)): full fine-tuning; PARTIAL-k (the last k blocks trainable);
 MLP-k (a k-block EGTN head on the frozen base's output, gated by a zero-initialised ϕ so it starts
-at the base); GPF (a learnable prompt vector added to every node's embedded h, zero at init); and
-the frozen base. Each baseline gets the coupled input on its single stream (the longer window; the
-global embedding added to h, its last layer zero so the start is the base).
+at the base); GPF (a learnable prompt vector added to every node's embedded h, zero at init);
+GPF-plus (Fang et al., "Universal Prompt Tuning for Graph Neural Networks": k learnable basis prompts
+p_1..p_k, each node's prompt Σ_j softmax_j(a_jᵀ h_i) p_j added to its features; here to the embedded h,
+the basis zero at init so the start is the base [I]); Prompt-Template [I: the paper names it without
+a form we could read]: a learnable prompt added to the h of what the coupling operator added (the
+extra frames, the added subgraph nodes), the frozen base reading that template, so it fits frame and
+subgraph control but not global control; and the frozen base. Each baseline gets the coupled input on
+its single stream (the longer window; the global embedding added to h, its last layer zero so the
+start is the base; the added subgraph nodes and their edges). The prompts act on invariant features
+only, so every baseline keeps the base's equivariance.
 """
 from __future__ import annotations
 
@@ -69,6 +83,18 @@ def trainable_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def couple_subgraph(cond: torch.Tensor, control: torch.Tensor, charges: torch.Tensor, edges: torch.Tensor
+                    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Subgraph control's C: the given subgraph (the first S particles) as S added nodes with their
+    positions at every frame — their conditioning frames then `control`, their future (B, H, S, 3) —
+    and their charges; the edges of the N + S nodes: an added node's edge features are those of the
+    particle it copies (q_i q_j in the charged system, 1 in MD17's complete graph) [I]."""
+    S, N = control.shape[2], edges.shape[1]
+    extra_x = torch.cat([cond[:, :, :S], control.to(cond.dtype)], dim=1)
+    index = torch.cat([torch.arange(N), torch.arange(S)]).to(edges.device)
+    return (extra_x, charges[:, :S]), edges[:, index][:, :, index]
+
+
 class Variant(nn.Module):
     def __init__(self, base: EGTN, control: Control, base_cond: int):
         super().__init__()
@@ -81,8 +107,15 @@ class Variant(nn.Module):
     def shift(self, control: torch.Tensor | None, original: bool) -> torch.Tensor | None:
         return None if original or self.global_embed is None else self.global_embed(control)
 
-    def coupled_cond(self, cond: torch.Tensor, original: bool) -> torch.Tensor:
-        return self.base_view(cond) if original else cond
+    def couple(self, cond, charges, edges, control, original: bool) -> dict:
+        """C for this control type, as keyword arguments of EGTN.forward (cond, edges, h_shift,
+        extra); the original task: the base's own window, no control."""
+        if original:
+            return dict(cond=self.base_view(cond), edges=edges, h_shift=None, extra=None)
+        if self.control_type == "subgraph":
+            extra, coupled = couple_subgraph(cond, control, charges, edges)
+            return dict(cond=cond, edges=coupled, h_shift=None, extra=extra)
+        return dict(cond=cond, edges=edges, h_shift=self.shift(control, original), extra=None)
 
 
 class Frozen(Variant):
@@ -108,8 +141,7 @@ class FullFT(Variant):
                     p.requires_grad_(True)
 
     def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
-        return self.base(self.coupled_cond(cond, original), noisy, charges, edges, t,
-                         h_shift=self.shift(control, original))
+        return self.base(noisy=noisy, charges=charges, t=t, **self.couple(cond, charges, edges, control, original))
 
 
 class MLPHead(Variant):
@@ -121,14 +153,23 @@ class MLPHead(Variant):
         self.gate = nn.Parameter(torch.zeros(()))
 
     def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
-        cond = self.coupled_cond(cond, original)
-        _, h, x, x_in = self.base(cond, noisy, charges, edges, t, h_shift=self.shift(control, original),
-                                  return_state=True)
+        coupled = self.couple(cond, charges, edges, control, original)
+        _, h, x, x_in = self.base(noisy=noisy, charges=charges, t=t, return_state=True, **coupled)
         h2, x2 = h, x
         for block in self.head:
-            h2, x2 = block(h2, x2, edges)
+            h2, x2 = block(h2, x2, coupled["edges"])
         x = x + self.gate * (x2 - x)
-        return (x - x_in)[:, cond.shape[1]:]
+        return (x - x_in)[:, coupled["cond"].shape[1]:, :noisy.shape[2]] * self.base.scale
+
+
+def with_prompt(shift: torch.Tensor | None, prompt):
+    """The global control's shift (a tensor or None) and a prompt (a tensor, or a callable of h) as one
+    h_shift for EGTN.forward."""
+    if shift is None:
+        return prompt
+    if callable(prompt):
+        return lambda h: shift + prompt(h)
+    return shift + prompt
 
 
 class GPF(Variant):
@@ -139,9 +180,55 @@ class GPF(Variant):
         self.prompt = nn.Parameter(torch.zeros(base.hidden))
 
     def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
-        shift = self.shift(control, original)
-        shift = self.prompt if shift is None else shift + self.prompt
-        return self.base(self.coupled_cond(cond, original), noisy, charges, edges, t, h_shift=shift)
+        coupled = self.couple(cond, charges, edges, control, original)
+        coupled["h_shift"] = with_prompt(coupled["h_shift"], self.prompt)
+        return self.base(noisy=noisy, charges=charges, t=t, **coupled)
+
+
+class GPFPlus(Variant):
+    """GPF-plus (Fang et al. 2023): k basis prompts p_j (H) and k attention vectors a_j; node i's
+    prompt is Σ_j softmax_j(a_jᵀ h_i) p_j, added to its embedded h (the input features in GPF-plus;
+    the embedding is where node features enter this model). The basis starts at zero, so the start
+    is the base [I: the GPF paper initialises it at random]; a_j random (they get a gradient once the
+    basis moves)."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int, basis: int):
+        super().__init__(freeze(base), control, base_cond)
+        self.basis = nn.Parameter(torch.zeros(basis, base.hidden))
+        self.attention = nn.Linear(base.hidden, basis, bias=False)
+
+    def node_prompts(self, h: torch.Tensor) -> torch.Tensor:
+        return self.attention(h).softmax(dim=-1) @ self.basis
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        coupled = self.couple(cond, charges, edges, control, original)
+        coupled["h_shift"] = with_prompt(coupled["h_shift"], self.node_prompts)
+        return self.base(noisy=noisy, charges=charges, t=t, **coupled)
+
+
+class PromptTemplate(Variant):
+    """Prompt-Template [I]: the frozen base on the coupled graph, a learnable prompt (zero at init)
+    added to the h of what C added — the extra leading frames (frame control), the added subgraph
+    nodes (subgraph control) — marking them as the control for the frozen layers."""
+
+    def __init__(self, base: EGTN, control: Control, base_cond: int):
+        if control == "global":
+            raise ValueError("prompt_template does not fit global control (C adds no frames or nodes to mark)")
+        super().__init__(freeze(base), control, base_cond)
+        self.prompt = nn.Parameter(torch.zeros(base.hidden))
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        coupled = self.couple(cond, charges, edges, control, original)
+        if not original:
+            T = coupled["cond"].shape[1] + noisy.shape[1]
+            N = noisy.shape[2] + (0 if coupled["extra"] is None else coupled["extra"][1].shape[1])
+            mask = torch.zeros(T, N, 1, dtype=noisy.dtype, device=noisy.device)
+            if self.control_type == "frame":
+                mask[:cond.shape[1] - self.base_cond] = 1  # the frames C added in front of the base's window
+            else:
+                mask[:, noisy.shape[2]:] = 1  # the added subgraph nodes
+            coupled["h_shift"] = mask * self.prompt
+        return self.base(noisy=noisy, charges=charges, t=t, **coupled)
 
 
 class EquivariantZeroConv(nn.Module):
@@ -149,7 +236,8 @@ class EquivariantZeroConv(nn.Module):
     centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's own
     coordinate update at this block [I, a deviation]: with "com" ϕ_x dilates each frame's whole
     configuration about its centre of mass, which measured ADE 0.72 against the base's 0.35 after
-    fine-tuning at smoke scale (docs/methods/geoada.md); both are rotation-equivariant and
+    fine-tuning at smoke scale (docs/methods/geoada.md; measured while GeoAda's ε̂ still lacked the
+    base's displacement scale, not re-measured since); both are rotation-equivariant and
     translation-invariant. ϕ_x, ϕ_h zero at init."""
 
     def __init__(self, hidden: int, form: str = "update"):
@@ -199,25 +287,26 @@ class GeoAda(Variant):
         if original or not self.enabled:
             return self.base(main_cond, noisy, charges, edges, t)
         h, x_in = self.base.embed_input(main_cond, noisy, charges, t)
-        hc, xc = self.base.embed_input(cond, noisy, charges, t)  # C: the longer window (frame control)
-        shift = self.shift(control, original)
-        if shift is not None:
-            hc = hc + shift  # C: h′ = h + MLP(c̃) (global control)
-        x, frames = x_in, x_in.shape[1]
+        coupled = self.couple(cond, charges, edges, control, original)  # C: the control stream's graph
+        hc, xc = self.base.embed_input(coupled["cond"], noisy, charges, t, coupled["extra"])
+        if coupled["h_shift"] is not None:
+            hc = hc + coupled["h_shift"]  # h′ = h + MLP(c̃) (global control)
+        x, frames, nodes = x_in, x_in.shape[1], x_in.shape[2]
         for i, block in enumerate(self.base.blocks):
             h, x = block(h, x, edges)
             if i > self.selected[-1]:
                 continue  # the control stream ends at the last selected block
             key, xc_in = str(i), xc
-            hc, xc = (self.copies[key] if key in self.copies else block)(hc, xc, edges)
+            hc, xc = (self.copies[key] if key in self.copies else block)(hc, xc, coupled["edges"])
             if key in self.copies:
-                dh, dx = self.zero[key](hc[:, -frames:], xc[:, -frames:], xc_in[:, -frames:])  # D: drop added frames
+                # D: drop the added frames (frame control) and nodes (subgraph control)
+                dh, dx = self.zero[key](hc[:, -frames:, :nodes], xc[:, -frames:, :nodes], xc_in[:, -frames:, :nodes])
                 h, x = h + dh, x + dx
-        return (x - x_in)[:, main_cond.shape[1]:]
+        return (x - x_in)[:, main_cond.shape[1]:] * self.base.scale
 
 
 def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
-                  head_blocks: int = 1, x_form: str = "update") -> Variant:
+                  head_blocks: int = 1, x_form: str = "update", gpf_basis: int = 4) -> Variant:
     """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
     base = copy.deepcopy(base)
     dtype = next(base.parameters()).dtype
@@ -231,6 +320,10 @@ def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every
         return MLPHead(base, control, base_cond, head_blocks).to(dtype)
     if name == "gpf":
         return GPF(base, control, base_cond).to(dtype)
+    if name == "gpf_plus":
+        return GPFPlus(base, control, base_cond, gpf_basis).to(dtype)
+    if name == "prompt_template":
+        return PromptTemplate(base, control, base_cond).to(dtype)
     if name in ("geoada", "controlnet"):
         return GeoAda(base, control, base_cond, every, equivariant=name == "geoada", x_form=x_form).to(dtype)
     raise ValueError(f"unknown variant {name!r} (one of {', '.join(VARIANTS)})")
@@ -250,7 +343,8 @@ def equivariance_error(model: nn.Module, cond: torch.Tensor, noisy: torch.Tensor
                        charges: torch.Tensor, edges: torch.Tensor, control: torch.Tensor | None = None,
                        seed: int = 0, dtype=torch.float64) -> float:
     """max |ε̂(Qc + b, Qd) − Q ε̂(c, d)| / max |ε̂(c, d)| under a random rotation Q and translation b of
-    the conditioning frames c (the noisy displacements d rotate and do not translate), in `dtype`
+    the conditioning frames c and a geometric control (the noisy displacements d rotate and do not
+    translate), in `dtype`
     (the model is copied and cast)."""
     generator = torch.Generator().manual_seed(seed)
     model = copy.deepcopy(model).to(dtype)
@@ -259,8 +353,11 @@ def equivariance_error(model: nn.Module, cond: torch.Tensor, noisy: torch.Tensor
     control = None if control is None else control.to(dtype)
     Q = random_rotation(generator, dtype)
     b = torch.randn(3, generator=generator, dtype=dtype) * 3
+    # a geometric control (subgraph control's given positions, (B, H, S, 3)) moves with the input;
+    # a global one (B,) is invariant
+    moved = control if control is None or control.dim() == 1 else control @ Q.T + b
     eps = model(cond, noisy, t, charges, edges, control)
-    eps_moved = model(cond @ Q.T + b, noisy @ Q.T, t, charges, edges, control)
+    eps_moved = model(cond @ Q.T + b, noisy @ Q.T, t, charges, edges, moved)
     return float((eps_moved - eps @ Q.T).abs().max() / eps.abs().max().clamp_min(1e-30))
 
 

@@ -8,9 +8,18 @@ from pydantic import Field, model_validator
 
 from paperline.config import MethodConfig, StrictModel
 
-Variant = Literal["frozen", "full_ft", "partial_k", "mlp_k", "gpf", "controlnet", "geoada"]
+Variant = Literal["frozen", "full_ft", "partial_k", "mlp_k", "gpf", "gpf_plus", "prompt_template", "controlnet",
+                  "geoada"]
 VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
-Control = Literal["frame", "global"]
+Control = Literal["frame", "global", "subgraph"]
+CONTROLS: tuple[str, ...] = Control.__args__  # type: ignore[attr-defined]
+# A prompt template marks what the coupling operator added (frames, nodes): global control adds
+# neither, so the template does not fit it (the paper runs each baseline "where it fits" [I])
+FITS = {"prompt_template": ("frame", "subgraph")}
+
+
+def fits(variant: str, control: str) -> bool:
+    return control in FITS.get(variant, CONTROLS)
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
@@ -30,7 +39,7 @@ class TrainConfig(StrictModel):
 
 class GeoAdaConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
-    controls: list[Control] = Field(["frame", "global"], min_length=1)
+    controls: list[Control] = Field(list(CONTROLS), min_length=1)
     shape: EGTNShape = EGTNShape()
     diffusion_steps: PositiveInt = 50  # DDPM T (the paper's 1000)
     # the diffused variable is the displacement from the last given frame times this (data
@@ -48,6 +57,10 @@ class GeoAdaConfig(MethodConfig):
     adapter_x: Literal["update", "com"] = "update"
     partial_k: PositiveInt = 1  # PARTIAL-k: the last k blocks train
     head_blocks: PositiveInt = 1  # MLP-k: a k-block EGTN head
+    gpf_plus_basis: PositiveInt = 4  # GPF-plus: k learnable basis prompts, mixed by attention per node
+    # subgraph control: the whole trajectory of the first `subgraph_nodes` particles is given (spec
+    # (e): particle 0's); ADE/FDE are measured on the others, the generated ones
+    subgraph_nodes: PositiveInt = 1
     samples: PositiveInt = 5  # K samples a trajectory (ADE/FDE averaged over them, and the min)
     eval_trajectories: PositiveInt = 50  # of each test split
     # the claims: GeoAda "≈ full fine-tuning" within this fraction of full FT's new-task ADE; a
@@ -72,6 +85,11 @@ class GeoAdaConfig(MethodConfig):
         if self.adapter_every > self.shape.blocks:
             raise ValueError(f"adapter_every {self.adapter_every} exceeds shape.blocks {self.shape.blocks}")
         return self
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """(control, variant) pairs the run measures: controls × variants where the variant fits."""
+        return [(c, v) for c in self.controls for v in self.variants if fits(v, c)]
 
     @property
     def frames_needed(self) -> int:

@@ -133,29 +133,40 @@ class EGTN(nn.Module):
         self.blocks = nn.ModuleList(Block(hidden) for _ in range(blocks))
 
     def embed_input(self, cond: torch.Tensor, noisy: torch.Tensor, charges: torch.Tensor,
-                    t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                    t: torch.Tensor, extra: tuple[torch.Tensor, torch.Tensor] | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(h, x) of the whole trajectory: conditioning frames, then the noisy displacements placed
-        at the last conditioning frame."""
+        at the last conditioning frame; `extra` = (positions (B, T, S, 3) over every frame, charges
+        (B, S)): nodes appended after the N particles (subgraph control's coupling), flagged as given
+        at every frame."""
         x = torch.cat([cond, cond[:, -1:] + noisy / self.scale], dim=1)
         B, T, N, _ = x.shape
-        flag = torch.zeros(T, dtype=x.dtype, device=x.device)
+        flag = torch.zeros(T, N, dtype=x.dtype, device=x.device)
         flag[:cond.shape[1]] = 1
+        if extra is not None:
+            x = torch.cat([x, extra[0]], dim=2)
+            charges = torch.cat([charges, extra[1]], dim=1)
+            flag = torch.cat([flag, torch.ones(T, extra[0].shape[2], dtype=x.dtype, device=x.device)], dim=1)
+            N = x.shape[2]
         temb = sinusoid(t.to(x.dtype) * (1000.0 / self.diffusion_steps), self.time_dim).to(x.dtype)  # (B, time_dim)
-        features = torch.cat([charges[:, None, :, None].expand(B, T, N, 1), flag[None, :, None, None].expand(B, T, N, 1),
+        features = torch.cat([charges[:, None, :, None].expand(B, T, N, 1), flag[None, :, :, None].expand(B, T, N, 1),
                               temb[:, None, None].expand(B, T, N, self.time_dim)], dim=-1)
         return self.embed(features), x
 
     def forward(self, cond: torch.Tensor, noisy: torch.Tensor, charges: torch.Tensor, edges: torch.Tensor,
-                t: torch.Tensor, h_shift: torch.Tensor | None = None, return_state: bool = False):
-        """ε̂ for the noisy frames; `h_shift` (broadcast onto h after the embedding): a prompt or a
-        global control's embedding; `return_state` also returns the final (h, x) (MLP-k's head)."""
-        h, x_in = self.embed_input(cond, noisy, charges, t)
+                t: torch.Tensor, h_shift=None, return_state: bool = False,
+                extra: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """ε̂ for the noisy frames of the N particles; `h_shift` (broadcast onto h after the embedding,
+        or a callable of h whose result is added): a prompt or a global control's embedding;
+        `extra`: appended nodes (see embed_input; `edges` then covers N + S nodes, and the output
+        drops them); `return_state` also returns the final (h, x) (MLP-k's head)."""
+        h, x_in = self.embed_input(cond, noisy, charges, t, extra)
         if h_shift is not None:
-            h = h + h_shift
+            h = h + (h_shift(h) if callable(h_shift) else h_shift)
         x = x_in
         for block in self.blocks:
             h, x = block(h, x, edges)
-        eps = (x - x_in)[:, cond.shape[1]:] * self.scale
+        eps = (x - x_in)[:, cond.shape[1]:, :noisy.shape[2]] * self.scale
         return (eps, h, x, x_in) if return_state else eps
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, load_split
+from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
 from paperline.methods.geoada.adapters import build_variant, equivariance_error
 from paperline.methods.geoada.config import GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
@@ -21,7 +21,9 @@ def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
     original_train/original_test (pretraining, cond_frames → horizon), frame_train/frame_test
     (frame control: the same regime, frame_control_frames given; its test trajectories are the
     original test's), global_train/global_test (global control: other interaction strengths, the
-    strength given)."""
+    strength given), subgraph_train/subgraph_test (subgraph control: the frame-control trajectories
+    and the original test's, cond_frames given for all and the future of the first subgraph_nodes
+    particles as the control)."""
     need, n = cfg.frames_needed, cfg.eval_trajectories
     train_set = load_split(folder, "train", PRETRAIN_SUFFIX, need)
     test_set = load_split(folder, "test", PRETRAIN_SUFFIX, need)
@@ -36,6 +38,15 @@ def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
                                       cfg.cond_frames, cfg.horizon)
         out["global_test"] = windows(load_split(folder, "test", GLOBAL_SUFFIX, need, control=True),
                                      cfg.cond_frames, cfg.horizon, n)
+    if "subgraph" in cfg.controls:
+        particles = test_set.loc.shape[2]
+        if cfg.subgraph_nodes >= particles:
+            raise NBodyError(f"{folder}: loc: {particles} particles; subgraph_nodes {cfg.subgraph_nodes} "
+                             f"leaves none to generate")
+        for split, source in (("train", load_split(folder, FINETUNE_SPLIT, PRETRAIN_SUFFIX, need)), ("test", test_set)):
+            w = windows(source, cfg.cond_frames, cfg.horizon, None if split == "train" else n)
+            w.control = w.target[:, :, :cfg.subgraph_nodes].clone()  # the given subgraph's future
+            out[f"subgraph_{split}"] = w
     return out
 
 
@@ -80,13 +91,15 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     None here and the summary fills in the base's figures."""
     torch.manual_seed(cfg.seed + 1)
     model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks,
-                          cfg.adapter_x)
+                          cfg.adapter_x, cfg.gpf_plus_basis)
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, test_set = data[f"{control}_train"], data[f"{control}_test"]
     result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,
                    cfg.finetune.batch_size, cfg.finetune.lr, cfg.seed + 1, checkpoint, fingerprint,
                    cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
-    new_task = evaluate(model, test_set, schedule, cfg.samples, cfg.seed + 2, scale=cfg.displacement_scale)
+    # subgraph control: scored on the generated particles only (the given ones are the control)
+    new_task = evaluate(model, test_set, schedule, cfg.samples, cfg.seed + 2, scale=cfg.displacement_scale,
+                        given_nodes=cfg.subgraph_nodes if control == "subgraph" else 0)
     original = None
     if variant not in ("frozen", "geoada", "controlnet"):
         original = evaluate(model, data["original_test"], schedule, cfg.samples, cfg.seed + 2, original=True,

@@ -19,13 +19,14 @@ def plot_ade(cfg: GeoAdaConfig, rows: dict[str, dict], path: Path) -> Path:
     """New-task ADE (average over K samples) and original-task ADE after fine-tuning, per variant,
     one panel per control type."""
     fig, axes = plt.subplots(1, len(cfg.controls), figsize=(4.5 * len(cfg.controls), 3.4), squeeze=False)
-    xs = np.arange(len(cfg.variants))
     for ax, control in zip(axes[0], cfg.controls):
-        new = [rows[f"{control}_{v}"]["ade"] for v in cfg.variants]
-        old = [rows[f"{control}_{v}"]["original_ade"] for v in cfg.variants]
+        variants = [v for c, v in cfg.pairs if c == control]
+        xs = np.arange(len(variants))
+        new = [rows[f"{control}_{v}"]["ade"] for v in variants]
+        old = [rows[f"{control}_{v}"]["original_ade"] for v in variants]
         ax.bar(xs - 0.2, new, 0.4, label="new task")
         ax.bar(xs + 0.2, old, 0.4, label="original task")
-        ax.set_xticks(xs, cfg.variants, rotation=30, fontsize=7)
+        ax.set_xticks(xs, variants, rotation=30, fontsize=7)
         ax.set(title=f"{control} control", ylabel="ADE (mean of K samples)")
         ax.legend(fontsize=7)
     return save_figure(fig, path)

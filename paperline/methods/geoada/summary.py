@@ -30,22 +30,23 @@ def variant_row(result: dict, base_original: dict[str, float]) -> dict:
 
 
 def summarize(cfg: GeoAdaConfig, results: list[dict], base_original: dict[str, float]) -> dict[str, dict]:
-    """Rows in the order controls × variants, each with `forgets` (its original-task ADE up by more
-    than forget_tolerance of the base's)."""
+    """Rows in the order controls × variants (the pairs that fit, cfg.pairs), each with `forgets` (its
+    original-task ADE up by more than forget_tolerance of the base's)."""
     by_key = {(r["control"], r["variant"]): r for r in results}
     rows = {}
-    for control in cfg.controls:
-        for variant in cfg.variants:
-            row = variant_row(by_key[(control, variant)], base_original)
-            row["forgets"] = row["original_ade_change"] is not None and row["original_ade_change"] > cfg.forget_tolerance
-            rows[row_name(control, variant)] = row
+    for control, variant in cfg.pairs:
+        row = variant_row(by_key[(control, variant)], base_original)
+        row["forgets"] = row["original_ade_change"] is not None and row["original_ade_change"] > cfg.forget_tolerance
+        rows[row_name(control, variant)] = row
     return rows
 
 
 def claims(cfg: GeoAdaConfig, rows: dict[str, dict], base_original: dict[str, float]) -> dict:
-    """Per control type: GeoAda's new-task ADE and its ratio to full FT's and the frozen base's, its
-    and full FT's original-task change; the claims as booleans (None where a needed row is absent);
-    the equivariance errors of GeoAda and of the ControlNet ablation."""
+    """Per control type c: GeoAda's new-task ADE/FDE and its ratio to every other variant's, its and
+    full FT's original-task change, and the claims as booleans — `claim_<c>_geoada_matches_full_ft`,
+    `claim_<c>_geoada_no_forgetting`, `claim_<c>_full_ft_forgets` (None where a needed row is
+    absent); then over all control types (matches: on every one; full FT forgets: on any one); the
+    equivariance errors of GeoAda and of the ControlNet ablation (the largest over control types)."""
     out: dict = {"base_original_ade": base_original["ade"], "base_original_fde": base_original["fde"]}
     matches, keeps, ft_forgets = [], [], []
     for control in cfg.controls:
@@ -53,17 +54,22 @@ def claims(cfg: GeoAdaConfig, rows: dict[str, dict], base_original: dict[str, fl
         out[f"{control}_geoada_ade"] = geo[PRIMARY]
         out[f"{control}_geoada_fde"] = geo["fde"]
         out[f"{control}_geoada_original_ade_change"] = geo["original_ade_change"]
+        out[f"claim_{control}_geoada_no_forgetting"] = not geo["forgets"]
         keeps.append(not geo["forgets"])
-        for other in ("full_ft", "frozen", "controlnet", "partial_k", "mlp_k", "gpf"):
+        for other in ("full_ft", "frozen", "controlnet", "partial_k", "mlp_k", "gpf", "gpf_plus", "prompt_template"):
             row = rows.get(row_name(control, other))
             if row and row[PRIMARY]:
                 out[f"{control}_geoada_ade_vs_{other}"] = geo[PRIMARY] / row[PRIMARY]
         ft = rows.get(row_name(control, "full_ft"))
+        match = forgets = None
         if ft:
             out[f"{control}_full_ft_ade"] = ft[PRIMARY]
             out[f"{control}_full_ft_original_ade_change"] = ft["original_ade_change"]
-            matches.append(geo[PRIMARY] <= (1 + cfg.match_tolerance) * ft[PRIMARY])
-            ft_forgets.append(ft["forgets"])
+            match, forgets = geo[PRIMARY] <= (1 + cfg.match_tolerance) * ft[PRIMARY], ft["forgets"]
+            matches.append(match)
+            ft_forgets.append(forgets)
+        out[f"claim_{control}_geoada_matches_full_ft"] = match
+        out[f"claim_{control}_full_ft_forgets"] = forgets
     out["claim_geoada_matches_full_ft"] = all(matches) if matches else None
     out["claim_geoada_no_forgetting"] = all(keeps)
     out["claim_full_ft_forgets"] = any(ft_forgets) if ft_forgets else None

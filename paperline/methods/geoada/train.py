@@ -23,7 +23,7 @@ class Windows:
     target: torch.Tensor  # (S, H, N, 3)
     charges: torch.Tensor  # (S, N)
     edges: torch.Tensor  # (S, N, N)
-    control: torch.Tensor | None = None  # (S,)
+    control: torch.Tensor | None = None  # (S,) a global control; (S, H, n, 3) the given subgraph's future
 
     def __len__(self) -> int:
         return len(self.cond)
@@ -97,10 +97,11 @@ def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, seed: int,
-             original: bool = False, chunk: int = 256, scale: float = 1.0) -> dict[str, float]:
+             original: bool = False, chunk: int = 256, scale: float = 1.0, given_nodes: int = 0) -> dict[str, float]:
     """ADE (mean distance over the predicted frames and nodes) and FDE (the last frame) of `samples`
     samples a trajectory: averaged over the samples (ade, fde: the paper's) and the best sample's
-    (min_ade, min_fde), each then averaged over trajectories."""
+    (min_ade, min_fde), each then averaged over trajectories. The first `given_nodes` nodes (subgraph
+    control's given particles) are not scored."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     ades, fdes = [], []
@@ -111,6 +112,7 @@ def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, 
         pred = sample(lambda c, x, t: model(c, x, t, charges, edges, control, original), schedule,
                       rep(part.cond), part.target.shape[1], generator, scale=scale)
         err = (pred - rep(part.target)).norm(dim=-1).view(samples, len(part), *pred.shape[1:3])  # (K, B, H, N)
+        err = err[..., given_nodes:]
         ades.append(err.mean(dim=(2, 3)))
         fdes.append(err[:, :, -1].mean(dim=2))
     ade, fde = torch.cat(ades, dim=1), torch.cat(fdes, dim=1)  # (K, S)
