@@ -125,13 +125,13 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
         pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
         target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
         score = baselines.rds_scores(pool_emb, target_emb)
-        chosen, forward_passes = round_robin(score, k), len(prep.pool) + len(prep.targets)
+        chosen, forward_passes = round_robin(score, k, cfg.seed + 19), len(prep.pool) + len(prep.targets)
     elif method == "exact_first_order":
         feat = featurizer()
         target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
         pool_f, pool_plain = feat.features_both(prep.pool, range(len(prep.pool)))
         score = pool_f @ target_f.T
-        chosen, grads = round_robin(score, k), feat.evaluations
+        chosen, grads = round_robin(score, k, cfg.seed + 19), feat.evaluations
         if adam is not None:  # the plain-gradient influence beside the Adam-aware one (same gradients)
             extra["plain_scores"] = pool_plain @ target_f.T
     else:  # influence_distillation
@@ -144,7 +144,7 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
         target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
         p_landmarks = feat.features(prep.pool, landmark_idx.tolist(), source=True) @ target_f.T
         score = landmarks.propagate(emb, landmark_idx, p_landmarks, cfg.kernel_damp, cfg.bandwidth_samples)
-        chosen, grads = round_robin(score, k), feat.evaluations
+        chosen, grads = round_robin(score, k, cfg.seed + 19), feat.evaluations
         extra["landmarks"] = landmark_idx
     return {"indices": chosen, "wall_s": time.perf_counter() - started, "gradient_evaluations": grads,
             "forward_passes": forward_passes, "score": score, **extra}
