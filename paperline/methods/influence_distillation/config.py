@@ -58,6 +58,9 @@ class InfluenceDistillationConfig(MethodConfig):
     jvp_proj_dim: int = Field(4096, ge=0)
     # ---- landmarks and gradients (spec §b.3)
     num_landmarks: PositiveInt = 128
+    # landmark counts of the propagation-fidelity curve (the paper's 512–16,384 ablation, at our scale);
+    # their influence is read off the exact reference, so the curve costs no gradients
+    landmark_curve: list[PositiveInt] = Field(default=[16, 32, 64, 128, 256, 512, 1024])
     grad_proj_dim: PositiveInt = 4096  # randomised Hadamard projection of the down_proj gradients
     grad_max_elements: PositiveInt | None = None  # random mask of the gradient coordinates (official: 1e9)
     adam_aware: bool = True  # p_i = <a ⊙ g_i, g_T> (False: plain gradients)
