@@ -7,17 +7,19 @@ object per line,
 - `iter_tulu_jsonl` streams a file line by line (a 5.8M-line pool never sits in memory) and
   validates every line; a malformed one raises `TuluFormatError` naming the file, the line and the
   field, or with `skip_invalid` is counted in a `SkipStats` and skipped.
-- `encode_tulu` applies open-instruct's Tulu chat template as it was when Tulu V2 was trained
-  (`open_instruct/finetune.py: _concat_messages / encode_with_messages_format`):
+- `encode_tulu` is open-instruct's `encode_with_messages_format` as it was when Tulu V2 was
+  trained (`open_instruct/finetune.py` at 98ccfb4, 2023-10-16, the last change before the Tulu V2
+  release; rederived from it, not copied):
 
       <bos><|system|>\\n{system}\\n<|user|>\\n{user}\\n<|assistant|>\\n{assistant}</s>\\n ... {last}</s>
 
-  the concatenation stripped (nothing follows the last `</s>`), the tokenizer's own leading special
-  tokens first (a Llama tokenizer's BOS; none for the byte tokenizer). The loss mask is
-  open-instruct's labels: each non-assistant message is masked from its start through the
-  `<|assistant|>\\n` header of a reply that follows it; everything else is trained, so each
-  assistant reply, its `</s>` and the newline after it, and the header of a reply that no user or
-  system turn precedes (the conversation's first message, or a reply after a reply).
+  the concatenation stripped (nothing follows the last `</s>`), tokenized whole with the
+  tokenizer's special tokens (a Llama tokenizer's BOS; the byte tokenizer has none). The loss
+  mask is open-instruct's labels: each non-assistant message is masked from its start through the
+  `<|assistant|>\\n` header of a reply that follows it, the bounds counted as the tokens of the
+  unstripped prefixes (so a merge across a boundary lands where open-instruct puts it);
+  everything else is trained: each reply, its `</s>` and the newline after it, and the header of
+  a reply that no user or system turn precedes (the first message, or a reply after a reply).
 - `ByteTokenizer`: bytes 0–255, then `</s>` and a pad id (no downloads; the small LM's vocabulary).
 """
 from __future__ import annotations
@@ -228,21 +230,30 @@ class Tokenizer(Protocol):
     eos_id: int
     pad_id: int
     vocab_size: int
-    prefix_ids: Sequence[int]  # what the tokenizer puts before a text (a BOS), open-instruct's first ids
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str) -> list[int]: ...  # the text alone (no special tokens added)
+
+    def encode_example(self, text: str) -> list[int]: ...  # as open-instruct's `tokenizer(text)`
 
 
 class ByteTokenizer:
-    """UTF-8 bytes (ids 0–255), then `</s>` (256) and pad (257)."""
+    """UTF-8 bytes (ids 0–255), then `</s>` (256) and pad (257). No BOS (it has none)."""
 
+    eos_token = "</s>"
     eos_id = 256
     pad_id = 257
     vocab_size = 258
-    prefix_ids: tuple[int, ...] = ()
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
+
+    def encode_example(self, text: str) -> list[int]:
+        """The text with each `</s>` as the eos id, as a transformers tokenizer reads its special
+        tokens out of the text (open-instruct writes `tokenizer.eos_token` into the string)."""
+        ids: list[int] = []
+        for i, part in enumerate(text.split(self.eos_token)):
+            ids += ([self.eos_id] if i else []) + self.encode(part)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
@@ -250,59 +261,55 @@ class ByteTokenizer:
 
 class HFTokenizer:
     """A transformers tokenizer (the paper profile's model, by local path), seen through the same
-    interface. Segments are tokenized one by one and concatenated: the same ids as open-instruct's
-    whole-string tokenization up to merges across a segment boundary (headers end in a newline)."""
+    interface. `encode_example` is open-instruct's call, special tokens on (a Llama tokenizer's BOS)."""
 
     def __init__(self, tokenizer: Any):
         self.tok = tokenizer
+        self.eos_token = tokenizer.eos_token
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.vocab_size = len(tokenizer)
-        # open-instruct tokenizes with the special tokens on: those the tokenizer puts before a text
-        with_special, plain = tokenizer.encode("a", add_special_tokens=True), self.encode("a")
-        start = next((i for i in range(len(with_special) - len(plain) + 1)
-                      if with_special[i:i + len(plain)] == plain), 0)
-        self.prefix_ids = tuple(with_special[:start])
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
 
+    def encode_example(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=True)
 
-def tulu_segments(messages: Sequence[dict[str, str]]) -> list[tuple[str | None, bool]]:
-    """The template as (text, trained) segments; text None stands for the eos token (module doc)."""
-    segments: list[tuple[str | None, bool]] = []
-    for i, msg in enumerate(messages):
-        role, content = msg["role"], msg["content"].strip()
-        if role == "assistant":
-            if i == 0 or messages[i - 1]["role"] == "assistant":
-                segments.append((HEADERS["assistant"], True))  # no masked turn before it covers it
-            segments += [(content, True), (None, True), ("\n", True)]
-        else:
-            segments.append((HEADERS[role] + content + "\n", False))
-            if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
-                segments.append((HEADERS["assistant"], False))
-    # open-instruct strips the concatenation: the last "\n" goes (contents are stripped already)
-    text, trained = segments.pop()
-    if text != "\n":
-        segments.append((text[:-1], trained))
-    return segments
+
+def _concat(messages: Sequence[dict[str, str]], eos: str) -> str:
+    """open-instruct's `_concat_messages`: role header, stripped content, a newline (`eos` + newline
+    after a reply); not stripped itself (the caller strips the whole example, not its prefixes)."""
+    return "".join(HEADERS[m["role"]] + m["content"].strip() + (eos if m["role"] == "assistant" else "") + "\n"
+                   for m in messages)
 
 
 def tulu_text(messages: Sequence[dict[str, str]], eos: str = "</s>") -> str:
-    """The templated string, as open-instruct builds it."""
-    return "".join(eos if text is None else text for text, _ in tulu_segments(messages))
+    """The templated example, as open-instruct builds it: stripped, so nothing follows the last `</s>`."""
+    return _concat(messages, eos).strip()
 
 
 def encode_tulu(messages: Sequence[dict[str, str]], tokenizer: Tokenizer,
                 max_length: int | None = None) -> tuple[list[int], list[bool]]:
-    """(token ids, loss mask) under the Tulu template; truncated on the right to max_length."""
-    segments = tulu_segments(messages)
-    ids: list[int] = list(tokenizer.prefix_ids)
-    mask: list[bool] = [segments[0][1]] * len(ids)  # labelled as the first message's start
-    for text, trained in segments:
-        piece = [tokenizer.eos_id] if text is None else tokenizer.encode(text)
-        ids += piece
-        mask += [trained] * len(piece)
+    """(token ids, loss mask) as open-instruct's `encode_with_messages_format` at the Tulu V2
+    release (open_instruct/finetune.py, 2023-10): the stripped example tokenized whole, special
+    tokens on; then each non-assistant message masked over [its start, its end), both counted as
+    the tokens of the *unstripped* concatenation up to it, the end taken through the
+    `<|assistant|>\\n` header when a reply follows. Everything else is trained: replies, their `</s>`,
+    the newline after an inner `</s>`, the header of a reply no user/system turn precedes, and the
+    tokenizer's BOS only when a reply comes first. Truncated on the right to max_length."""
+    eos = tokenizer.eos_token
+    ids = tokenizer.encode_example(tulu_text(messages, eos))
+    trained = [True] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            continue
+        start = 0 if i == 0 else len(tokenizer.encode_example(_concat(messages[:i], eos)))
+        so_far = _concat(messages[:i + 1], eos)
+        if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
+            so_far += HEADERS["assistant"]
+        end = len(tokenizer.encode_example(so_far))
+        trained[start:end] = [False] * len(trained[start:end])
     if max_length is not None:
-        ids, mask = ids[:max_length], mask[:max_length]
-    return ids, mask
+        ids, trained = ids[:max_length], trained[:max_length]
+    return ids, trained

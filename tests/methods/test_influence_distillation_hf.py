@@ -41,7 +41,9 @@ def test_a_local_transformers_model_runs_the_pipeline(tmp_path):
     prep = pipeline.prepare(cfg, tmp_path / "tulu")
     assert prep.model.down_proj_names() == ["net.model.layers.0.mlp.down_proj.weight",
                                             "net.model.layers.1.mlp.down_proj.weight"]
-    assert all(n.startswith("net.model.layers.0.") for n in prep.model.block_param_names(1))
+    cut = [n for n, _ in prep.model.truncated(1).named_parameters()]
+    assert cut[0] == "net.model.embed_tokens.weight" and cut[-1] == "net.model.norm.weight"
+    assert {n.split(".")[3] for n in cut if ".layers." in n} == {"0"} and len(prep.model.net.model.layers) == 2
     assert prep.pool.tokens.max() < prep.tokenizer.vocab_size and prep.pool.mask.any(1).all()
     optimizer, history = pipeline.warm_up(cfg, prep, None)
     assert len(history["train_loss"]) == 3

@@ -98,33 +98,53 @@ def test_adam_coefficient_is_the_slope_of_adamws_next_update(tiny):
     assert a.shape[0] == sum(params[n].numel() for n in names)
 
 
-def test_jvp_embeddings_are_directional_derivatives_of_the_first_blocks(tiny):
+def test_jvp_embeddings_are_directional_derivatives_of_the_cut_model_after_its_norm(tiny):
     cfg, model, data = tiny
     emb = landmarks.jvp_embeddings(model, data, num_blocks=1, num_tangents=2, proj_dim=0, seed=3, batch_size=4)
     assert emb.shape == (10, 2 * 16)
-    # finite difference along the first tangent (re-drawn with the same generator)
-    names = model.block_param_names(1)
-    assert names and all(n.startswith("net.layers.0.") for n in names)
-    params = dict(model.named_parameters())
+    # the official create_jvp_store's tangents: every parameter of the cut model, embeddings and norm too
+    cut = model.truncated(1)
+    names = [n for n, _ in cut.named_parameters()]
+    assert names[0] == "net.embed_tokens.weight" and names[-1] == "net.norm.weight"
+    assert {n.split(".")[2] for n in names if n.startswith("net.layers.")} == {"0"}
+    assert len(model.net.layers) == 2 and cut.net.layers[0] is model.net.layers[0]  # shared, not copied
+    # finite difference along the first tangent (re-drawn with the same generator, in the same order)
+    params = dict(cut.named_parameters())
     g = torch.Generator().manual_seed(3)
     tangent = {n: torch.randn((2, *params[n].shape), generator=g)[0] for n in names}
-    eps = 1e-3
+    eps = 1e-5
 
     def last_hidden(sign: float) -> torch.Tensor:
-        m = copy.deepcopy(model)
+        m = copy.deepcopy(model).double()  # float64: the RMSNorm makes the derivatives large
         mp = dict(m.named_parameters())
         with torch.no_grad():
             for n in names:
-                mp[n].add_(sign * eps * tangent[n])
-            h = m.hidden_states(data.tokens, 1)
+                mp[n].add_(sign * eps * tangent[n].double())
+            h = m.net.norm(m.hidden_states(data.tokens, 1))  # after the final RMSNorm
         return h[torch.arange(10), data.lengths - 1]
 
     fd = (last_hidden(1) - last_hidden(-1)) / (2 * eps)
-    assert torch.allclose(emb[:, :16], fd, atol=2e-2, rtol=2e-2)
-    with torch.no_grad():  # block 2 does not enter the embedding
+    assert torch.allclose(emb[:, :16].double(), fd, atol=1e-2, rtol=1e-3)
+    with torch.no_grad():  # block 2 does not enter the embedding; the norm's gain does
         model.net.layers[1].mlp.down_proj.weight.mul_(3.0)
-    again = landmarks.jvp_embeddings(model, data, 1, 2, 0, 3, 4)
-    assert torch.allclose(again, emb, atol=1e-5)
+    assert torch.allclose(landmarks.jvp_embeddings(model, data, 1, 2, 0, 3, 4), emb, atol=1e-5)
+    with torch.no_grad():
+        model.net.norm.weight.mul_(2.0)
+    assert not torch.allclose(landmarks.jvp_embeddings(model, data, 1, 2, 0, 3, 4), emb, atol=1e-3)
+
+
+def test_jvp_projection_is_rademacher_and_nearly_keeps_distances(tiny):
+    cfg, model, data = tiny
+    raw = landmarks.jvp_embeddings(model, data, 1, 2, 0, seed=3)
+    projected = landmarks.jvp_embeddings(model, data, 1, 2, 4096, seed=3)
+    assert projected.shape == (10, 4096)  # projected even though 2·16 is narrower (as the official code)
+    # a linear map of the same JVPs (R, entries ±1/√4096, drawn after the tangents)
+    r = torch.linalg.lstsq(raw.double(), projected.double()).solution
+    scaled = raw.double() @ r
+    assert torch.allclose(scaled, projected.double(), atol=1e-4)
+    d_raw, d_proj = torch.cdist(raw, raw), torch.cdist(projected, projected)
+    off = ~torch.eye(10, dtype=torch.bool)
+    assert ((d_proj[off] / d_raw[off]) - 1).abs().max() < 0.1  # Johnson–Lindenstrauss at k = 4096
 
 
 def test_chunk_sizes_do_not_change_jvp_embeddings_or_per_sample_gradients(tiny):
@@ -163,6 +183,13 @@ def test_round_robin_takes_turns_and_never_repeats():
     assert round_robin(torch.tensor([[1.0, 1.0], [0.0, 0.9], [0.5, 0.0]]), 3) == [0, 1, 2]
     chosen = round_robin(torch.randn(50, 3), 30)
     assert len(set(chosen)) == 30
+    # the official order: each round visits the targets in a new random order
+    firsts = {tuple(round_robin(torch.eye(4) + 0.0, 4, seed=s)) for s in range(20)}
+    assert len(firsts) > 1 and all(sorted(f) == [0, 1, 2, 3] for f in firsts)
+    scores = torch.randn(60, 3, generator=torch.Generator().manual_seed(0))
+    assert round_robin(scores, 30, seed=5) == round_robin(scores, 30, seed=5)
+    rounds = round_robin(torch.arange(30.0).repeat(3, 1).T.flip(0) * torch.tensor([1.0, 0.5, 0.25]), 9, seed=1)
+    assert sorted(rounds[:3]) == [0, 1, 2]  # every target takes one per round, whatever the order
     with pytest.raises(ValueError, match="exceeds the pool size"):
         round_robin(torch.zeros(3, 1), 4)
 

@@ -130,70 +130,140 @@ def test_real_file_path_samples_and_skips_invalid(tmp_path):
         write_pool(too_many, tmp_path / "big", root=tmp_path)
 
 
-class _CharTokenizer:
-    """A stand-in for a transformers tokenizer: one id per character, `</s>` one special token, and
-    a BOS put in front when asked for special tokens (as Llama's tokenizer does)."""
-
-    eos_token, eos_token_id, bos_token_id, pad_token_id = "</s>", 1, 2, 0
-
-    def __len__(self) -> int:
-        return 300
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        ids = [self.bos_token_id] if add_special_tokens else []
-        for i, part in enumerate(text.split(self.eos_token)):
-            ids += ([self.eos_token_id] if i else []) + [3 + ord(c) for c in part]
-        return ids
-
-
 def _open_instruct_labels(messages, tokenizer) -> tuple[list[int], list[bool]]:
-    """encode_with_messages_format of open-instruct at the Tulu V2 release, rewritten from its
-    description: the whole stripped concatenation tokenized with special tokens, then each
-    non-assistant message's token range (prefix lengths of the unstripped concatenation, through the
-    `<|assistant|>\\n` header when a reply follows) labelled -100. Returns (ids, trained)."""
+    """encode_with_messages_format of open-instruct at the Tulu V2 release (open_instruct/finetune.py
+    at 98ccfb4, 2023-10-16), rewritten here from that source for a transformers `tokenizer`: the
+    stripped concatenation tokenized whole (special tokens on, as `tokenizer(text)` does), then each
+    non-assistant message's label range set to -100, from the token count of the unstripped
+    concatenation before it to that through it (plus the `<|assistant|>\n` header when a reply
+    follows). Returns (ids, trained)."""
     def concat(msgs):
-        return "".join(f"<|{m['role']}|>\n" + m["content"].strip()
-                       + (tokenizer.eos_token + "\n" if m["role"] == "assistant" else "\n") for m in msgs)
+        text = ""
+        for m in msgs:
+            if m["role"] == "assistant":
+                text += "<|assistant|>\n" + m["content"].strip() + tokenizer.eos_token + "\n"
+            else:
+                text += f"<|{m['role']}|>\n" + m["content"].strip() + "\n"
+        return text
 
-    ids = tokenizer.encode(concat(messages).strip())
-    trained = [True] * len(ids)
+    ids = tokenizer(concat(messages).strip())["input_ids"]
+    labels = list(ids)
     for i, message in enumerate(messages):
         if message["role"] == "assistant":
             continue
-        start = 0 if i == 0 else len(tokenizer.encode(concat(messages[:i])))
+        start = 0 if i == 0 else len(tokenizer(concat(messages[:i]))["input_ids"])
         so_far = concat(messages[:i + 1])
-        if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
+        if i < len(messages) - 1 and messages[i + 1]["role"] == "assistant":
             so_far += "<|assistant|>\n"
-        end = len(tokenizer.encode(so_far))
-        trained[start:end] = [False] * len(trained[start:end])
-    return ids, trained
+        end = len(tokenizer(so_far)["input_ids"])
+        labels[start:end] = [-100] * len(labels[start:end])
+    return ids, [label != -100 for label in labels]
 
 
+@pytest.fixture(scope="module")
+def llama_like_tokenizer():
+    """A byte-level BPE tokenizer that puts a BOS first (as Llama's does), trained on Tulu text so
+    that merges cross the template's boundaries ("?\n<|", "</s>\n<|"...): tokenizing piece by
+    piece would give other ids than open-instruct's whole-string call."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    corpus = ["<|system|>\nBe brief.\n<|user|>\nHi?\n<|assistant|>\nHello.</s>\n<|user|>\nuser says 1\n"
+              "<|assistant|>\nassistant says 2</s>\n<|assistant|>\n</s>"] * 20
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=420, special_tokens=["<s>", "</s>", "<pad>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+# every shape the format allows (the reader rejects no assistant turn; the template takes any)
 _SHAPES = {
     "user, assistant": ["user", "assistant"],
-    "system first": ["system", "user", "assistant"],
-    "multi-turn": ["user", "assistant", "user", "assistant", "user", "assistant"],
+    "system, user, assistant": ["system", "user", "assistant"],
+    "multi-turn": ["system", "user", "assistant", "user", "assistant", "user", "assistant"],
     "assistant first": ["assistant", "user", "assistant"],
     "assistant only": ["assistant"],
     "two replies in a row": ["user", "assistant", "assistant"],
     "ends on a user turn": ["system", "user", "assistant", "user"],
     "system then assistant": ["system", "assistant"],
     "two user turns in a row": ["user", "user", "assistant"],
+    "user only": ["user"],
 }
 
 
-@pytest.mark.parametrize("shape", list(_SHAPES))
-def test_template_and_mask_are_open_instructs(shape):
+def _conversation(shape, empty=()):
+    return [{"role": role, "content": "" if i in empty else f" {role} says {i}?\n"}
+            for i, role in enumerate(_SHAPES[shape])]
+
+
+_CASES = [(shape, ()) for shape in _SHAPES] + [
+    ("user, assistant", (1,)), ("user, assistant", (0,)), ("assistant only", (0,)),
+    ("ends on a user turn", (3,)), ("multi-turn", (0, 4))]  # empty contents (the template takes them)
+
+
+@pytest.mark.parametrize("shape, empty", _CASES)
+def test_hf_path_is_open_instructs_ids_and_labels(llama_like_tokenizer, shape, empty):
     from paperline.data.tulu import HFTokenizer
 
-    messages = [{"role": role, "content": f" {role} says {i} \n"} for i, role in enumerate(_SHAPES[shape])]
-    hf = _CharTokenizer()
-    expected_ids, expected_trained = _open_instruct_labels(messages, hf)
-    ids, mask = encode_tulu(messages, HFTokenizer(hf))
-    assert ids == expected_ids and ids[0] == hf.bos_token_id
+    messages = _conversation(shape, empty)
+    expected_ids, expected_trained = _open_instruct_labels(messages, llama_like_tokenizer)
+    ids, mask = encode_tulu(messages, HFTokenizer(llama_like_tokenizer))
+    assert ids == expected_ids and ids[0] == llama_like_tokenizer.bos_token_id
     assert mask == expected_trained
-    # the byte tokenizer has no BOS: the same text and labels without it
+    assert mask[0] == (messages[0]["role"] == "assistant")  # the BOS is labelled as open-instruct does
+    assert llama_like_tokenizer.decode(ids[1:]) == tulu_text(messages)
+    cut_ids, cut_mask = encode_tulu(messages, HFTokenizer(llama_like_tokenizer), max_length=7)
+    assert (cut_ids, cut_mask) == (ids[:7], mask[:7])  # open-instruct truncates on the right
+
+
+def test_the_tokenizer_merges_across_the_template_boundaries(llama_like_tokenizer):
+    """What makes the test above strict: tokenized piece by piece, the same text gives other ids."""
+    pieces = ["<|user|>\n", "Hi?", "\n", "<|assistant|>\n", "Hello."]
+    whole = llama_like_tokenizer.encode("".join(pieces), add_special_tokens=False)
+    assert whole != sum((llama_like_tokenizer.encode(p, add_special_tokens=False) for p in pieces), [])
+
+
+class _ByteAsHF:
+    """The byte tokenizer behind a transformers-like call, for the reimplementation."""
+
+    eos_token = "</s>"
+
+    def __call__(self, text):
+        return {"input_ids": ByteTokenizer().encode_example(text)}
+
+
+# trained text of each shape on the byte path (no BOS), written out by hand from the source's rules
+_TRAINED = {
+    "user, assistant": "assistant says 1?</s>",
+    "system, user, assistant": "assistant says 2?</s>",
+    "multi-turn": "assistant says 2?</s>\nassistant says 4?</s>\nassistant says 6?</s>",
+    "assistant first": "<|assistant|>\nassistant says 0?</s>\nassistant says 2?</s>",
+    "assistant only": "<|assistant|>\nassistant says 0?</s>",
+    "two replies in a row": "assistant says 1?</s>\n<|assistant|>\nassistant says 2?</s>",
+    "ends on a user turn": "assistant says 2?</s>\n",
+    "system then assistant": "assistant says 1?</s>",
+    "two user turns in a row": "assistant says 2?</s>",
+    "user only": "",
+}
+
+
+@pytest.mark.parametrize("shape, empty", _CASES)
+def test_byte_path_is_open_instructs_text_and_labels(shape, empty):
+    messages = _conversation(shape, empty)
     tok = ByteTokenizer()
     ids, mask = encode_tulu(messages, tok)
-    assert tok.decode(ids) == tulu_text(messages).replace("</s>", "") and ids[-1] != tok.encode("\n")[0]
-    assert mask == expected_trained[1:]
+    assert (ids, mask) == _open_instruct_labels(messages, _ByteAsHF())
+    text = "".join("</s>" if i == tok.eos_id else tok.decode([i]) for i in ids)
+    assert text == tulu_text(messages) and text == text.strip()  # nothing after the last </s>
+    if not empty:
+        trained = "".join("</s>" if i == tok.eos_id else tok.decode([i]) for i, m in zip(ids, mask) if m)
+        assert trained == _TRAINED[shape]
+
+
+def test_a_literal_eos_in_a_content_is_the_eos_token_as_in_open_instruct():
+    ids, _ = encode_tulu([{"role": "user", "content": "a</s>b"}, {"role": "assistant", "content": "c"}],
+                         ByteTokenizer())
+    assert ids.count(ByteTokenizer.eos_id) == 2

@@ -53,9 +53,14 @@ class InfluenceDistillationConfig(MethodConfig):
     # ---- JVP embeddings (spec §b.2)
     jvp_blocks: PositiveInt = 1  # the first blocks of the model (the official code: 4)
     jvp_tangents: PositiveInt = 2
-    jvp_proj_dim: int = Field(0, ge=0)  # 0: no projection (2·hidden is already small)
+    # Rademacher projection of the concatenated JVPs (the official default 4,096, applied even when
+    # tangents·hidden is narrower, as at our d = 64: a near-isometry, cheap at 5k samples); 0: none
+    jvp_proj_dim: int = Field(4096, ge=0)
     # ---- landmarks and gradients (spec §b.3)
     num_landmarks: PositiveInt = 128
+    # landmark counts of the propagation-fidelity curve (the paper's 512–16,384 ablation, at our scale);
+    # their influence is read off the exact reference, so the curve costs no gradients
+    landmark_curve: list[PositiveInt] = Field(default=[16, 32, 64, 128, 256, 512, 1024])
     grad_proj_dim: PositiveInt = 4096  # randomised Hadamard projection of the down_proj gradients
     grad_max_elements: PositiveInt | None = None  # random mask of the gradient coordinates (official: 1e9)
     adam_aware: bool = True  # p_i = <a ⊙ g_i, g_T> (False: plain gradients)

@@ -1,10 +1,11 @@
 """JVP embeddings, landmarks and kernel-ridge propagation (spec §b pipeline steps 2–4; the official
 `infdist/jvp.py` and `infdist/distil.py`).
 
-- `jvp_embeddings`: the model cut to its first `num_blocks` blocks (no head); `num_tangents` Gaussian
-  tangents over those blocks' parameters; the forward-mode derivative (`torch.func.jvp`) of the last
-  real token's hidden state along each tangent, concatenated (tangents × hidden), optionally
-  randomly projected. About one partial forward pass per tangent.
+- `jvp_embeddings`: the model cut to its first `num_blocks` blocks, the head an identity (so the final
+  RMSNorm applies); `num_tangents` Gaussian tangents over every parameter of the cut model, token
+  embeddings included; the forward-mode derivative (`torch.func.jvp`) of the last real token's
+  normed hidden state along each tangent, concatenated (tangents × hidden), then a Rademacher
+  projection to `proj_dim`. About one partial forward pass per tangent.
 - `choose_landmarks`: uniform at random.
 - `propagate`: RBF kernel ridge regression, per target column: σ the median pairwise distance among
   up to `bandwidth_samples` landmark embeddings, K_LL + damp·mean(diag K_LL)·I, v = K_LL⁻¹ p_L,
@@ -13,7 +14,7 @@
 from __future__ import annotations
 
 import torch
-from torch.func import jvp, vmap
+from torch.func import functional_call, jvp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet
@@ -21,50 +22,36 @@ from paperline.methods.influence_distillation.model import InfluenceLM, Tokenize
 
 def jvp_embeddings(model: InfluenceLM, data: TokenizedSet, num_blocks: int, num_tangents: int,
                    proj_dim: int, seed: int, batch_size: int = 64) -> torch.Tensor:
-    """(N, num_tangents·hidden, or proj_dim) embeddings of every sample."""
-    names = model.block_param_names(num_blocks)
-    params = {k: v.detach() for k, v in model.named_parameters()}
-    primals = {k: params[k] for k in names}
+    """(N, proj_dim) embeddings of every sample (N, num_tangents·hidden when proj_dim is 0), as the
+    official `create_jvp_store` (infdist/jvp.py) computes them: the model cut to its first
+    `num_blocks` blocks with the head an identity, so the output is the last token's hidden state
+    after the final RMSNorm; Gaussian tangents (`randn_like`) over every parameter of that cut model
+    (token embeddings, the kept blocks, the norm); the JVP along each, concatenated tangent by
+    tangent; then a Rademacher (±1) projection divided by √proj_dim (TRAK's BasicProjector with
+    ProjectionType.rademacher, as `_project_grad` scales it), applied whatever the input width."""
+    cut = model.truncated(num_blocks)
+    params = {k: v.detach() for k, v in cut.named_parameters()}
     g = torch.Generator().manual_seed(seed)
     # stacked: one vmap over the tangents shares the primal pass among them
     tangents = {k: torch.randn((num_tangents, *v.shape), generator=g, dtype=torch.float32).to(v)
-                for k, v in primals.items()}
+                for k, v in params.items()}
 
-    def last_hidden(block_params, tokens, last):
-        hidden = _hidden(model, params | block_params, tokens, num_blocks)
-        return hidden[torch.arange(len(tokens)), last]
+    def last_hidden(p, tokens, last):
+        return functional_call(cut, p, (tokens,))[torch.arange(len(tokens)), last]
 
     out = []
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # the fused CPU kernel has no forward-mode AD
         for start in range(0, len(data), batch_size):
             index = torch.arange(start, min(start + batch_size, len(data)))
             tokens, _ = data.batch(index)
-            last = data.lengths[index] - 1
-            along = vmap(lambda t: jvp(lambda p: last_hidden(p, tokens, last), (primals,), (t,))[1])(tangents)
+            last = (data.lengths[index] - 1).to(tokens.device)
+            along = vmap(lambda t: jvp(lambda p: last_hidden(p, tokens, last), (params,), (t,))[1])(tangents)
             out.append(along.permute(1, 0, 2).reshape(len(index), -1).float().cpu())  # (B, tangents·hidden)
     emb = torch.cat(out)
-    if proj_dim and proj_dim < emb.shape[1]:
-        proj = torch.randn(emb.shape[1], proj_dim, generator=g) / proj_dim ** 0.5
-        emb = emb @ proj
+    if proj_dim:
+        signs = torch.randint(0, 2, (emb.shape[1], proj_dim), generator=g).float().mul_(2).sub_(1)
+        emb = emb @ signs / proj_dim ** 0.5
     return emb
-
-
-def _hidden(model: InfluenceLM, params: dict, tokens: torch.Tensor, num_blocks: int) -> torch.Tensor:
-    """hidden_states(tokens, num_blocks) with the parameters `params` swapped in (functional_call
-    only calls `forward`, and the truncated pass is another method)."""
-    from torch.func import functional_call
-
-    return functional_call(_HiddenStates(model, num_blocks), {f"model.{k}": v for k, v in params.items()},
-                           (tokens,))
-
-
-class _HiddenStates(torch.nn.Module):
-    def __init__(self, model: InfluenceLM, num_blocks: int):
-        super().__init__()
-        self.model, self.num_blocks = model, num_blocks
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.hidden_states(tokens, self.num_blocks)
 
 
 def choose_landmarks(n: int, k: int, seed: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ byte-level lengths that would leave long GSM prompts with no answer at all) [I].
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -76,8 +77,8 @@ def masked_lm_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tenso
 
 class InfluenceLM(nn.Module):
     """`forward(tokens) -> logits` plus what the method needs from the architecture: the names of
-    the MLP down-projection weights (where gradients are taken), of the first blocks' parameters
-    (the JVP tangents), and hidden states after the first blocks / the last block. `kind` "llama":
+    the MLP down-projection weights (where gradients are taken), the model cut to its first blocks
+    (the JVP embeddings), and hidden states after the first blocks / the last block. `kind` "llama":
     our CausalLM; "hf": a transformers causal LM."""
 
     def __init__(self, net: nn.Module, kind: str):
@@ -87,7 +88,7 @@ class InfluenceLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.kind == "hf":
-            return self.net(input_ids=tokens).logits
+            return self.net(input_ids=tokens, use_cache=False).logits
         # not net(tokens): CausalLM.forward checks the token ids with a branch on their values,
         # which vmap (per-sample gradients) cannot take
         return self.net.lm_head(self.net.hidden_states(tokens))
@@ -99,10 +100,20 @@ class InfluenceLM(nn.Module):
     def down_proj_names(self) -> list[str]:
         return [name for name, _ in self.named_parameters() if name.endswith("mlp.down_proj.weight")]
 
-    def block_param_names(self, num_blocks: int) -> list[str]:
-        prefix = self.layer_prefix()
-        return [name for name, _ in self.named_parameters()
-                if name.startswith(prefix) and int(name[len(prefix):].split(".")[0]) < num_blocks]
+    def truncated(self, num_blocks: int) -> "InfluenceLM":
+        """The model cut to its first `num_blocks` blocks, its head an identity, so `forward` gives the
+        hidden states after those blocks *and the final norm*, as the official `create_jvp_store`
+        cuts a deep copy (`model.model.layers[:num_blocks]`, `lm_head = Identity()`). Here the
+        parameters are shared, not copied (shallow copies of the containers only)."""
+        net = copy.copy(self.net)
+        net._modules = dict(net._modules)  # a shallow copy shares the dict: this one is the copy's own
+        body = net if self.kind == "llama" else copy.copy(net.model)
+        if body is not net:
+            body._modules = dict(body._modules)
+            net.model = body
+        body.layers = nn.ModuleList(list(body.layers)[:num_blocks])
+        net.lm_head = nn.Identity()
+        return InfluenceLM(net, self.kind)
 
     def hidden_states(self, tokens: torch.Tensor, num_blocks: int | None = None) -> torch.Tensor:
         """(B, T, H) after the first `num_blocks` blocks (None: after the last block and the norm)."""

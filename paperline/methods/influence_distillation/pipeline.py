@@ -35,7 +35,8 @@ from paperline.methods.influence_distillation.selection import round_robin
 SELECTION_FILE = "selection.json"  # written last: the selection directory is complete and current
 WARMUP_CHECKPOINT = "warmup.pt"
 # parameters the selection does not read (the flow may change them without a new selection)
-NOT_SELECTION_KEYS = ("pool_dir", "finetune_epochs", "finetune_lr", "qp", "threads")
+NOT_SELECTION_KEYS = ("pool_dir", "finetune_epochs", "finetune_lr", "qp", "threads",
+                      "landmark_curve")  # a figure beside the selection: it changes no selection
 
 # sub-datasets of the embedded pool that match a target set (for the selection composition)
 MATCHING = {"gsm8k_like": "gsm_symbolic", "squad_like": "span_extraction", "mmlu_like": "multiple_choice_facts"}
@@ -125,13 +126,13 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
         pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
         target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
         score = baselines.rds_scores(pool_emb, target_emb)
-        chosen, forward_passes = round_robin(score, k), len(prep.pool) + len(prep.targets)
+        chosen, forward_passes = round_robin(score, k, cfg.seed + 19), len(prep.pool) + len(prep.targets)
     elif method == "exact_first_order":
         feat = featurizer()
         target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
         pool_f, pool_plain = feat.features_both(prep.pool, range(len(prep.pool)))
         score = pool_f @ target_f.T
-        chosen, grads = round_robin(score, k), feat.evaluations
+        chosen, grads = round_robin(score, k, cfg.seed + 19), feat.evaluations
         if adam is not None:  # the plain-gradient influence beside the Adam-aware one (same gradients)
             extra["plain_scores"] = pool_plain @ target_f.T
     else:  # influence_distillation
@@ -144,8 +145,8 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
         target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
         p_landmarks = feat.features(prep.pool, landmark_idx.tolist(), source=True) @ target_f.T
         score = landmarks.propagate(emb, landmark_idx, p_landmarks, cfg.kernel_damp, cfg.bandwidth_samples)
-        chosen, grads = round_robin(score, k), feat.evaluations
-        extra["landmarks"] = landmark_idx
+        chosen, grads = round_robin(score, k, cfg.seed + 19), feat.evaluations
+        extra |= {"landmarks": landmark_idx, "embeddings": emb}
     return {"indices": chosen, "wall_s": time.perf_counter() - started, "gradient_evaluations": grads,
             "forward_passes": forward_passes, "score": score, **extra}
 
@@ -174,16 +175,38 @@ def compare_selections(results: dict[str, dict], pool_size: int, k: int) -> dict
                          "selection_overlap_id_exact": len(set(id_["indices"]) & set(ref["indices"])) / k}
 
 
+def landmark_curve(cfg: InfluenceDistillationConfig, results: dict[str, dict]) -> list[dict]:
+    """Propagation fidelity against the number of landmarks (the paper's landmark-count ablation):
+    for each count of `cfg.landmark_curve` below the pool size, landmarks drawn as Influence
+    Distillation draws them (the same seed, so the sets are nested and its own count is its own
+    set), their influence read off the exact reference (the same featurizer, projection seed and
+    Adam coefficients compute it, so these rows are what the landmarks' gradients would give),
+    propagated over Influence Distillation's JVP embeddings; Spearman against the exact influence
+    on the other samples. Empty without both methods."""
+    if "exact_first_order" not in results or "influence_distillation" not in results:
+        return []
+    exact, emb = results["exact_first_order"]["score"], results["influence_distillation"]["embeddings"]
+    n, curve = len(exact), []
+    for count in sorted(c for c in cfg.landmark_curve if c < n):
+        marks = landmarks.choose_landmarks(n, count, cfg.seed + 17)
+        estimate = landmarks.propagate(emb, marks, exact[marks], cfg.kernel_damp, cfg.bandwidth_samples)
+        curve.append({"num_landmarks": count,
+                      **_spearman(estimate, exact, np.setdiff1d(np.arange(n), marks.numpy()))})
+    return curve
+
+
 SELECTION_KEYS = ("indices", "wall_s", "gradient_evaluations", "forward_passes")
 
 
 def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torch.optim.Optimizer) -> dict:
     """Every selection method of `cfg.methods`, one after another in this process, and their
-    comparison. Returns {"selections": {method: {...}}, "comparison": {...}, "scores": {...}}."""
+    comparison. Returns {"selections": {method: {...}}, "comparison": {...}, "landmark_curve": [...],
+    "scores": {...}}."""
     adam = adam_of(cfg, prep, optimizer)
     results = {method: select_method(cfg, prep, adam, method) for method in cfg.methods}
     return {"selections": {m: {key: r[key] for key in SELECTION_KEYS} for m, r in results.items()},
             "comparison": compare_selections(results, len(prep.pool), cfg.select_k),
+            "landmark_curve": landmark_curve(cfg, results),
             "scores": {m: r["score"] for m, r in results.items() if r["score"] is not None}}
 
 
@@ -262,7 +285,8 @@ def finish_selection(cfg: InfluenceDistillationConfig, out_dir: Path, warm: dict
     ids, datasets = warm["pool_ids"], warm["pool_datasets"]
     summary = {"config": selection_fingerprint(cfg), "pool_size": len(ids), "warmup_history": warm["history"],
                "before_finetune": warm["before_finetune"],
-               "comparison": compare_selections(results, len(ids), cfg.select_k), "selections": {}}
+               "comparison": compare_selections(results, len(ids), cfg.select_k),
+               "landmark_curve": landmark_curve(cfg, results), "selections": {}}
     for method, sel in results.items():
         write_selection(out_dir / f"{method}.jsonl", ids, datasets, sel["indices"], sel["score"])
         summary["selections"][method] = {k: sel[k] for k in SELECTION_KEYS if k != "indices"} | {

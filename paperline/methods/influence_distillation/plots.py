@@ -58,6 +58,18 @@ def plot_qp_check(qp: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def plot_landmark_curve(curve: list[dict], path: Path) -> Path:
+    """Spearman of the propagated against the exact influence (non-landmark samples) per landmark count."""
+    counts = [r["num_landmarks"] for r in curve]
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.semilogx(counts, [r["spearman_of_target_mean"] for r in curve], "o-", label="target mean", base=2)
+    ax.semilogx(counts, [r["spearman_mean_over_targets"] for r in curve], "s--", label="mean over targets", base=2)
+    ax.set_xlabel("landmarks")
+    ax.set_ylabel("Spearman ρ, propagated vs exact")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
 def write_all(metrics, targets: list[str], qp: dict, scores: dict | None, directory: Path) -> list[Path]:
     """Every figure (PNG) and `dvc plots` table (CSV) of a run, into `directory`; `scores`: the
     target-mean exact and propagated influence of the selection stage (scores.npz), when it has them."""
@@ -68,6 +80,10 @@ def write_all(metrics, targets: list[str], qp: dict, scores: dict | None, direct
              write_csv(directory / "target_metrics.csv", ["method", "target", "loss", "token_accuracy"],
                        [[m, t, r[f"{t}_loss"], r[f"{t}_token_accuracy"]] for m, r in rows.items() for t in targets]),
              write_csv(directory / "qp_check.csv", list(qp["rows"][0]), [list(r.values()) for r in qp["rows"]])]
+    curve = list(metrics.tables.get("landmark_curve", {}).values())
+    if curve:
+        paths += [plot_landmark_curve(curve, directory / "landmark_curve.png"),
+                  write_csv(directory / "landmark_curve.csv", list(curve[0]), [list(r.values()) for r in curve])]
     if scores is not None:
         spearman = metrics.headline.get("id_vs_exact_spearman_of_target_mean", float("nan"))
         paths += [plot_propagated_vs_exact(scores["exact"], scores["propagated"], spearman,

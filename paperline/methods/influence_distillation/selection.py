@@ -1,7 +1,8 @@
 """Selection from influence scores (spec §b Objective and pipeline step 5).
 
-- `round_robin`: scores (N, targets); targets take turns, each taking its highest-scoring sample
-  not yet chosen, until k are chosen (the official `pick_first_order`). Training then uses the
+- `round_robin`: scores (N, targets); targets take turns, in a new random order each round, each
+  taking its highest-scoring sample not yet chosen, until k are chosen (the official
+  `pick_first_order` / `_perform_selection_rr`). Training then uses the
   chosen samples without weights (the paper found that more stable).
 - `first_order_weights`: the regularised first-order problem
   min −pᵀw + (λ/2)‖w‖² s.t. w ≥ 0, Σw = n, whose solution is w = (p − ν)₊/λ (a projection of p/λ
@@ -14,17 +15,20 @@ import numpy as np
 import torch
 
 
-def round_robin(scores: torch.Tensor, k: int) -> list[int]:
-    """Indices of k samples, in the order they were taken."""
+def round_robin(scores: torch.Tensor, k: int, seed: int | None = None) -> list[int]:
+    """Indices of k samples, in the order they were taken. Each round visits the targets in a fresh
+    random order (`seed`; the official `_perform_selection_rr` draws `np.random.permutation` per
+    round "for fairness"), so no target always picks first; seed None: the targets' own order."""
     n, targets = scores.shape
     if k > n:
         raise ValueError(f"select_k {k} exceeds the pool size {n}")
-    order = torch.argsort(scores, dim=0, descending=True).T.tolist()  # per target, best first
+    order = torch.argsort(scores, dim=0, descending=True, stable=True).T.tolist()  # per target, best first
+    rng = np.random.default_rng(seed) if seed is not None else None
     pointer = [0] * targets
     taken = np.zeros(n, dtype=bool)
     chosen: list[int] = []
     while len(chosen) < k:
-        for j in range(targets):
+        for j in (rng.permutation(targets) if rng is not None else range(targets)):
             while taken[order[j][pointer[j]]]:
                 pointer[j] += 1
             i = order[j][pointer[j]]
