@@ -17,7 +17,8 @@ def qfft_flow(profile: str | None = None, overrides: list[str] | None = None) ->
     # data: a malformed JSONL line fails before the run starts
     with method_run(METHOD, profile, overrides, data=data) as run:
         sets = example_sets.submit(run.cfg, run.data)
-        base = submit_gpu(train_base, run.cfg, run.data, run.context, wait_for=[sets])
-        tuned = {v: submit_gpu(finetune_variant, run.cfg, v, run.data, run.context, wait_for=[base])
+        base = submit_gpu(train_base, run.cfg, run.data, run.context, run.distributed, gpus=run.gpus, wait_for=[sets])
+        tuned = {v: submit_gpu(finetune_variant, run.cfg, v, run.data, run.context, run.distributed, gpus=run.gpus,
+                               wait_for=[base])
                  for v in VARIANTS}
         return run.publish(report.submit(base.result(), {v: f.result() for v, f in tuned.items()}, run.context))

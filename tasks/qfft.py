@@ -19,7 +19,8 @@ from paperline.methods.qfft.summary import method_metrics
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from paperline.train.distributed import DistributedConfig
+from tasks.runners import GPU_TAG, gpu_devices
 
 METHOD = "qfft"
 
@@ -35,14 +36,15 @@ def _hf_dir(name: str) -> Path:
     return models_dir(METHOD) / name / "hf"
 
 
-def _train(model, tok, examples, with_question: bool, t, cfg: QFFTConfig, name: str, data: QFFTData, device, run,
-           fingerprint: dict) -> dict:
-    """Train on `examples` under the budget `t`, the loop's figures onto `run`."""
+def _train(model, tok, examples, with_question: bool, t, cfg: QFFTConfig, name: str, data: QFFTData, devices, run,
+           fingerprint: dict, distributed: DistributedConfig) -> dict:
+    """Train on `examples` under the budget `t` over `devices`, the loop's figures onto `run`."""
     settings = pipeline.train_settings(t, cfg, len(examples))
-    return pipeline.train_on_examples(model, tok, examples, with_question, settings, device,
+    return pipeline.train_on_examples(model, tok, examples, with_question, settings, devices[0],
                                       models_dir(METHOD) / name / "checkpoint.pt",
                                       {"data": data.version, **fingerprint}, name,
-                                      on_log=lambda step, m: run.log_metrics(m, step))
+                                      on_log=lambda step, m: run.log_metrics(m, step), distributed=distributed,
+                                      device_indices=[d.index for d in devices])
 
 
 def _evaluate(model, tok, cfg: QFFTConfig, data: QFFTData, name: str, device) -> list[dict]:
@@ -57,7 +59,8 @@ def example_sets(cfg: QFFTConfig, data: QFFTData) -> Path:
 
 
 @task(name="qfft-base", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext) -> dict:
+def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext,
+               distributed: DistributedConfig = DistributedConfig()) -> dict:
     """The short-CoT reference M_S: trained on terse solutions ([question; response], loss on the
     response), or the HF model at `base_model_path`; then evaluated (its correctness defines the
     easy and hard questions)."""
@@ -67,10 +70,11 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext) -> dict:
 
     torch.set_num_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
-    with gpu_slot() as device, ctx.child("base", params={"shape": cfg.base.model_dump(),
-                                                         "train": cfg.base_train.model_dump(),
-                                                         "model_path": cfg.base_model_path,
-                                                         "device": str(device)}) as run:
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            "base", params={"shape": cfg.base.model_dump(), "train": cfg.base_train.model_dump(),
+                            "model_path": cfg.base_model_path, "device": ",".join(map(str, devices)),
+                            "distributed": distributed.model_dump()}) as run:
+        device = devices[0]
         train: dict = {}
         if cfg.base_model_path:
             model = load_causal_lm(cfg.base_model_path).to(device)
@@ -78,8 +82,8 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext) -> dict:
             torch.manual_seed(cfg.seed)
             model = pipeline.base_model(cfg, tok)
             examples = pipeline.read_examples(data.path("base_train"))
-            result = _train(model, tok, examples, True, cfg.base_train, cfg, "base", data, device, run,
-                            {"variant": "base"})
+            result = _train(model, tok, examples, True, cfg.base_train, cfg, "base", data, devices, run,
+                            {"variant": "base"}, distributed)
             model.cpu().save_pretrained(_hf_dir("base"))
             tok.save(_hf_dir("base"))
             train = {"val_loss": result["val_loss"], "train_time_s": result["train_time_s"]}
@@ -88,7 +92,8 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext) -> dict:
 
 
 @task(name="qfft-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.RunContext) -> dict:
+def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.RunContext,
+                     distributed: DistributedConfig = DistributedConfig()) -> dict:
     """One fine-tune of the base: `sft*` on [question; response] (loss on the response), `qfft*`
     on the response alone (no question, no template: spec §b); `*_noise_iv` on the shuffled
     pairs. Same settings, same seed for all four."""
@@ -100,14 +105,15 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
     tok = pipeline.tokenizer(cfg)
     with_question = variant.startswith("sft")
     source = "finetune_noise_iv" if variant.endswith("noise_iv") else "finetune"
-    with gpu_slot() as device, ctx.child(variant, params={"train": cfg.finetune.model_dump(),
-                                                          "with_question": with_question, "data": source,
-                                                          "device": str(device)}) as run:
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            variant, params={"train": cfg.finetune.model_dump(), "with_question": with_question, "data": source,
+                             "device": ",".join(map(str, devices)), "distributed": distributed.model_dump()}) as run:
+        device = devices[0]
         base_dir = cfg.base_model_path or str(_hf_dir("base"))
         model = trainable(load_causal_lm(base_dir)).train()
         examples = pipeline.read_examples(data.path(source))
-        result = _train(model, tok, examples, with_question, cfg.finetune, cfg, variant, data, device, run,
-                        {"variant": variant, "base": base_dir})
+        result = _train(model, tok, examples, with_question, cfg.finetune, cfg, variant, data, devices, run,
+                        {"variant": variant, "base": base_dir}, distributed)
         unwrap(model).save_pretrained(_hf_dir(variant))
         tok.save(_hf_dir(variant))
         samples = _evaluate(unwrap(model), tok, cfg, data, variant, device)

@@ -177,7 +177,7 @@ def test_train_lm_on_masked_examples_learns_and_a_killed_run_resumes_exactly(tmp
     def run(ckpt, on_log=None):
         model = _tiny_lm(tok.vocab_size).train()
         result = train_lm(model, None, None, s, "cpu", checkpoint_path=ckpt, on_log=on_log,
-                          sample_batch=D.example_sampler(encoded, 4, tok.pad_id), val_batches=val)
+                          sample_batch=D.ExampleSampler(encoded, 4, tok.pad_id), val_batches=val)
         return model, result
 
     full, r = run(tmp_path / "a.pt")
@@ -214,3 +214,15 @@ def test_the_paper_prompt_goes_through_the_tokenizers_chat_template_with_the_box
     assert D.prompt_ids(tok, "What is 2+2?") == tok.encode("What is 2+2?\n")  # no bos token: none prepended
     with pytest.raises(ValueError, match="no chat template"):
         D.prompt_ids(D.CharTokenizer(), "1+1", chat_template=True)
+
+
+def test_the_example_sampler_crosses_into_spawned_processes():
+    """DDP's processes are spawned (runtime.distributed): the sampler must pickle and draw alike."""
+    import pickle
+
+    tok = D.CharTokenizer()
+    encoded = D.encode_examples(tok, D.base_examples(D.chain_sum_problems(16, 0, 2, 2, 1)), True, 40)
+    sampler = D.ExampleSampler(encoded, 4, tok.pad_id)
+    copy = pickle.loads(pickle.dumps(sampler))
+    for a, b in zip(sampler(torch.Generator().manual_seed(3)), copy(torch.Generator().manual_seed(3))):
+        assert torch.equal(a, b)

@@ -250,12 +250,16 @@ def pad_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tu
     return x, y
 
 
-def example_sampler(encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, pad_id: int):
-    """`sample_batch(generator)` for `paperline.train.lm.train_lm`: examples drawn at random."""
-    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.randint(len(encoded), (batch_size,), generator=generator).tolist()
-        return pad_batch([encoded[i] for i in idx], pad_id)
-    return sample
+class ExampleSampler:
+    """`sample_batch(generator)` for `paperline.train.lm.train_lm`: examples drawn at random (a
+    class, not a closure, so that it crosses into spawned DDP processes)."""
+
+    def __init__(self, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, pad_id: int):
+        self.encoded, self.batch_size, self.pad_id = encoded, batch_size, pad_id
+
+    def __call__(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.randint(len(self.encoded), (self.batch_size,), generator=generator).tolist()
+        return pad_batch([self.encoded[i] for i in idx], self.pad_id)
 
 
 # the paper's evaluation prompt (spec §b): its chat template with this system message

@@ -118,18 +118,22 @@ def train_settings(t, cfg: QFFTConfig, examples: int):
 
 
 def train_on_examples(model, tok, examples, with_question: bool, settings, device, checkpoint_path: Path,
-                      fingerprint: dict, description: str, on_log: Callable[[int, dict], None] | None = None) -> dict:
+                      fingerprint: dict, description: str, on_log: Callable[[int, dict], None] | None = None,
+                      distributed=None, device_indices: list[int] | None = None) -> dict:
     """Train on [question; response] with loss on the response (`with_question`), or on the
-    response alone; validation on a fixed slice of the examples."""
-    from paperline.methods.qfft.data import encode_examples, example_sampler, pad_batch
-    from paperline.train.lm import train_lm
+    response alone; validation on a fixed slice of the examples. `distributed` (params.yaml
+    runtime.distributed) spreads the training over devices."""
+    from paperline.methods.qfft.data import ExampleSampler, encode_examples, pad_batch
+    from paperline.train.distributed import DistributedConfig
+    from paperline.train.lm import train_lm_spread
 
     encoded = encode_examples(tok, examples, with_question, settings.block_size)
     val = pad_batch(encoded[:settings.eval_windows], tok.pad_id)  # a fixed slice: same every eval
-    return train_lm(model, None, None, settings, device, checkpoint_path=checkpoint_path, fingerprint=fingerprint,
-                    progress=sys.stderr.isatty(), description=description,
-                    sample_batch=example_sampler(encoded, settings.batch_size, tok.pad_id), val_batches=val,
-                    on_log=on_log)
+    return train_lm_spread(distributed or DistributedConfig(), model, None, None, settings, device,
+                           device_indices=device_indices, checkpoint_path=checkpoint_path, fingerprint=fingerprint,
+                           progress=sys.stderr.isatty(), description=description,
+                           sample_batch=ExampleSampler(encoded, settings.batch_size, tok.pad_id), val_batches=val,
+                           on_log=on_log)
 
 
 def evaluate_model(model, tok, cfg: QFFTConfig, data: QFFTData, device, responses_path: Path) -> list[dict]:
