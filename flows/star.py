@@ -1,6 +1,8 @@
 """STAR: preference-based RL with preference margin and policy regularisation, against PEBBLE,
 SURF and the true-reward oracle (which normalises every score), with the two ablations, on a
-continuous gymnasium task (SAC) and a grid world (DQN + in-sample value-iteration graph)."""
+continuous gymnasium task (SAC) and a grid world (DQN + in-sample value-iteration graph); and the
+offline variant (reward model once, STAR's in-sample value vs IQL's vs plain AWR, advantage-weighted
+extraction) on data rolled out from that task's oracle."""
 from __future__ import annotations
 
 from prefect import flow
