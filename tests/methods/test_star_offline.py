@@ -182,3 +182,15 @@ def test_plain_awr_returns_stop_at_each_episode_end(tmp_path):
     data = load_dataset(_d4rl(tmp_path / "d.hdf5"))
     ret = mc_returns(data, np.array([1, 1, 1, 2, 2], np.float32), gamma=0.5)
     assert ret.tolist() == pytest.approx([1.75, 1.5, 1.0, 3.0, 2.0])
+
+
+def test_the_offline_settings_are_checked_before_any_work():
+    from flows.launch import resolve
+    from paperline.config import ParamsError
+
+    with pytest.raises(ParamsError, match=r"offline.task 'grid' is not a continuous task"):
+        resolve("star", "tiny", ["offline.task=grid"])
+    with pytest.raises(ParamsError, match=r"give both `dataset` and `labels`"):
+        resolve("star", "tiny", ["offline.dataset=data.hdf5"])
+    with pytest.raises(ParamsError, match=r"offline.segment 50 must be below task pendulum's episode_steps 50"):
+        resolve("star", "tiny", ["offline.segment=50"])
