@@ -1,6 +1,7 @@
 """Tasks of the STAR flow: the environments checked before any work, one training task per
 (task, variant, feedback budget) row running its seeds (an MLflow child run per row, a nested run
-per seed with its learning curve), then the report."""
+per seed with its learning curve), the offline variant after its task's oracle row (a child run
+per extraction, a nested run per seed), then the report."""
 from __future__ import annotations
 
 import sys
