@@ -133,17 +133,27 @@ def influence_distillation() -> list[Workload]:
                      note=f"{cfg.max_length} tokens, activation checkpointing")]
 
 
+VIT_B16 = dict(image_size=224, patch_size=16, channels=3, dim=768, depth=12, heads=12, mlp_ratio=4, num_classes=10)
+
+
+def meta_vit(shape: dict = VIT_B16):
+    """(paperline.nn.vit.ViT of `shape` on the meta device, one meta image of its size): ViT-B/16 unless given."""
+    from paperline.nn.vit import ViT
+
+    with torch.device("meta"):
+        vit = ViT(**shape)
+        return vit, torch.empty(1, vit.channels, vit.image_size, vit.image_size)
+
+
 def hrm_pet() -> list[Workload]:
     from peft import LoraConfig, get_peft_model
 
-    from paperline.nn.vit import ViT
-
     cfg = paper_config("hrm_pet")
+    vit, image = meta_vit()
     with torch.device("meta"):
-        vit = ViT(image_size=224, patch_size=16, channels=3, dim=768, depth=12, heads=12, mlp_ratio=4, num_classes=10)
         model = get_peft_model(vit, LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, target_modules=["qkv"],
                                                modules_to_save=["head"]))
-        act = saved_activation_bytes(model, torch.empty(1, 3, 224, 224))
+        act = saved_activation_bytes(model, image)
     trainable = count(model, trainable_only=True)
     return [Workload(f"ViT-B/16 LoRA r={cfg.lora.rank}", trainable, frozen=count(model) - trainable,
                      activation_bytes_per_sample=act, micro_batch=cfg.lora.batch_size,
@@ -236,16 +246,15 @@ def altlora() -> list[Workload]:
 def fvae_lora() -> list[Workload]:
     from paperline.methods.fvae_lora.adapter import inject
     from paperline.methods.fvae_lora.train import TaskModel
-    from paperline.nn.vit import ViT
 
     cfg = paper_config("fvae_lora")
+    vit, image = meta_vit()
     with torch.device("meta"):
-        vit = ViT(image_size=224, patch_size=16, channels=3, dim=768, depth=12, heads=12, mlp_ratio=4, num_classes=10)
         vit.dim = 768
         model = TaskModel(vit)
         inject(model.backbone, "fvae", cfg.adapter.target_modules, cfg.adapter.rank, cfg.adapter.alpha,
                cfg.fvae_settings("fvae_lora"))
-        act = saved_activation_bytes(model, torch.empty(1, 3, 224, 224))
+        act = saved_activation_bytes(model, image)
     trainable = count(model, trainable_only=True)
     out = [Workload(f"ViT-B/16 FVAE-LoRA r={cfg.adapter.rank}", trainable, frozen=count(model) - trainable,
                     activation_bytes_per_sample=act, micro_batch=cfg.train.batch_size,
@@ -364,10 +373,80 @@ def geoada() -> list[Workload]:
     return out
 
 
+def dnc() -> list[Workload]:
+    from paperline.methods.dnc.ufm import forward, param_shapes, unflatten
+
+    cfg = paper_config("dnc")
+    K, L = max(cfg.classes), max(cfg.depths)
+    width, N = max(cfg.width_multipliers) * K, K * cfg.samples_per_class
+    shapes = param_shapes(K, L, width, N)
+    params = cfg.seeds * sum(r * c for r, c in shapes)
+    with torch.device("meta"):  # all seeds in one float64 tensor θ (S, P), as ufm.py trains them
+        Z, features = forward(unflatten(torch.empty(cfg.seeds, params // cfg.seeds, dtype=torch.float64), shapes),
+                              cfg.activation)
+    held = sum(H.nbytes for H in features[1:]) + 3 * Z.nbytes  # H_2..H_L, and Z, its log-softmax, dZ
+    return [Workload(f"deep UFM K={K} L={L} d={width}, {cfg.seeds} seeds ({params / 1e6:.1f}M float64 parameters)",
+                     2 * params, activation_bytes_per_sample=held / N, micro_batch=N, global_batch=N,
+                     note=f"the grid's largest group, full batch (N = {N}), explicit backward; float64 parameters "
+                          "counted as two fp32 words each, so weights, gradients and Adam's two moments (kept "
+                          "through the GD phase) are their true bytes")]
+
+
+def ztsurv() -> list[Workload]:
+    import numpy as np
+
+    from paperline.methods.ztsurv.graph import VISUAL_FEATURES, hetero_graph
+    from paperline.methods.ztsurv.models import GraphBatch, build_model
+
+    cfg = paper_config("ztsurv")
+    side = 256 // cfg.cell_px  # the spec's 256 px thumbnail (§e) in the profile's cells
+    graph = hetero_graph({"features": np.zeros((side, side, 3, len(VISUAL_FEATURES)), np.float32),
+                          "present": np.ones((side, side, 3), bool)})  # every cell holds all three types
+    batch = GraphBatch.from_graphs([graph])
+    model = build_model("ztsurv", len(VISUAL_FEATURES), cfg, batch.metadata)  # HGTConv cannot run on meta
+    act = saved_activation_bytes(model, batch)  # one real fp32 CPU forward of the slide's graph
+    slides = 686 * (cfg.folds - 1) // cfg.folds  # the spec's 686-patient cohort (§e), a training fold
+    return [Workload(f"ZTSurvNet ({cfg.gnn.upper()}, {cfg.layers}×{cfg.hidden}, {cfg.heads} heads)", count(model),
+                     activation_bytes_per_sample=act, micro_batch=slides, global_batch=slides,
+                     note=f"a slide: the spec's 256 px thumbnail in {side}×{side} cells of {cfg.cell_px} px, all "
+                          f"three types in each (an upper bound: {len(batch.x):,} nodes, {batch.edge_index.shape[1]:,} "
+                          f"edges); full-batch Cox over a fold of {slides} slides: micro-batches need the risk "
+                          "sets carried across them (or the large batches the spec allows)")]
+
+
+def codemerge() -> list[Workload]:
+    import yaml
+
+    from paperline.config import load_data_config
+    from paperline.data.vit_source import VitSourceConfig
+    from paperline.methods.codemerge.tta import adapted_parameters, save_due
+
+    cfg = paper_config("codemerge")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    shape = load_data_config(VitSourceConfig, params, "vit_source", "codemerge", "paper")[1].shape
+    student, image = meta_vit(shape.model_dump())
+    student.requires_grad_(False)
+    for p in adapted_parameters(student, cfg.adapt):
+        p.requires_grad_(True)
+    act = saved_activation_bytes(student, image)
+    trainable = count(student, trainable_only=True)
+    bank = sum(save_due(t, cfg) for t in range(cfg.stream.batches))
+    s = shape
+    return [Workload(f"ViT {s.image_size}²/{s.patch_size} d={s.dim}×{s.depth} student ({cfg.adapt}), "
+                     f"{count(student):,} parameters a copy", trainable,
+                     frozen=count(student) - trainable + (3 + bank) * count(student),
+                     activation_bytes_per_sample=act, micro_batch=cfg.stream.batch_size,
+                     global_batch=cfg.stream.batch_size,
+                     note=f"vit_source's paper shape; AdamW on the {cfg.adapt}; frozen: the head, teacher, anchor, "
+                          f"scratch copy and the bank's {bank} stored students after {cfg.stream.batches} batches "
+                          "(kept in fp32 by tta.py: twice the bf16 counted)")]
+
+
 PLANS = {"tpa": tpa, "sumo": sumo, "memory_decoder": memory_decoder, "qfft": qfft,
          "influence_distillation": influence_distillation, "hrm_pet": hrm_pet, "splashnet": splashnet,
          "ngn_m": ngn_m, "model_shapley": model_shapley, "star": star, "altlora": altlora, "fvae_lora": fvae_lora,
-         "lota_qaf": lota_qaf, "leff": leff, "pubsub_vfl": pubsub_vfl, "geoada": geoada}
+         "lota_qaf": lota_qaf, "leff": leff, "pubsub_vfl": pubsub_vfl, "geoada": geoada, "dnc": dnc,
+         "ztsurv": ztsurv, "codemerge": codemerge}
 
 
 def method_plans(method: str) -> list[Plan]:
