@@ -29,10 +29,17 @@ def variant_name(optimizer: str, lr: float) -> str:
 
 def data_version(cfg: SumoConfig) -> str:
     """digits: sha256 of the data file. C4: of the shards' names and sizes and the tokenizer (a
-    missing C4 folder or tokenizer fails here, before any training)."""
+    missing C4 folder or tokenizer fails here, before any training). With text_lm, the corpus
+    folder's files too, read first by `load_corpus` (a missing or mismatched file is named here)."""
+    corpus = []
+    if cfg.text_lm is not None:
+        from paperline.data.text_corpus import load_corpus
+
+        load_corpus(cfg.text_lm.corpus, cfg.text_lm.block_size)
+        corpus = [cfg.text_lm.corpus]
     if cfg.task == "digits_mlp":
-        return track.data_version([digits_file(), *([cfg.text_lm.corpus] if cfg.text_lm else [])])
-    return c4_version(cfg.lm.c4_dir, cfg.lm.tokenizer)
+        return track.data_version([digits_file(), *corpus])
+    return c4_version(cfg.lm.c4_dir, cfg.lm.tokenizer) + (f"+{track.data_version(corpus)}" if corpus else "")
 
 
 def optimizer_runs(cfg: SumoConfig, ctx: track.RunContext):

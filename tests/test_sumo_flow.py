@@ -5,11 +5,13 @@ aside); the paper's LLaMA-on-C4 task through the same flow, and a missing C4 fol
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import yaml
 
 from flows.launch import resolve, run_method
+from paperline.data.text_corpus import CorpusError
 from paperline.metrics import validate_metrics
 from tasks import track
 from tasks.sumo import data_version
@@ -110,6 +112,7 @@ def test_the_same_seed_gives_the_dag_metrics_again(dag_stage, project, prefect_s
     timings and the ratio to the baseline (GaLore's in the DAG, AdamW's own here); the theory check
     and the causal-LM task (run whole again) likewise."""
     expected = _metrics(dag_stage)
+    shutil.copytree(dag_stage / "data" / "text" / "shakespeare", project / "data" / "text" / "shakespeare")
 
     def comparable(row):
         return {k: v for k, v in row.items() if k not in TIMING_KEYS and not k.endswith("_vs_baseline")}
@@ -124,12 +127,18 @@ def test_the_same_seed_gives_the_dag_metrics_again(dag_stage, project, prefect_s
             == {n: comparable(r) for n, r in expected.tables["text_lm"].items()})
 
 
+def test_a_missing_corpus_is_named_before_training(project):
+    _, cfg = resolve("sumo", "tiny", ["text_lm.corpus=nowhere"])
+    with pytest.raises(CorpusError, match=f"{project / 'nowhere'}/train.bin: missing"):
+        data_version(cfg)
+
+
 def test_llama_c4_path_runs_by_path_through_the_flow(project, prefect_server):
     """The paper profile's task (LLaMA on C4) through the same flow, on C4-format files written here;
     before they exist, the flow's data check names the missing folder, then the tokenizer."""
     from paperline.data.c4 import write_c4_shard, write_word_level_tokenizer
 
-    overrides = ["task=llama_c4", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
+    overrides = ["task=llama_c4", "text_lm=null", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
                  "adamw_part_lr=null", "lm.model_size=tiny", "lm.c4_dir=c4", "lm.tokenizer=c4/tokenizer.json",
                  "lm.max_length=24", "lm.micro_batch_size=4", "lm.dtype=float32", "lm.eval_every=3",
                  "lm.eval_tokens=200", "lm.shuffle_buffer=20"]  # relative paths: to the project root

@@ -31,7 +31,7 @@ from paperline.data.text_corpus import load_corpus
 from paperline.io import atomic_path
 from paperline.methods.sumo.config import SumoConfig, TextLMConfig
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
-from paperline.methods.sumo.train import run_seed
+from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
@@ -64,11 +64,10 @@ def model_config(t: TextLMConfig, vocab_size: int) -> CausalLMConfig:
 
 
 def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSettings:
-    t, cosine = cfg.text_lm, cfg.lr_schedule == "cosine"
+    t = cfg.text_lm
     return lm_loop.LMTrainSettings(
         steps=t.steps, batch_size=t.batch_size, block_size=t.block_size, lr=lr,
-        min_lr=cfg.min_lr_ratio * lr if cosine else lr,
-        warmup_steps=int(cfg.warmup_fraction * t.steps) if cosine else 0, weight_decay=cfg.weight_decay,
+        **loop_schedule(cfg, t.steps, lr), weight_decay=cfg.weight_decay,
         grad_clip=None, eval_every=t.eval_every, eval_windows=t.eval_windows, log_every=t.log_every,
         checkpoint_every=t.steps, seed=seed)
 
