@@ -187,7 +187,7 @@ def model_shapley_lm(device, scale):
 def public_config(kind: str):
     """(transformers config, model class) of the public models the paper profiles name, from their
     published config.json (random weights here: nothing is downloaded)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if kind == "qwen2.5-7b":  # QFFT's base, Qwen2.5-7B-Instruct
         return Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
@@ -197,6 +197,12 @@ def public_config(kind: str):
         return LlamaConfig(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                            num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=131072,
                            rope_theta=5e5, tie_word_embeddings=True), LlamaForCausalLM
+    if kind == "llama-3.1-8b":  # AltLoRA's and LoTA-QAF's (rope scaling left out: no memory in it)
+        return LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                           num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                           rope_theta=5e5, tie_word_embeddings=False), LlamaForCausalLM
+    if kind == "gpt2-medium":  # LEFF's E2E NLG model
+        return GPT2Config(vocab_size=50257, n_positions=1024, n_embd=1024, n_layer=24, n_head=16), GPT2LMHeadModel
     raise KeyError(kind)
 
 

@@ -32,12 +32,18 @@ def count(model: torch.nn.Module, trainable_only: bool = False) -> int:
 
 
 def saved_activation_bytes(model: torch.nn.Module, *inputs: torch.Tensor) -> int:
-    """Bytes autograd saves for backward in one forward (meta tensors: nothing is computed)."""
+    """Bytes autograd saves for backward in one forward (meta tensors: nothing is computed). The
+    parameters it saves (a linear layer's weight, or a view of it) are held once, not per sample:
+    they are the plan's weights, not activations; a tensor two ops save (a ReLU's output, the next
+    layer's input) is held once."""
     total = 0
+    seen = {id(p) for p in model.parameters()}  # the saved tensors stay alive, so their ids are unique
 
     def pack(t: torch.Tensor):
         nonlocal total
-        total += t.numel() * t.element_size()
+        if id(t) not in seen and (t._base is None or id(t._base) not in seen):
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -198,9 +204,170 @@ def star() -> list[Workload]:
                      micro_batch=settings.batch, global_batch=settings.batch, note="quadruped-walk sizes")]
 
 
+def lm_activations(model, seq: int, vocab: int | None = None, checkpointing: bool = False) -> float:
+    """The transformer formula at a transformers model's width and depth (vocab 0: no LM head)."""
+    c = model.config
+    return transformer_activation_bytes(seq, c.hidden_size, c.num_hidden_layers,
+                                        c.vocab_size if vocab is None else vocab, checkpointing)
+
+
+def altlora() -> list[Workload]:
+    from paperline.methods.altlora.adapters import add_lora, expected_state_floats
+
+    cfg = paper_config("altlora")
+    lm = cfg.lm
+    act = lm_activations(hf_model("llama-3.1-8b"), lm.block_size)
+    out = []
+    for name in cfg.lm_optimizers:
+        model = hf_model("llama-3.1-8b")
+        if name != "full_ft":
+            with torch.device("meta"):
+                model = add_lora(model, lm.target_modules, lm.rank, lm.alpha)
+        trainable = count(model, trainable_only=True)
+        out.append(Workload(f"Llama-3.1-8B {name}", trainable, frozen=count(model) - trainable,
+                            optimizer_state_floats=expected_state_floats(name, model), activation_bytes_per_sample=act,
+                            micro_batch=lm.batch_size, global_batch=lm.batch_size,
+                            note=f"the paper's model (public config) for the profile's base; {lm.block_size} tokens"
+                                 + ("" if name == "full_ft" else f"; LoRA r={lm.rank} on "
+                                    f"{'/'.join(lm.target_modules)}, state by the altlora formula")))
+    return out
+
+
+def fvae_lora() -> list[Workload]:
+    from paperline.methods.fvae_lora.adapter import inject
+    from paperline.methods.fvae_lora.train import TaskModel
+    from paperline.nn.vit import ViT
+
+    cfg = paper_config("fvae_lora")
+    with torch.device("meta"):
+        vit = ViT(image_size=224, patch_size=16, channels=3, dim=768, depth=12, heads=12, mlp_ratio=4, num_classes=10)
+        vit.dim = 768
+        model = TaskModel(vit)
+        inject(model.backbone, "fvae", cfg.adapter.target_modules, cfg.adapter.rank, cfg.adapter.alpha,
+               cfg.fvae_settings("fvae_lora"))
+        act = saved_activation_bytes(model, torch.empty(1, 3, 224, 224))
+    trainable = count(model, trainable_only=True)
+    out = [Workload(f"ViT-B/16 FVAE-LoRA r={cfg.adapter.rank}", trainable, frozen=count(model) - trainable,
+                    activation_bytes_per_sample=act, micro_batch=cfg.train.batch_size,
+                    global_batch=cfg.train.batch_size,
+                    note="the paper's backbone for the profile's checkpoint path; 224² images; backbone frozen")]
+    text = cfg.text
+    if text is not None:  # the spec names no text model: Llama-3.1-8B assumed; features, no LM head
+        llama = hf_model("llama-3.1-8b")
+        with torch.device("meta"):
+            inject(llama, "fvae", text.adapter.target_modules, text.adapter.rank, text.adapter.alpha,
+                   cfg.text_config().fvae_settings("fvae_lora"))
+            act = saved_activation_bytes(llama.model, torch.zeros(1, text.length, dtype=torch.long))
+        trainable = count(llama, trainable_only=True)
+        out.append(Workload(f"Llama-3.1-8B FVAE-LoRA r={text.adapter.rank}", trainable,
+                            frozen=count(llama) - trainable, activation_bytes_per_sample=act,
+                            micro_batch=text.train.batch_size, global_batch=text.train.batch_size,
+                            note=f"text task, {text.length} tokens; model assumed (the spec names none) for the "
+                                 "profile's base; activations saved in an fp32 meta forward"))
+    return out
+
+
+def lota_qaf() -> list[Workload]:
+    from paperline.methods.lota_qaf.layers import select_targets
+
+    cfg = paper_config("lota_qaf")
+    lm = cfg.lm
+    model = hf_model("llama-3.1-8b")
+    layers = [model.get_submodule(n) for n in select_targets(model, lm.target_modules)]
+    quantized = sum(m.weight.numel() for m in layers)
+
+    def low_rank(rank: int) -> int:  # A (d_in × r) and B (r × d_out) on each quantized layer
+        return sum((m.in_features + m.out_features) * rank for m in layers)
+
+    adapter = {"lota": low_rank(cfg.lota.rank), "lora": low_rank(cfg.lora.rank),  # QA-LoRA: A on the groups, r capped
+               "qalora": sum((g + m.out_features) * min(cfg.qalora.rank, g, m.out_features)
+                             for m in layers for g in [-(-m.in_features // lm.group_size)])}
+    act = lm_activations(model, lm.block_size)
+    note = (f"the paper's model (public config) for the profile's model_dir; {lm.block_size} tokens; b-bit codes "
+            f"packed as GPTQ stores them (quant.py keeps uint8), fp16 scale and zero per {lm.group_size}")
+    return [Workload(f"Llama-3.1-8B int{bits} {method}", adapter[method], frozen=count(model) - quantized,
+                     quantized=quantized, quantized_bits=bits + 32 / lm.group_size,
+                     optimizer_state_floats=0 if method == "lota" else None, activation_bytes_per_sample=act,
+                     micro_batch=lm.batch_size, global_batch=lm.batch_size,
+                     note=note + ("; t-SignSGD keeps no state" if method == "lota" else "; AdamW"))
+            for bits in cfg.bits for method in cfg.methods]
+
+
+def leff() -> list[Workload]:
+    from paperline.methods.leff.leff import context_layers
+
+    cfg = paper_config("leff")
+    model = hf_model("gpt2-medium")
+    layers, layer = model.config.n_layer, count(model.transformer.h[0])
+    rest = count(model) - layers * layer  # embeddings, final norm (the head is tied)
+    capacity = max(cfg.capacities)
+    context = context_layers(layers - capacity, cfg.compression)
+    note = (f"one client's local step; GPT-2 Medium (the paper's E2E model) for the profile's model path; "
+            f"{cfg.block_size} tokens")
+
+    def client(trained: int, frozen_layers: int) -> float:
+        return transformer_activation_bytes(cfg.block_size, model.config.n_embd, trained + frozen_layers,
+                                            model.config.vocab_size)
+
+    return [Workload(f"LEFF client (L_i = {capacity}, context {context})", capacity * layer,
+                     frozen=context * layer + rest, activation_bytes_per_sample=client(capacity, context),
+                     micro_batch=cfg.batch_size, global_batch=cfg.batch_size,
+                     note=note + f"; the {layers - capacity} other layers distilled to {context} (frozen; their "
+                          "activations counted too, an upper bound)"),
+            Workload("FedAvg client (full model)", count(model), activation_bytes_per_sample=client(layers, 0),
+                     micro_batch=cfg.batch_size, global_batch=cfg.batch_size, note=note)]
+
+
+def pubsub_vfl() -> list[Workload]:
+    from paperline.methods.pubsub_vfl.data import split_columns
+
+    cfg = paper_config("pubsub_vfl")
+    # Bank: 48 features (spec (c)); the active party's share of them by the profile's split
+    active, _ = split_columns([f"f{i}" for i in range(48)], cfg.data)
+    with torch.device("meta"):
+        bottom = torch.nn.Sequential(torch.nn.Linear(len(active), cfg.hidden), torch.nn.ReLU(),
+                                     torch.nn.Linear(cfg.hidden, cfg.embedding))
+        top = torch.nn.Sequential(torch.nn.Linear(2 * cfg.embedding, cfg.top_hidden), torch.nn.ReLU(),
+                                  torch.nn.Linear(cfg.top_hidden, 1))
+        act = saved_activation_bytes(bottom, torch.empty(1, len(active))) + saved_activation_bytes(
+            top, torch.empty(1, 2 * cfg.embedding))  # the passive party's embedding joins at the top
+    params = count(bottom) + count(top)
+    return [Workload("active party (bottom f_a + top g)", params, optimizer_state_floats=0,
+                     activation_bytes_per_sample=act, micro_batch=cfg.batch_size, global_batch=cfg.batch_size,
+                     note=f"one party's step ({params:,} parameters), Bank's {len(active)} of 48 features; plain SGD; "
+                          "the code runs numpy float64 (twice these bytes)")]
+
+
+def geoada() -> list[Workload]:
+    from paperline.methods.geoada.adapters import build_variant
+    from paperline.methods.geoada.egtn import EGTN
+
+    cfg = paper_config("geoada")
+    n = 5  # charged N-body particles (GeoTDM's)
+    out = []
+    for name, cond, train in (("EGTN pretraining", cfg.cond_frames, cfg.pretrain),
+                              ("GeoAda frame control", cfg.frame_control_frames, cfg.finetune)):
+        with torch.device("meta"):
+            base = EGTN(cfg.shape.hidden, cfg.shape.blocks, cfg.shape.time_dim, cfg.diffusion_steps)
+            inputs = (torch.empty(1, cond, n, 3), torch.empty(1, cfg.horizon, n, 3))
+            graph = (torch.empty(1, n), torch.empty(1, n, n), torch.zeros(1, dtype=torch.long))
+            if name.startswith("EGTN"):
+                model = base
+                act = saved_activation_bytes(model, *inputs, *graph)
+            else:
+                model = build_variant("geoada", base, "frame", cfg.cond_frames, every=cfg.adapter_every)
+                act = saved_activation_bytes(model, inputs[0], inputs[1], graph[2], graph[0], graph[1])
+        trainable = count(model, trainable_only=True)
+        out.append(Workload(name, trainable, frozen=count(model) - trainable, activation_bytes_per_sample=act,
+                            micro_batch=train.batch_size, global_batch=train.batch_size,
+                            note=f"{n} particles, {cond} + {cfg.horizon} frames"))
+    return out
+
+
 PLANS = {"tpa": tpa, "sumo": sumo, "memory_decoder": memory_decoder, "qfft": qfft,
          "influence_distillation": influence_distillation, "hrm_pet": hrm_pet, "splashnet": splashnet,
-         "ngn_m": ngn_m, "model_shapley": model_shapley, "star": star}
+         "ngn_m": ngn_m, "model_shapley": model_shapley, "star": star, "altlora": altlora, "fvae_lora": fvae_lora,
+         "lota_qaf": lota_qaf, "leff": leff, "pubsub_vfl": pubsub_vfl, "geoada": geoada}
 
 
 def method_plans(method: str) -> list[Plan]:

@@ -14,7 +14,7 @@ from tasks.runners import submit_gpu
 def model_shapley_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
     # data: a missing or corrupt corpus fails before the run starts
     with method_run(METHOD, profile, overrides, data=data) as run:
-        lm = submit_gpu(train_lm, run.cfg, run.data, run.context)
+        lm = submit_gpu(train_lm, run.cfg, run.data, run.context, run.distributed, gpus=run.gpus)
         mlp = submit_gpu(train_digits, run.cfg, run.data, run.context)
         gt = submit_gpu(ground_truth, run.cfg, mlp, run.context)
         mlp_scores = submit_gpu(scores, run.cfg, mlp)

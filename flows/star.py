@@ -1,6 +1,8 @@
 """STAR: preference-based RL with preference margin and policy regularisation, against PEBBLE,
 SURF and the true-reward oracle (which normalises every score), with the two ablations, on a
-continuous gymnasium task (SAC) and a grid world (DQN + in-sample value-iteration graph)."""
+continuous gymnasium task (SAC) and a grid world (DQN + in-sample value-iteration graph); and the
+offline variant (reward model once, STAR's in-sample value vs IQL's vs plain AWR, advantage-weighted
+extraction) on data rolled out from that task's oracle."""
 from __future__ import annotations
 
 from prefect import flow
@@ -8,7 +10,7 @@ from prefect import flow
 from flows.skeleton import method_run
 from paperline.methods.star.config import row_name, runs_of
 from tasks.runners import submit_gpu
-from tasks.star import METHOD, data, report, train_row
+from tasks.star import METHOD, data, report, train_offline, train_row
 
 
 @flow(name="star", log_prints=True)
@@ -17,4 +19,9 @@ def star_flow(profile: str | None = None, overrides: list[str] | None = None) ->
     with method_run(METHOD, profile, overrides, data=data) as run:
         futures = {row_name(t.name, v, b): submit_gpu(train_row, run.cfg, t.name, v, b, run.context)
                    for t, v, b in runs_of(run.cfg)}
-        return run.publish(report.submit(run.cfg, {n: f.result() for n, f in futures.items()}, run.context))
+        offline = None
+        if run.cfg.offline is not None:  # after its task's oracle: that SAC is the expert behaviour policy
+            oracle = futures[row_name(run.cfg.offline.task, "oracle", None)]
+            offline = submit_gpu(train_offline, run.cfg, run.context, wait_for=[oracle])
+        return run.publish(report.submit(run.cfg, {n: f.result() for n, f in futures.items()}, run.context,
+                                          offline.result() if offline is not None else None))

@@ -4,7 +4,8 @@ devices of a given memory that needs.
 
 Accounting (bf16 mixed precision with fp32 master weights, the usual recipe): a trainable
 parameter costs 4 B (fp32 weight) + 4 B (fp32 gradient) + the optimizer's state (AdamW: 8 B, two
-fp32 moments; a method's own optimizer passes its state floats); a frozen one 2 B (bf16). Activation
+fp32 moments; a method's own optimizer passes its state floats); a frozen one 2 B (bf16), or
+`quantized_bits`/8 B when it is stored quantized (its scales and zero points counted in the bits). Activation
 memory of a transformer layer follows Korthikanti et al. 2022 (*Reducing Activation Recomputation
 in Large Transformer Models*) with fused (flash/SDPA) attention, whose s²-term is gone: 34·s·b·h
 bytes a layer, or 2·s·b·h with activation checkpointing (the layer input kept; one layer's full set
@@ -31,6 +32,8 @@ class Workload:
     name: str
     trainable: int  # parameters
     frozen: int = 0
+    quantized: int = 0  # frozen parameters stored at `quantized_bits` bits each (an int-b base)
+    quantized_bits: float = 4.0  # b, plus the per-group scale and zero point spread over the group
     optimizer_state_floats: int | None = None  # fp32 floats; None: AdamW's 2 per trainable parameter
     activation_bytes_per_sample: float = 0.0  # at the paper's sequence length (or input size)
     micro_batch: int = 1
@@ -63,7 +66,7 @@ class Plan:
 
 def plan(w: Workload, device_bytes: float = H200_BYTES, usable: float = USABLE) -> Plan:
     """The cheapest strategy for `w` on devices of `device_bytes` (see the module)."""
-    weights = 4 * w.trainable + 2 * w.frozen
+    weights = 4 * w.trainable + 2 * w.frozen + w.quantized * w.quantized_bits / 8
     grads = 4 * w.trainable
     optimizer = 4 * (2 * w.trainable if w.optimizer_state_floats is None else w.optimizer_state_floats)
     states = weights + grads + optimizer
@@ -88,7 +91,7 @@ def plan(w: Workload, device_bytes: float = H200_BYTES, usable: float = USABLE) 
             note = f"FULL_SHARD over {devices} devices (a node of 8 leaves room for larger micro-batches)"
     per_step = micro * (devices if strategy == "fsdp" else 1)  # samples one forward/backward covers
     accumulation = max(1, math.ceil(w.global_batch / per_step))
-    return Plan(w.name, w.trainable + w.frozen, weights / GIB, grads / GIB, optimizer / GIB, states / GIB,
+    return Plan(w.name, w.trainable + w.frozen + w.quantized, weights / GIB, grads / GIB, optimizer / GIB, states / GIB,
                 activations / GIB, micro, accumulation, strategy, devices, w.note)
 
 

@@ -19,7 +19,8 @@ from paperline.methods.model_shapley.summary import method_metrics
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from paperline.train.distributed import DistributedConfig
+from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "model_shapley"
 
@@ -60,18 +61,21 @@ def train_digits(cfg: ModelShapleyConfig, data: ShapleyData, ctx: track.RunConte
 
 
 @task(name="model_shapley-train-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, ctx: track.RunContext) -> dict:
-    """The causal LM trained briefly, its neurons/heads/layers scored, the estimator's cost timed."""
+def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, ctx: track.RunContext,
+             distributed: DistributedConfig = DistributedConfig()) -> dict:
+    """The causal LM trained briefly (over `distributed`'s devices), its neurons/heads/layers
+    scored, the estimator's cost timed."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    with gpu_slot() as device, ctx.child("causal_lm", params={"shape": cfg.lm.shape.model_dump(),
-                                                              "train": cfg.lm.train.model_dump(),
-                                                              "estimator": cfg.lm.estimator.model_dump(),
-                                                              "device": str(device)}) as run:
-        result = pipeline.train_lm(cfg, data, _lm_checkpoint(), device, progress=sys.stderr.isatty(),
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            "causal_lm", params={"shape": cfg.lm.shape.model_dump(), "train": cfg.lm.train.model_dump(),
+                                 "estimator": cfg.lm.estimator.model_dump(), "device": ",".join(map(str, devices)),
+                                 "distributed": distributed.model_dump()}) as run:
+        result = pipeline.train_lm(cfg, data, _lm_checkpoint(), devices[0], progress=sys.stderr.isatty(),
                                    on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
-                                   if "val_loss" in m else None)
+                                   if "val_loss" in m else None, distributed=distributed,
+                                   device_indices=[d.index for d in devices])
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         run.log_metrics({"val_loss": result["val_loss"], "val_perplexity": result["val_perplexity"],
                          **{f"cost/{k}": v for k, v in result["cost"].items()}})

@@ -1,6 +1,7 @@
 """Tasks of the STAR flow: the environments checked before any work, one training task per
 (task, variant, feedback budget) row running its seeds (an MLflow child run per row, a nested run
-per seed with its learning curve), then the report."""
+per seed with its learning curve), the offline variant after its task's oracle row (a child run
+per extraction, a nested run per seed), then the report."""
 from __future__ import annotations
 
 import sys
@@ -12,7 +13,8 @@ from paperline.methods.star import plots
 from paperline.methods.star.config import StarConfig, row_name
 from paperline.methods.star.envs import check_env
 from paperline.methods.star.summary import method_metrics
-from paperline.methods.star.train import train_run
+from paperline.methods.star.offline import run_offline
+from paperline.methods.star.train import load_agent, train_run
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
@@ -54,7 +56,40 @@ def train_row(cfg: StarConfig, task_name: str, variant: str, budget: int | None,
     return {"task": task_name, "variant": variant, "budget": budget, "seeds": seeds}
 
 
+@task(name="star-offline", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def train_offline(cfg: StarConfig, ctx: track.RunContext) -> list[dict]:
+    """The offline variant, every seed (after the oracle row of its task: its SAC is the expert
+    behaviour policy). A child run per extraction (`offline-<variant>`), a nested run per seed."""
+    import torch
+
+    from paperline.methods.star.summary import normalised
+
+    torch.set_num_threads(cfg.threads)
+    off = cfg.offline
+    t = next(t for t in cfg.tasks if t.name == off.task)
+    oracle = row_name(t.name, "oracle", None)
+    params = {f"offline-{v}": {"task": off.task, "variant": v, "offline": off.model_dump()} for v in off.variants}
+    seeds = []
+    with gpu_slot(), ctx.children(params) as runs:
+        for s in range(cfg.seeds):
+            seed = cfg.seed + s
+            agent, info = load_agent(cfg, t, "oracle", None, seed, models_dir(METHOD) / oracle / f"seed{seed}.pt")
+            result = run_offline(cfg, t, info, lambda obs: agent.act(obs, deterministic=True), seed,
+                                 models_dir(METHOD) / "offline" / f"seed{seed}")
+            for v, res in result["variants"].items():
+                with ctx.child(f"offline-{v}/seed{seed}", params={"seed": seed}, parent=runs[f"offline-{v}"]) as run:
+                    run.log_metrics({"return": res["return"], "expert_return": result["expert_return"],
+                                     "random_return": result["random_return"], "labels": result["labels"],
+                                     "normalized_return": normalised(res["return"], result["expert_return"],
+                                                                     result["random_return"])}
+                                    | ({"pref_accuracy": result["pref_accuracy"]}
+                                       if result["pref_accuracy"] is not None else {}))
+            seeds.append(result)
+    return seeds
+
+
 @task(name="star-report", cache_policy=NO_CACHE)
-def report(cfg: StarConfig, results: dict[str, dict], ctx: track.RunContext) -> Report:
-    metrics = method_metrics(cfg, results, ctx.profile)
+def report(cfg: StarConfig, results: dict[str, dict], ctx: track.RunContext, offline: list[dict] | None = None
+           ) -> Report:
+    metrics = method_metrics(cfg, results, ctx.profile, offline)
     return Report(metrics, plots.write_all(cfg, metrics, plots_dir(METHOD)))

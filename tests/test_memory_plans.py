@@ -23,12 +23,29 @@ def test_states_activations_and_strategy_by_hand():
     assert plan(Workload("huge", trainable=1, activation_bytes_per_sample=200e9)).strategy == "infeasible"
     own_state = plan(Workload("sumo-like", trainable=1000, optimizer_state_floats=300))
     assert own_state.optimizer_gib * GIB == pytest.approx(1200)
+    # an int-4 base with fp16 scale and zero per 64 weights: 4 + 32/64 bits = 0.5625 B a weight
+    int4 = plan(Workload("int4", trainable=100, frozen=1000, quantized=6400, quantized_bits=4 + 32 / 64))
+    assert int4.weights_gib * GIB == pytest.approx(400 + 2000 + 3600) and int4.parameters == 7500
+    assert int4.gradients_gib * GIB == pytest.approx(400)
 
 
 def test_transformer_activation_formula():
     # Korthikanti et al.: 34·s·b·h bytes a layer with fused attention; the head's logits 10·s·V
     assert transformer_activation_bytes(1024, 768, 12, 50304) == 12 * 34 * 1024 * 768 + 10 * 1024 * 50304
     assert transformer_activation_bytes(8, 4, 3, 5, checkpointing=True) == 3 * 2 * 8 * 4 + 34 * 8 * 4 + 10 * 8 * 5
+
+
+def test_saved_activations_leave_out_the_parameters():
+    import torch
+
+    from benchmarks.memory_plans import saved_activation_bytes
+
+    with torch.device("meta"):
+        layer = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        # the first layer's input (2·8) for its weight's gradient, the ReLU's output (2·16) for its own
+        # and the second weight's gradient, held once; both weights (saved too, for the inputs'
+        # gradients) are not counted
+        assert saved_activation_bytes(layer, torch.empty(2, 8)) == 4 * (2 * 8 + 2 * 16)
 
 
 def test_the_method_pages_hold_the_computed_plans():

@@ -42,6 +42,8 @@ def test_tiny_dag_outputs(dag):
     parent, children = finished_flow_runs(dag, "star")
     c = track.client()
     assert [d.dataset.digest for d in parent.inputs.dataset_inputs] == ["generated"]
+    offline_children = [r for r in children if r.data.tags["variant"].startswith("offline-")]
+    children = [r for r in children if not r.data.tags["variant"].startswith("offline-")]
     assert sorted(r.data.tags["variant"] for r in children) == rows
     assert all(r.info.status == "FINISHED" for r in children)
     for child in children:
@@ -58,6 +60,39 @@ def test_tiny_dag_outputs(dag):
     assert (dag / "plots" / "star" / "learning_curve_pendulum_4.csv").read_text().startswith("step,oracle,pebble,")
     assert (dag / "models" / "star" / "grid-star-4" / "seed0.pt").is_file()
     assert json.loads((dag / "models" / "star" / "run.json").read_text())["complete"]
+    _offline(dag, metrics, c, offline_children, arts)
+
+
+def _offline(dag, metrics, c, children, arts):
+    """The offline variant's rows: one per extraction and the dataset's, normalised against the
+    oracle's SAC of the same seed; a child run per extraction with its seed nested; the generated
+    files in the layouts the loaders read."""
+    from paperline.methods.star.summary import normalised
+    from paperline.rl.offline import load_dataset, load_preference_labels
+
+    table = metrics.tables["offline"]
+    assert sorted(table) == ["offline-awr", "offline-dataset", "offline-iql", "offline-star"]
+    (seed,) = metrics.details["offline"]
+    assert seed["labels"] == 8 and seed["transitions"] == 3 * 49  # 3 policies × 1 episode, the timeout row dropped
+    assert set(seed["behaviour_returns"]) == {"random", "noisy", "expert"}
+    for v in ("star", "iql", "awr"):
+        row = table[f"offline-{v}"]
+        assert row["seeds"] == 1 and 0 <= row["pref_accuracy"] <= 1
+        assert row["normalized_return"] == pytest.approx(
+            normalised(seed["variants"][v]["return"], seed["expert_return"], seed["random_return"]))
+    for base in ("iql", "awr"):
+        gap = table["offline-star"]["normalized_return"] - table[f"offline-{base}"]["normalized_return"]
+        assert metrics.headline[f"offline_star_minus_{base}"] == pytest.approx(gap)
+        assert metrics.headline[f"offline_star_above_{base}"] == (gap > 0)
+    assert sorted(r.data.tags["variant"] for r in children) == ["offline-awr", "offline-iql", "offline-star"]
+    star = next(r for r in children if r.data.tags["variant"] == "offline-star")
+    nested = c.search_runs([star.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{star.info.run_id}'")
+    assert [r.data.tags["variant"] for r in nested] == ["offline-star/seed0"]
+    assert nested[0].data.metrics["normalized_return"] == pytest.approx(table["offline-star"]["normalized_return"])
+    assert "offline.png" in arts
+    out = dag / "models" / "star" / "offline" / "seed0"
+    data = load_dataset(out / "data.hdf5")
+    assert len(data) == seed["transitions"] and len(load_preference_labels(out / "labels", data, 10).y) == 8
 
 
 def test_an_environment_the_agents_cannot_take_is_refused_before_any_work(project):
@@ -69,9 +104,9 @@ def test_an_environment_the_agents_cannot_take_is_refused_before_any_work(projec
 
     task = ("{name: bad, env_id: CartPole-v1, kind: continuous, episode_steps: 10, steps: 50, seed_steps: 5, "
             "budgets: [2], segment: 5}")
-    _, cfg = resolve("star", "tiny", [f"tasks=[{task}]"])
+    _, cfg = resolve("star", "tiny", [f"tasks=[{task}]", "offline=null"])
     with pytest.raises(DataError, match=r"'CartPole-v1': action space Discrete\(2\) is not one the continuous"):
         data(cfg)
-    _, cfg = resolve("star", "tiny", [f"tasks=[{task.replace('CartPole-v1', 'Nope-v3')}]"])
+    _, cfg = resolve("star", "tiny", [f"tasks=[{task.replace('CartPole-v1', 'Nope-v3')}]", "offline=null"])
     with pytest.raises(DataError, match=r"'Nope-v3': not a registered gymnasium environment"):
         data(cfg)

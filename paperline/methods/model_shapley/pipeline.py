@@ -169,18 +169,21 @@ def lm_windows(cfg: ModelShapleyConfig, data: ShapleyData):
 
 
 def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, checkpoint: Path, device, progress: bool = False,
-             on_log=None) -> dict:
-    """The shared causal LM trained briefly (paperline.train.lm, resumable), then its neurons,
-    heads and layers scored on training windows, and the estimator's cost against a training step."""
+             on_log=None, distributed=None, device_indices: list[int] | None = None) -> dict:
+    """The shared causal LM trained briefly (paperline.train.lm, resumable; over devices by
+    `distributed`, params.yaml runtime.distributed), then its neurons, heads and layers scored on
+    training windows, and the estimator's cost against a training step."""
     from paperline.data.tokens import sample_windows
-    from paperline.train.lm import LMTrainSettings, train_lm as run_training
+    from paperline.train.distributed import DistributedConfig
+    from paperline.train.lm import LMTrainSettings, train_lm_spread
 
     corpus, _ = lm_windows(cfg, data)
     model = lm_model(cfg, data.vocab_size)
     settings = LMTrainSettings.from_config(cfg.lm.train, cfg.lm.block_size, cfg.seed)
-    result = run_training(model, corpus.train, corpus.val, settings, device, checkpoint_path=checkpoint,
-                          fingerprint={"data": data.version}, progress=progress, description="causal_lm",
-                          on_log=on_log)
+    result = train_lm_spread(distributed or DistributedConfig(), model, corpus.train, corpus.val, settings, device,
+                             device_indices=device_indices, checkpoint_path=checkpoint,
+                             fingerprint={"data": data.version}, progress=progress, description="causal_lm",
+                             on_log=on_log)
     e = cfg.lm.estimator
     generator = torch.Generator().manual_seed(cfg.seed + 1)
     batches = [tuple(t.to(device) for t in sample_windows(corpus.train, e.batch_size, cfg.lm.block_size, generator))

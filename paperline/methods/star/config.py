@@ -66,6 +66,49 @@ class STARConfig(StrictModel):
     graph_tol: float = Field(1e-4, gt=0)  # in-sample value iteration's stopping change
 
 
+OfflineVariant = Literal["star", "iql", "awr"]
+
+
+class OfflineConfig(StrictModel):
+    """The offline variant (spec (b)): a reward model fitted once on preference labels over a fixed
+    dataset, then STAR's in-sample Q_ξ/V_ξ with advantage-weighted policy extraction, against the
+    same reward model with IQL's expectile value and with plain AWR (Monte-Carlo advantages).
+
+    The data: `dataset` (a D4RL-style or Minari HDF5 file) with `labels` (a folder of Preference
+    Transformer's label files) when given; else generated in the run, per seed, by rolling out
+    policies of three qualities on `task` (a continuous task with an oracle row): uniform random,
+    the oracle's true-reward SAC with Gaussian action noise (`noise` × the half action range), and
+    that SAC itself, `episodes_per_policy` each; `pairs` segment pairs labelled by the scripted
+    teacher. Either way the files are read through the loaders of `paperline.rl.offline`. Scores
+    are normalised by the oracle's and a random policy's true return measured in the same run."""
+
+    task: str  # the name of a continuous task in `tasks` (its oracle: expert behaviour and normaliser)
+    dataset: str | None = None
+    labels: str | None = None
+    variants: list[OfflineVariant] = Field(default_factory=lambda: ["star", "iql", "awr"], min_length=1)
+    episodes_per_policy: PositiveInt = 5
+    noise: float = Field(0.5, ge=0)
+    pairs: PositiveInt = 100
+    segment: PositiveInt = 50
+    held_out_pairs: PositiveInt = 200
+    reward_updates: PositiveInt = 300  # the reward model's gradient steps (fitted once)
+    steps: PositiveInt = 2000  # value and policy gradient steps per variant
+    batch: PositiveInt = 256
+    hidden: PositiveInt = 64
+    layers: PositiveInt = 2
+    lr: float = Field(3e-4, gt=0)
+    awr_beta: float = Field(3.0, gt=0)  # inverse temperature of the weights exp(β·A) (IQL's 3)
+    weight_clip: float = Field(100.0, gt=0)
+    expectile: float = Field(0.7, gt=0.5, lt=1)  # IQL's τ
+    eval_episodes: PositiveInt = 5
+
+    @model_validator(mode="after")
+    def _files_together(self):
+        if (self.dataset is None) != (self.labels is None):
+            raise ValueError("offline: give both `dataset` and `labels`, or neither (generated data)")
+        return self
+
+
 class StarConfig(MethodConfig):
     tasks: list[TaskConfig] = Field(min_length=1)
     variants: list[Variant] = Field(min_length=1)
@@ -83,6 +126,7 @@ class StarConfig(MethodConfig):
     mc_tail: float = Field(0.01, gt=0, lt=1)
     checkpoint_every_episodes: PositiveInt = 5
     threads: PositiveInt = 1  # torch intra-op threads per run
+    offline: OfflineConfig | None = None  # the offline variant; None: online only
 
     @model_validator(mode="after")
     def _oracle_and_names(self):
@@ -91,6 +135,13 @@ class StarConfig(MethodConfig):
         names = [t.name for t in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names repeat: {names}")
+        if self.offline is not None:
+            task = next((t for t in self.tasks if t.name == self.offline.task), None)
+            if task is None or task.kind != "continuous":
+                raise ValueError(f"offline.task {self.offline.task!r} is not a continuous task of `tasks` ({names})")
+            if self.offline.dataset is None and self.offline.segment >= task.episode_steps:
+                raise ValueError(f"offline.segment {self.offline.segment} must be below task {task.name}'s "
+                                 f"episode_steps {task.episode_steps} (a generated episode's last step is a timeout)")
         return self
 
 

@@ -54,6 +54,16 @@ class ConservativeQ(nn.Module):
     def q_xi(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         return self.q(torch.cat([obs, act], -1)).squeeze(-1)
 
+    def value_loss(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """V_ξ's loss against the target Q_ξ at buffer actions (offline IQL swaps in its expectile)."""
+        return gumbel_loss(q, v, self.beta)
+
+    @torch.no_grad()
+    def advantage(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Q̄_ξ(s, a) − V_ξ(s) at buffer tuples: the offline variant's advantage-weighted extraction
+        (π ∝ π_β·exp(β·A) leans toward π̂ ∝ exp Q_ξ only within the data's actions)."""
+        return self.q_target(torch.cat([obs, act], -1)).squeeze(-1) - self.v(obs).squeeze(-1)
+
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One V_ξ (Gumbel regression) and one Q_ξ (TD onto V_ξ(s′)) step on buffer tuples only."""
         device = self.updates.device
@@ -61,7 +71,7 @@ class ConservativeQ(nn.Module):
                                    for k in ("obs", "act", "reward", "next_obs", "terminated"))
         with torch.no_grad():
             q_in = self.q_target(torch.cat([obs, act], -1)).squeeze(-1)
-        v_loss = gumbel_loss(q_in, self.v(obs).squeeze(-1), self.beta)
+        v_loss = self.value_loss(q_in, self.v(obs).squeeze(-1))
         self.v_opt.zero_grad()
         v_loss.backward()
         self.v_opt.step()

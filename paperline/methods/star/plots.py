@@ -60,8 +60,24 @@ def bars(metrics: MethodMetrics, key: str, ylabel: str, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def offline_bars(metrics: MethodMetrics, path: Path) -> Path:
+    """The offline table: normalised return per extraction (and the dataset's), ± std over seeds."""
+    rows = metrics.tables["offline"]
+    names = list(rows)
+    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    ax.bar(range(len(names)), [rows[n]["normalized_return"] or 0.0 for n in names],
+           yerr=[rows[n].get("normalized_return_std") or 0.0 for n in names],
+           color=["C3" if n == "offline-star" else "C7" if n == "offline-dataset" else "C0" for n in names])
+    ax.set_xticks(range(len(names)), [n.removeprefix("offline-") for n in names])
+    ax.axhline(0, c="grey", lw=0.6)
+    ax.axhline(1, c="grey", lw=0.6, ls=":")
+    ax.set(ylabel="normalised return (expert = 1, random = 0)", title="offline, same reward model")
+    return save_figure(fig, path)
+
+
 def write_all(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[Path]:
     out = Path(out)
-    return [*learning_curves(cfg, metrics, out),
+    extra = [offline_bars(metrics, out / "offline.png")] if "offline" in metrics.tables else []
+    return [*extra, *learning_curves(cfg, metrics, out),
             bars(metrics, "normalized_return", "normalised return (oracle = 1, random = 0)", out / "normalized_return.png"),
             bars(metrics, "overestimation_rel", "(Q − MC return) / |MC return|", out / "overestimation.png")]

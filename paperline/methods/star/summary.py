@@ -92,12 +92,53 @@ def mean_curves(results: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def method_metrics(cfg: StarConfig, results: dict[str, dict], profile: str) -> MethodMetrics:
+def offline_rows(offline: list[dict]) -> dict[str, dict]:
+    """The offline table: a row per extraction (`offline-<variant>`) over seeds, normalised by the
+    expert (the oracle's SAC) and a random policy of the same seed, with the shared reward model's
+    held-out preference accuracy; and a row for the dataset itself (its mean episode return)."""
+    rows = {}
+    for v in offline[0]["variants"]:
+        norm = [normalised(s["variants"][v]["return"], s["expert_return"], s["random_return"]) for s in offline]
+        row = {"variant": v, "seeds": len(offline), "labels": offline[0]["labels"]}
+        for key, values in (("normalized_return", norm), ("return", [s["variants"][v]["return"] for s in offline]),
+                            ("expert_return", [s["expert_return"] for s in offline]),
+                            ("random_return", [s["random_return"] for s in offline]),
+                            ("pref_accuracy", [s["pref_accuracy"] for s in offline])):
+            row[key], row[f"{key}_std"] = _stats(values)
+        rows[f"offline-{v}"] = row
+    norm = [normalised(s["dataset_return"], s["expert_return"], s["random_return"]) for s in offline]
+    rows["offline-dataset"] = {"variant": "dataset", "seeds": len(offline), "labels": offline[0]["labels"]}
+    for key, values in (("normalized_return", norm), ("return", [s["dataset_return"] for s in offline])):
+        rows["offline-dataset"][key], rows["offline-dataset"][f"{key}_std"] = _stats(values)
+    return rows
+
+
+def offline_claims(rows: dict[str, dict]) -> dict:
+    """STAR's offline normalised return minus each baseline's (same reward model), and whether above."""
+    out = {}
+    if "offline-star" not in rows:
+        return out
+    for base in ("iql", "awr"):
+        if f"offline-{base}" in rows:
+            gap = rows["offline-star"]["normalized_return"] - rows[f"offline-{base}"]["normalized_return"]
+            out |= {f"offline_star_minus_{base}": gap, f"offline_star_above_{base}": gap > 0}
+    return out
+
+
+def method_metrics(cfg: StarConfig, results: dict[str, dict], profile: str,
+                   offline: list[dict] | None = None) -> MethodMetrics:
+    """`offline`: the offline variant's per-seed results (`offline.run_offline`), or None."""
     rows = summarize(cfg, results)
-    return MethodMetrics(method="star", profile=profile, headline=claims(cfg, rows), primary_metric="normalized_return",
-                         higher_is_better=True, rows=rows,
+    headline = claims(cfg, rows)
+    tables, details = {}, {}
+    if offline:
+        tables["offline"] = offline_rows(offline)
+        headline |= offline_claims(tables["offline"])
+        details["offline"] = [{k: v for k, v in s.items()} for s in offline]
+    return MethodMetrics(method="star", profile=profile, headline=headline, primary_metric="normalized_return",
+                         higher_is_better=True, rows=rows, tables=tables,
                          details={"curves": mean_curves(results),
                                   "per_seed": {name: [{k: v for k, v in s.items() if k not in ("curve", "reward_stats")}
                                                       for s in res["seeds"]] for name, res in results.items()},
                                   "reward_sessions": {name: [s["reward_stats"] for s in res["seeds"]]
-                                                      for name, res in results.items()}})
+                                                      for name, res in results.items()}} | details)

@@ -294,6 +294,21 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
     return _final(run, eval_env, eval_seeds, extra, seed) | {"seconds": saver.elapsed()}
 
 
+def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int, checkpoint,
+               device: torch.device | str = "cpu") -> tuple[SAC | DQN, EnvInfo]:
+    """The trained agent of a finished run from its checkpoint (the offline variant's expert
+    behaviour policy is the oracle's SAC)."""
+    from paperline.train.checkpoint import load_checkpoint
+
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
+    saved = load_checkpoint(checkpoint)
+    if saved is None:
+        raise FileNotFoundError(f"{checkpoint}: no checkpoint of {task.name}-{variant} seed {seed}")
+    run = Run(cfg, task, variant, budget, seed, info, device)
+    run.agent.load_state_dict(saved["state"]["agent"])
+    return run.agent, info
+
+
 def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int) -> dict:
     task, p = run.task, run.progress
     final = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)

@@ -1,0 +1,259 @@
+"""STAR's offline variant (spec (b)): the reward model fitted once on preference labels over a
+fixed dataset (with PMR), the dataset relabelled with its mean, a value learned in-sample from
+r̂, and the policy extracted by advantage-weighted regression (AWR, Peng et al. 2019):
+
+    max_π E_{(s,a)∼D}[min(exp(β·A(s, a)), clip) · log π(a|s)].
+
+The value, per variant (the reward model, the data and the extraction are the same in all three):
+- `star`: STAR's Q_ξ/V_ξ (`ConservativeQ`: V_ξ by Gumbel regression, the soft in-sample max
+  β log E_{a∼D} exp(Q_ξ/β), Q_ξ onto r̂ + γV_ξ(s′)); A = Q̄_ξ(s,a) − V_ξ(s). [I] The paper's
+  offline recipe is one sentence ("the same Q_ξ/PR machinery, advantage-weighted extraction");
+  AWR's exp(β·A) is the in-sample projection of PR's Boltzmann policy π̂ ∝ exp Q_ξ.
+- `iql`: IQL (Kostrikov et al. 2022): V by expectile regression of Q (τ = 0.7), Q onto r̂ + γV(s′).
+- `awr`: plain AWR: V regressed onto the discounted Monte-Carlo return of r̂ within each episode
+  of the data; A = G − V(s).
+
+The embedded data (`generate`): rollouts of a random, a noisy-expert and the expert policy (the
+oracle's true-reward SAC), written as a D4RL-style HDF5 file and Preference Transformer label
+files (scripted-teacher labels), then read back through `paperline.rl.offline`'s loaders, the same
+path a real D4RL/Minari file and PT's human labels take."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from paperline.methods.star.conservative import ConservativeQ
+from paperline.methods.star.config import OfflineConfig, StarConfig, TaskConfig
+from paperline.methods.star.envs import EnvInfo, make_env
+from paperline.methods.star.evaluate import discounted_returns, evaluate, rollout
+from paperline.rl.nets import mlp
+from paperline.rl.offline import (PreferenceLabels, Transitions, load_dataset, load_preference_labels, write_d4rl,
+                                  write_preference_labels)
+from paperline.rl.reward_model import RewardEnsemble
+from paperline.rl.teacher import ScriptedTeacher, rational_labels
+
+QUALITIES = ("random", "noisy", "expert")
+
+
+def awr_weights(adv: torch.Tensor, beta: float, clip: float) -> torch.Tensor:
+    """min(exp(β·A), clip): AWR's (and IQL's) weights of the dataset actions."""
+    return torch.exp(beta * adv).clamp(max=clip)
+
+
+def expectile_loss(q: torch.Tensor, v: torch.Tensor, tau: float) -> torch.Tensor:
+    """E[|τ − 1(q − v < 0)|·(q − v)²]: minimised over v at the τ-expectile of q (τ = ½: the mean)."""
+    diff = q - v
+    return (torch.abs(tau - (diff < 0).float()) * diff ** 2).mean()
+
+
+class ExpectileQ(ConservativeQ):
+    """IQL's value: ConservativeQ's in-sample Q/V pair with the expectile loss for V."""
+
+    def __init__(self, *args, expectile: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.expectile = expectile
+
+    def value_loss(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return expectile_loss(q, v, self.expectile)
+
+
+class MonteCarloV(nn.Module):
+    """Plain AWR's value: V(s) regressed onto the return G_t stored with each transition."""
+
+    def __init__(self, obs_dim: int, hidden: int, layers: int, lr: float, generator: torch.Generator | None = None):
+        super().__init__()
+        self.v = mlp(obs_dim, hidden, layers, 1, generator=generator)
+        self.opt = torch.optim.Adam(self.v.parameters(), lr=lr, foreach=True)
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        obs, ret = torch.as_tensor(batch["obs"]), torch.as_tensor(batch["mc_return"])
+        loss = F.mse_loss(self.v(obs).squeeze(-1), ret)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return {"v_loss": loss.item()}
+
+    @torch.no_grad()
+    def advantage(self, obs: torch.Tensor, ret: torch.Tensor) -> torch.Tensor:
+        return ret - self.v(obs).squeeze(-1)
+
+
+class GaussianPolicy(nn.Module):
+    """π(a|s) = N(centre + scale·tanh(μ(s)), diag σ²) with a state-independent log σ (IQL's);
+    the deterministic action is the mean."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, layers: int, low: np.ndarray, high: np.ndarray,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, layers, act_dim, generator=generator)
+        self.log_std = nn.Parameter(torch.zeros(act_dim))
+        self.register_buffer("scale", torch.as_tensor((high - low) / 2, dtype=torch.float32))
+        self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
+
+    def mean(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.centre + self.scale * torch.tanh(self.net(obs))
+
+    def log_prob(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        std = (self.log_std.clamp(-5, 2).exp() * self.scale)
+        return torch.distributions.Normal(self.mean(obs), std).log_prob(act).sum(-1)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self.mean(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy()
+
+
+def awr_loss(policy: GaussianPolicy, obs: torch.Tensor, act: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """−E[w · log π(a|s)] (the weights are constants)."""
+    return -(weights.detach() * policy.log_prob(obs, act)).mean()
+
+
+# -- the embedded data -------------------------------------------------------------------------------
+
+def generate(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray], seed: int,
+             out: Path) -> tuple[Path, Path, dict[str, float]]:
+    """Roll out the three behaviour policies, write the D4RL-style file and PT's label files under
+    `out`; returns their paths and each policy's mean true return in the data."""
+    off = cfg.offline
+    rng = np.random.default_rng([seed, 10])
+    half = (info.high - info.low) / 2
+    policies = {
+        "random": lambda obs: rng.uniform(info.low, info.high).astype(np.float32),
+        "noisy": lambda obs: np.clip(expert(obs) + off.noise * half * rng.standard_normal(info.act_dim),
+                                     info.low, info.high).astype(np.float32),
+        "expert": expert,
+    }
+    env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
+    rows: dict[str, list] = {k: [] for k in ("obs", "act", "rew", "term", "timeout")}
+    returns = {}
+    for q, (quality, policy) in enumerate(policies.items()):
+        quality_returns = []
+        for e in range(off.episodes_per_policy):
+            ep = rollout(env, policy, seed * 1_000_003 + 50_000 + 1000 * q + e, task.episode_steps)
+            T = len(ep["reward"])
+            rows["obs"].append(ep["obs"])
+            rows["act"].append(ep["act"])
+            rows["rew"].append(ep["reward"])
+            rows["term"].append(np.eye(1, T, T - 1)[0] if ep["terminated"] else np.zeros(T))
+            rows["timeout"].append(np.zeros(T) if ep["terminated"] else np.eye(1, T, T - 1)[0])
+            quality_returns.append(float(ep["reward"].sum()))
+        returns[quality] = float(np.mean(quality_returns))
+    env.close()
+    cat = {k: np.concatenate(v) for k, v in rows.items()}
+    data_path = write_d4rl(out / "data.hdf5", cat["obs"], cat["act"], cat["rew"].astype(np.float32),
+                          cat["term"].astype(bool), cat["timeout"].astype(bool))
+    data = load_dataset(data_path)
+    starts = data.segment_starts(off.segment)
+    pairs = rng.choice(starts, size=(off.pairs, 2))
+    teacher = ScriptedTeacher(cfg.teacher, np.random.default_rng([seed, 11]))
+    y = teacher.label(*(data.reward[p[:, None] + np.arange(off.segment)] for p in (pairs[:, 0], pairs[:, 1])))
+    labels_path = write_preference_labels(out / "labels", pairs[:, 0], pairs[:, 1], y)
+    return data_path, labels_path, returns
+
+
+# -- training ---------------------------------------------------------------------------------------
+
+def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int) -> np.ndarray:
+    idx = starts[:, None] + np.arange(segment)
+    return info.features(data.obs[idx], data.act[idx])
+
+
+def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: PreferenceLabels, seed: int,
+               generator: torch.Generator) -> tuple[RewardEnsemble, float | None]:
+    """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`), and its
+    preference accuracy on held-out pairs of the data labelled by a noiseless teacher."""
+    off = cfg.offline
+    settings = cfg.reward.model_copy(update={"updates": off.reward_updates})
+    model = RewardEnsemble(info.feature_dim, settings, generator, pmr_eps=cfg.star.pmr_eps)
+    rng = np.random.default_rng([seed, 12])
+    model.train_session(_features(info, data, labels.start0, off.segment),
+                        _features(info, data, labels.start1, off.segment), labels.y, rng)
+    held = rng.choice(data.segment_starts(off.segment), size=(off.held_out_pairs, 2))
+    r = [data.reward[held[:, i, None] + np.arange(off.segment)].sum(-1) for i in (0, 1)]
+    accuracy = model.accuracy(_features(info, data, held[:, 0], off.segment),
+                              _features(info, data, held[:, 1], off.segment), rational_labels(*r))
+    return model, None if math.isnan(accuracy) else accuracy
+
+
+def mc_returns(data: Transitions, reward: np.ndarray, gamma: float) -> np.ndarray:
+    """Discounted return of `reward` to the end of each transition's episode in the data."""
+    out = np.zeros(len(data), np.float32)
+    for e in np.unique(data.episode):
+        rows = np.flatnonzero(data.episode == e)
+        out[rows] = discounted_returns(reward[rows], gamma)
+    return out
+
+
+def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, tau: float, target_every: int,
+                  info: EnvInfo, data: Transitions, reward: np.ndarray, seed: int) -> GaussianPolicy:
+    """The value of `variant` and the AWR policy, trained side by side for `off.steps` steps on
+    batches of the data (rewards: r̂)."""
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng([seed, 13])
+    policy = GaussianPolicy(info.obs_dim, info.act_dim, off.hidden, off.layers, info.low, info.high, g)
+    policy_opt = torch.optim.Adam(policy.parameters(), lr=off.lr, foreach=True)
+    if variant == "awr":
+        value = MonteCarloV(info.obs_dim, off.hidden, off.layers, off.lr, g)
+        ret = mc_returns(data, reward, gamma)
+    else:
+        kw = dict(hidden=off.hidden, layers=off.layers, lr=off.lr, beta=beta, gamma=gamma, tau=tau,
+                  target_every=target_every, generator=g)
+        value = (ConservativeQ(info.obs_dim, info.act_dim, **kw) if variant == "star"
+                 else ExpectileQ(info.obs_dim, info.act_dim, expectile=off.expectile, **kw))
+    for _ in range(off.steps):
+        idx = rng.integers(0, len(data), off.batch)
+        batch = data.batch(idx) | {"reward": reward[idx]}
+        obs, act = torch.as_tensor(batch["obs"]), torch.as_tensor(batch["act"])
+        if variant == "awr":
+            batch["mc_return"] = ret[idx]
+            value.update(batch)
+            adv = value.advantage(obs, torch.as_tensor(ret[idx]))
+        else:
+            value.update(batch)
+            adv = value.advantage(obs, act)
+        loss = awr_loss(policy, obs, act, awr_weights(adv, off.awr_beta, off.weight_clip))
+        policy_opt.zero_grad()
+        loss.backward()
+        policy_opt.step()
+    return policy
+
+
+def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray],
+                seed: int, out: Path) -> dict:
+    """One seed of the offline comparison: the data (generated or the configured files), the
+    reward model once, every variant, each evaluated with the true reward against the expert
+    (the oracle's SAC) and a random policy on the same episodes."""
+    off = cfg.offline
+    behaviour = None
+    if off.dataset is None:
+        data_path, labels_path, behaviour = generate(cfg, task, info, expert, seed, Path(out))
+    else:
+        data_path, labels_path = Path(off.dataset), Path(off.labels)
+    data = load_dataset(data_path)
+    labels = load_preference_labels(labels_path, data, off.segment)
+    if data.obs.shape[1] != info.obs_dim or data.act.shape[1] != info.act_dim:
+        raise ValueError(f"{data_path}: observations/actions of width {data.obs.shape[1]}/{data.act.shape[1]}, "
+                         f"but {task.env_id} has {info.obs_dim}/{info.act_dim}")
+    generator = torch.Generator().manual_seed(seed)
+    model, accuracy = fit_reward(cfg, info, data, labels, seed, generator)
+    reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
+    eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
+    seeds = [20_000 + 97 * i for i in range(off.eval_episodes)]
+    rng = np.random.default_rng([seed, 14])
+    expert_return = evaluate(eval_env, expert, seeds, task.episode_steps)["return"]
+    random_return = evaluate(eval_env, lambda obs: rng.uniform(info.low, info.high).astype(np.float32), seeds,
+                             task.episode_steps)["return"]
+    s = cfg.sac
+    variants = {}
+    for v in off.variants:
+        policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, reward, seed)
+        variants[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
+    eval_env.close()
+    return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
+            "pref_accuracy": accuracy, "labels": len(labels.y), "transitions": len(data),
+            "behaviour_returns": behaviour, "dataset_return": float(data.episode_returns().mean())}
