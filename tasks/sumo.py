@@ -1,4 +1,5 @@
-"""Tasks of the SUMO flow: the theory check, one training task per (optimizer, lr), the step-time
+"""Tasks of the SUMO flow: the theory check, one training task per (optimizer, lr) on each task
+(digits, and the causal LM on the text corpus when the profile has text_lm), the step-time
 measurement, then the report."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from paperline.methods.sumo import plots
 from paperline.methods.sumo.config import SumoConfig
 from paperline.data.digits import digits_file
 from paperline.methods.sumo.data import c4_version, load_digits_split
-from paperline.methods.sumo.summary import lr_table, method_metrics, summarize
+from paperline.methods.sumo.summary import lr_table, method_metrics, summarize, text_lm_summary
 from paperline.methods.sumo.theory import ns_error_vs_condition_number
 from paperline.methods.sumo.train import digits_step_times, train_one
 from tasks import track
@@ -28,16 +29,46 @@ def variant_name(optimizer: str, lr: float) -> str:
 
 def data_version(cfg: SumoConfig) -> str:
     """digits: sha256 of the data file. C4: of the shards' names and sizes and the tokenizer (a
-    missing C4 folder or tokenizer fails here, before any training)."""
+    missing C4 folder or tokenizer fails here, before any training). With text_lm, the corpus
+    folder's files too, read first by `load_corpus` (a missing or mismatched file is named here)."""
+    corpus = []
+    if cfg.text_lm is not None:
+        from paperline.data.text_corpus import load_corpus
+
+        load_corpus(cfg.text_lm.corpus, cfg.text_lm.block_size)
+        corpus = [cfg.text_lm.corpus]
     if cfg.task == "digits_mlp":
-        return track.data_version([digits_file()])
-    return c4_version(cfg.lm.c4_dir, cfg.lm.tokenizer)
+        return track.data_version([digits_file(), *corpus])
+    return c4_version(cfg.lm.c4_dir, cfg.lm.tokenizer) + (f"+{track.data_version(corpus)}" if corpus else "")
 
 
 def optimizer_runs(cfg: SumoConfig, ctx: track.RunContext):
     """An MLflow child run per optimizer, open while its lr runs nest under it: the comparison
     row (the optimizer at its best lr) lands on it when the flow publishes."""
     return ctx.children({name: {"optimizer": name, "lr_grid": cfg.lr_grid[name]} for name in cfg.optimizers})
+
+
+def text_lm_runs(cfg: SumoConfig, ctx: track.RunContext):
+    """The causal-LM task's MLflow run (its (optimizer, lr) runs nest under it; its comparison lands
+    on it at the report), or nothing when the profile has no text_lm."""
+    import contextlib
+
+    if cfg.text_lm is None:
+        return contextlib.nullcontext(None)
+    t = cfg.text_lm
+    return ctx.child("text_lm", params={"corpus": t.corpus, "hidden_size": t.hidden_size, "num_layers": t.num_layers,
+                                        "block_size": t.block_size, "batch_size": t.batch_size, "steps": t.steps,
+                                        "rank": t.rank, "update_period": t.update_period})
+
+
+def _log_result(run: track.Run, result: dict, s: int) -> None:
+    """A run's curves (every history it has) and its scalars, under seed<s>."""
+    for history in (result["history"], result.get("eval_history", {})):
+        for key, values in history.items():
+            if key != "step":
+                run.log_history(f"{key}/seed{s}", history["step"], values)
+    run.log_metrics({f"seed{s}/{k}": v for k, v in result.items()
+                     if isinstance(v, (int, float)) and k not in ("lr", "seed_index")})
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
@@ -71,14 +102,37 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
 
                 result = pretrain_on_c4(cfg, optimizer, lr, s, device, checkpoint_path=checkpoint,
                                   progress=sys.stderr.isatty())
-            for history in (result["history"], result.get("eval_history", {})):
-                for key, values in history.items():
-                    if key != "step":
-                        run.log_history(f"{key}/seed{s}", history["step"], values)
-            run.log_metrics({f"seed{s}/{k}": v for k, v in result.items()
-                             if isinstance(v, (int, float)) and k not in ("lr", "seed_index")})
+            _log_result(run, result, s)
             results.append(result)
         run.log_artifact(models_dir(METHOD) / variant / "seed0.pt", "checkpoints")
+        entry = lr_table(results)[optimizer][lr]
+        run.log_metrics({k: v for k, v in entry.items() if isinstance(v, (int, float))})
+    return results
+
+
+@task(name="sumo-text-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def train_text_lm_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunContext,
+                          lm_run: track.Run) -> list[dict]:
+    """Every seed of one (optimizer, lr) on the causal LM: an MLflow run nested under text_lm with
+    the loss per step and, for SUMO, the moment condition numbers every k steps."""
+    import torch
+
+    from paperline.methods.sumo.text_lm import train_text_lm
+
+    torch.set_num_threads(1)
+    variant = f"lm_{variant_name(optimizer, lr)}"
+    results = []
+    with gpu_slot() as device, ctx.child(variant, params={"optimizer": optimizer, "lr": lr, "device": str(device)},
+                                         parent=lm_run) as run:
+        for s in range(cfg.text_lm.seeds):
+            result = train_text_lm(cfg, optimizer, lr, s, device, models_dir(METHOD) / variant / f"seed{s}.pt",
+                                   progress=sys.stderr.isatty())
+            _log_result(run, result, s)
+            c = result["condition"]
+            for key in ("median", "max"):
+                if c["step"]:
+                    run.log_history(f"moment_condition_{key}/seed{s}", c["step"], c[key])
+            results.append(result)
         entry = lr_table(results)[optimizer][lr]
         run.log_metrics({k: v for k, v in entry.items() if isinstance(v, (int, float))})
     return results
@@ -103,8 +157,15 @@ def step_time(cfg: SumoConfig, ctx: track.RunContext) -> dict:
 
 
 @task(name="sumo-report", cache_policy=NO_CACHE)
-def report(cfg: SumoConfig, runs: list[dict], theory_rows: dict, times: dict, ctx: track.RunContext) -> Report:
-    """The comparison and the plots (PNG for MLflow and DVC, CSV for `dvc plots`)."""
+def report(cfg: SumoConfig, runs: list[dict], theory_rows: dict, times: dict, ctx: track.RunContext,
+           lm_runs: list[dict] | None = None, lm_run: track.Run | None = None) -> Report:
+    """The comparison and the plots (PNG for MLflow and DVC, CSV for `dvc plots`); the causal-LM
+    task's rows land on its text_lm run as <optimizer>/<column>."""
     rows = summarize(runs, times, list(cfg.optimizers))
-    return Report(method_metrics(rows, runs, theory_rows, ctx.profile),
-                  plots.write_all(cfg, runs, rows, theory_rows, plots_dir(METHOD)))
+    lm = text_lm_summary(lm_runs, list(cfg.text_lm.optimizers)) if lm_runs else None
+    if lm is not None and lm_run is not None:
+        lm_run.log_metrics({f"{name}/{k}": float(v) for name, row in lm["rows"].items() for k, v in row.items()
+                            if isinstance(v, (int, float)) and v is not None})
+        lm_run.log_metrics({k: float(v) for k, v in lm["headline"].items() if isinstance(v, (int, float))})
+    return Report(method_metrics(rows, runs, theory_rows, ctx.profile, lm),
+                  plots.write_all(cfg, runs, rows, theory_rows, plots_dir(METHOD), lm_runs, lm and lm["rows"]))

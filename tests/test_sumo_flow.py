@@ -5,17 +5,19 @@ aside); the paper's LLaMA-on-C4 task through the same flow, and a missing C4 fol
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import yaml
 
 from flows.launch import resolve, run_method
+from paperline.data.text_corpus import CorpusError
 from paperline.metrics import validate_metrics
 from tasks import track
 from tasks.sumo import data_version
 from tests.conftest import finished_flow_runs, report_rows
 
-TIMING_KEYS = {"step_ms", "step_time_vs_adamw", "optimizer_time_vs_adamw"}
+TIMING_KEYS = {"step_ms", "step_time_vs_adamw", "optimizer_time_vs_adamw", "run_step_ms"}
 
 
 def _tiny(project) -> dict:
@@ -52,7 +54,7 @@ def test_tiny_dag_outputs(dag):
     assert parent.data.tags["data_version"].startswith("sha256:")
     assert not any("/" in k for k in parent.data.metrics)  # headline figures only
     by_variant = {r.data.tags["variant"]: r for r in children}
-    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time"])
+    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time", "text_lm"])
     assert all(r.info.status == "FINISHED" for r in children)
     for name, row in rows.items():  # each optimizer's run carries its row, under the same names
         assert by_variant[name].data.metrics["mean_train_loss"] == row["mean_train_loss"]
@@ -72,11 +74,45 @@ def test_tiny_dag_outputs(dag):
     assert json.loads((dag / "models" / "sumo" / "run.json").read_text())["complete"]
 
 
+def test_tiny_dag_text_lm_rows(dag):
+    """The causal-LM task: a row per optimizer of text_lm at its best lr, held-out loss and state
+    bytes measured = formula, SUMO's moment condition numbers, the headline's comparisons, each
+    (optimizer, lr) run nested under text_lm with its loss per step and κ curves, the plots."""
+    metrics, t = _metrics(dag), _tiny(dag)["text_lm"]
+    rows = metrics.tables["text_lm"]
+    assert sorted(rows) == sorted(t["optimizers"])
+    for name, row in rows.items():
+        assert row["best_lr"] in t["lr_grid"][name] and isinstance(row["test_loss"], float), name
+        assert row["state_floats"] == row["state_floats_formula"]
+    assert rows["sumo"]["state_bytes"] < rows["adamw"]["state_bytes"]
+    assert 1 <= rows["sumo"]["moment_condition_median"] <= rows["sumo"]["moment_condition_max"]
+    assert metrics.headline["lm_sumo_val_loss_below_adamw"] == (rows["sumo"]["test_loss"] < rows["adamw"]["test_loss"])
+    assert metrics.headline["lm_sumo_over_adamw_val_loss"] == pytest.approx(
+        rows["sumo"]["test_loss"] / rows["adamw"]["test_loss"])
+
+    parent, children = finished_flow_runs(dag, "sumo")
+    c = track.client()
+    lm_run = next(r for r in children if r.data.tags["variant"] == "text_lm")
+    assert lm_run.data.metrics["sumo/test_loss"] == rows["sumo"]["test_loss"]
+    nested = {r.data.tags["variant"]: r for r in c.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{lm_run.info.run_id}'")}
+    assert sorted(nested) == sorted(f"lm_{n}_lr{lr:g}" for n in t["optimizers"] for lr in t["lr_grid"][n])
+    sumo_run = nested[f"lm_sumo_lr{t['lr_grid']['sumo'][0]:g}"]
+    kappa = c.get_metric_history(sumo_run.info.run_id, "moment_condition_max/seed0")
+    assert [m.step for m in kappa] == list(range(t["condition_every"], t["steps"] + 1, t["condition_every"]))
+    assert len(c.get_metric_history(sumo_run.info.run_id, "train_loss/seed0")) == t["steps"] // t["log_every"]
+    assert {"lm_loss_curves.png", "lm_lr_sweep.png", "lm_moment_condition.png"} <= {
+        p.name for p in (dag / "plots" / "sumo").glob("*.png")}
+    assert (dag / "plots" / "sumo" / "lm_loss_curves.csv").read_text().startswith("step,")
+
+
 @pytest.mark.dag_stage("sumo")
 def test_the_same_seed_gives_the_dag_metrics_again(dag_stage, project, prefect_server):
-    """AdamW alone (its whole lr grid), against the DAG's record: every number but the timings and
-    the ratio to the baseline (GaLore's in the DAG, AdamW's own here)."""
+    """AdamW alone on digits (its whole lr grid), against the DAG's record: every number but the
+    timings and the ratio to the baseline (GaLore's in the DAG, AdamW's own here); the theory check
+    and the causal-LM task (run whole again) likewise."""
     expected = _metrics(dag_stage)
+    shutil.copytree(dag_stage / "data" / "text" / "shakespeare", project / "data" / "text" / "shakespeare")
 
     def comparable(row):
         return {k: v for k, v in row.items() if k not in TIMING_KEYS and not k.endswith("_vs_baseline")}
@@ -85,7 +121,16 @@ def test_the_same_seed_gives_the_dag_metrics_again(dag_stage, project, prefect_s
     again = _metrics(project)
     assert comparable(again.rows["adamw"]) == comparable(expected.rows["adamw"])
     assert again.details["by_lr"]["adamw"] == expected.details["by_lr"]["adamw"]
-    assert again.tables == expected.tables  # the theory check: the same seed, the same moments
+    # the theory check: the same seed, the same moments; the LM task: the same runs
+    assert again.tables["newton_schulz_vs_svd"] == expected.tables["newton_schulz_vs_svd"]
+    assert ({n: comparable(r) for n, r in again.tables["text_lm"].items()}
+            == {n: comparable(r) for n, r in expected.tables["text_lm"].items()})
+
+
+def test_a_missing_corpus_is_named_before_training(project):
+    _, cfg = resolve("sumo", "tiny", ["text_lm.corpus=nowhere"])
+    with pytest.raises(CorpusError, match=f"{project / 'nowhere'}/train.bin: missing"):
+        data_version(cfg)
 
 
 def test_llama_c4_path_runs_by_path_through_the_flow(project, prefect_server):
@@ -93,7 +138,7 @@ def test_llama_c4_path_runs_by_path_through_the_flow(project, prefect_server):
     before they exist, the flow's data check names the missing folder, then the tokenizer."""
     from paperline.data.c4 import write_c4_shard, write_word_level_tokenizer
 
-    overrides = ["task=llama_c4", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
+    overrides = ["task=llama_c4", "text_lm=null", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
                  "adamw_part_lr=null", "lm.model_size=tiny", "lm.c4_dir=c4", "lm.tokenizer=c4/tokenizer.json",
                  "lm.max_length=24", "lm.micro_batch_size=4", "lm.dtype=float32", "lm.eval_every=3",
                  "lm.eval_tokens=200", "lm.shuffle_buffer=20"]  # relative paths: to the project root

@@ -3,7 +3,12 @@ optimizer comparison (§e.2) on one of two tasks:
 
 - ``digits_mlp``: an MLP on scikit-learn's real 8×8 digits (tiny and smoke: CPU, offline);
 - ``llama_c4``: LLaMA pretraining on C4 under the GaLore protocol (paper: GPU, C4 and a tokenizer
-  on disk, the ``lm`` block). `steps`, `rank`, `update_period`, `alpha`, the lr grid and the
+  on disk, the ``lm`` block).
+
+The ``text_lm`` block adds a second, small training task beside the first: the shared causal LM
+pretrained from scratch on the committed Shakespeare tokens with every optimizer of its own list
+over its own 3-point lr grids (the sweep and best-lr logic are the digits task's), logging the
+condition numbers of the moments SUMO orthogonalises. `steps`, `rank`, `update_period`, `alpha`, the lr grid and the
   schedule mean the same on both; `batch_size` is sequences per optimizer step (GaLore's
   total_batch_size) there."""
 from __future__ import annotations
@@ -52,9 +57,50 @@ class LlamaC4Config(StrictModel):
     shuffle_buffer: PositiveInt = 10_000
 
 
+class TextLMConfig(StrictModel):
+    """The shared CausalLM (`paperline.nn.causal_lm`, T6 defaults: tied embedding, no norm gains)
+    trained from scratch on a prepared text corpus, each optimizer × lr at equal steps. The fields
+    it shares with the digits task (alpha, momenta, limiter, weight decay, schedule, seed) are the
+    method's; these are the ones that differ at this scale."""
+
+    corpus: ProjectPath = "data/text/shakespeare"  # a text-corpus stage output (load_corpus)
+    hidden_size: PositiveInt = 64
+    num_layers: PositiveInt = 2
+    num_heads: PositiveInt = 4
+    block_size: PositiveInt = 64
+    batch_size: PositiveInt = 16
+    steps: PositiveInt = 200
+    optimizers: list[OptimizerName] = Field(default=["adamw", "galore_adamw", "muon", "sumo"], min_length=1)
+    lr_grid: dict[OptimizerName, list[PositiveFloat]]
+    seeds: PositiveInt = 1
+    rank: PositiveInt = 16
+    update_period: PositiveInt = 50
+    adamw_part_lr: PositiveFloat | None = 3e-3  # embeddings and norms under GaLore, Muon, SUMO
+    log_every: PositiveInt = 5
+    eval_every: PositiveInt = 100
+    eval_windows: PositiveInt = 64
+    condition_every: PositiveInt = 10  # k: SUMO's moment condition numbers sampled every k steps
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TextLMConfig":
+        missing = [name for name in self.optimizers if not self.lr_grid.get(name)]
+        if missing:
+            raise ValueError(f"text_lm.lr_grid has no learning rates for {missing}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"text_lm.hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        if self.rank > self.hidden_size:
+            raise ValueError(f"text_lm.rank {self.rank} is larger than hidden_size {self.hidden_size} "
+                             "(the smaller side of every projection)")
+        if self.condition_every % self.log_every:
+            raise ValueError(f"text_lm.condition_every {self.condition_every} must be a multiple of "
+                             f"log_every {self.log_every} (the samples are taken at log steps)")
+        return self
+
+
 class SumoConfig(MethodConfig):
     task: Literal["digits_mlp", "llama_c4"] = "digits_mlp"
     lm: LlamaC4Config | None = None
+    text_lm: TextLMConfig | None = None  # the second smoke task: a causal LM on the committed corpus
     # ---- theory (spec §e.1): r×n moments with prescribed singular values at each κ
     condition_numbers: list[Annotated[float, Field(ge=1)]] = Field(
         default=[1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6], min_length=1)

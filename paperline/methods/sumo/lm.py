@@ -24,7 +24,7 @@ import torch
 from paperline.data.c4 import C4Tokenizer, train_batches, validation_batches
 from paperline.methods.sumo.config import LLAMA_SIZES, LlamaC4Config, SumoConfig
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
-from paperline.methods.sumo.train import run_seed
+from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig, llama_config
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
@@ -84,11 +84,9 @@ def validation_set(cfg: SumoConfig, tokenizer: C4Tokenizer) -> tuple[torch.Tenso
 
 def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSettings:
     """The GaLore protocol as the shared loop's settings (weight decay is the optimizer's own)."""
-    cosine = cfg.lr_schedule == "cosine"
     return lm_loop.LMTrainSettings(
         steps=cfg.steps, batch_size=cfg.lm.micro_batch_size, block_size=cfg.lm.max_length - 1, lr=lr,
-        min_lr=cfg.min_lr_ratio * lr if cosine else lr,
-        warmup_steps=int(cfg.warmup_fraction * cfg.steps) if cosine else 0, weight_decay=cfg.weight_decay,
+        **loop_schedule(cfg, cfg.steps, lr), weight_decay=cfg.weight_decay,
         grad_clip=None, eval_every=cfg.lm.eval_every, log_every=cfg.log_every,
         checkpoint_every=cfg.checkpoint_every, seed=seed, micro_batches=cfg.batch_size // cfg.lm.micro_batch_size)
 

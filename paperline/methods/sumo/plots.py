@@ -37,6 +37,15 @@ def _best_curves(runs: list[dict], rows: dict, key: str) -> dict[str, tuple[list
     return out
 
 
+def _curve_table(runs: list[dict], rows: dict) -> tuple[list[str], list[list]]:
+    """(optimizers, rows of [step, mean training loss over seeds of each]) at each best lr."""
+    curves = _best_curves(runs, rows, "train_loss")
+    names = list(curves)
+    steps = curves[names[0]][0] if names else []
+    return names, [[s, *(curves[n][1].mean(0)[i] if i < len(curves[n][0]) else "" for n in names)]
+                   for i, s in enumerate(steps)]
+
+
 def plot_loss_curves(runs: list[dict], rows: dict, path: Path, title: str = "digits MLP",
                      ylabel: str = "training loss (full set)") -> Path:
     """Training loss against step, each optimizer at its best lr: mean over seeds and the min–max band."""
@@ -92,15 +101,39 @@ def plot_cost(rows: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def plot_moment_condition(runs: list[dict], rows: dict, path: Path) -> Path:
+    """κ = σ_max/σ_min of the r×l moments SUMO orthogonalises against step, at each SUMO variant's
+    best lr: the median over the matrices (solid) and the max (dashed), first seed."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name, row in rows.items():
+        run = next((r for r in runs if r["optimizer"] == name and r["lr"] == row.get("best_lr")
+                    and r["condition"]["step"]), None)
+        if run is None:
+            continue
+        c = run["condition"]
+        line, = ax.semilogy(c["step"], c["median"], label=f"{LABELS[name]} median (lr {row['best_lr']:g})")
+        ax.semilogy(c["step"], c["max"], "--", color=line.get_color(), label=f"{LABELS[name]} max")
+    ax.set(xlabel="step", ylabel="κ of the low-rank moment", title="causal LM: moment condition numbers")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def write_text_lm(runs: list[dict], rows: dict, directory: Path) -> list[Path]:
+    """The causal-LM task's figures and the CSV of its loss curves (step × optimizer, best lr)."""
+    directory = Path(directory)
+    names, loss_rows = _curve_table(runs, rows)
+    return [plot_loss_curves(runs, rows, directory / "lm_loss_curves.png", title="causal LM (Shakespeare)",
+                             ylabel="training loss (minibatch)"),
+            plot_lr_sweep(lr_table(runs), directory / "lm_lr_sweep.png"),
+            plot_moment_condition(runs, rows, directory / "lm_moment_condition.png"),
+            _write_csv(directory / "lm_loss_curves.csv", ["step", *names], loss_rows)]
+
+
 def write_plot_tables(runs: list[dict], rows: dict, theory: dict, directory: Path) -> list[Path]:
     """loss_curves.csv (step × optimizer, mean over seeds at the best lr) and ns_error.csv (κ ×
     method): the tables `dvc plots show` draws."""
     directory = Path(directory)
-    curves = _best_curves(runs, rows, "train_loss")
-    names = list(curves)
-    steps = curves[names[0]][0] if names else []
-    loss_rows = [[s, *(curves[n][1].mean(0)[i] if i < len(curves[n][0]) else "" for n in names)]
-                 for i, s in enumerate(steps)]
+    names, loss_rows = _curve_table(runs, rows)
     ns_keys = sorted(k for k in theory if k.startswith("ns") and k.endswith("_error_mean"))
     ns_rows = [[k, theory["svd_error_mean"][i], *(theory[key][i] for key in ns_keys)]
                for i, k in enumerate(theory["kappa"])]
@@ -109,8 +142,10 @@ def write_plot_tables(runs: list[dict], rows: dict, theory: dict, directory: Pat
                        ns_rows)]
 
 
-def write_all(cfg: SumoConfig, runs: list[dict], rows: dict, theory: dict, directory: Path) -> list[Path]:
-    """Every figure and table of a run (`rows`: summary.summarize's), into `directory`."""
+def write_all(cfg: SumoConfig, runs: list[dict], rows: dict, theory: dict, directory: Path,
+              lm_runs: list[dict] | None = None, lm_rows: dict | None = None) -> list[Path]:
+    """Every figure and table of a run (`rows`: summary.summarize's; `lm_rows`: the causal-LM
+    task's, when it ran), into `directory`."""
     directory = Path(directory)
     if cfg.task == "digits_mlp":
         curve_labels = {}
@@ -120,4 +155,5 @@ def write_all(cfg: SumoConfig, runs: list[dict], rows: dict, theory: dict, direc
             plot_lr_sweep(lr_table(runs), directory / "lr_sweep.png"),
             plot_ns_error(theory, directory / "ns_error_vs_kappa.png"),
             plot_cost(rows, directory / "state_and_step_time.png"),
-            *write_plot_tables(runs, rows, theory, directory)]
+            *write_plot_tables(runs, rows, theory, directory),
+            *(write_text_lm(lm_runs, lm_rows, directory) if lm_rows else [])]

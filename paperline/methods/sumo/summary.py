@@ -112,6 +112,40 @@ def headline(rows: dict[str, dict], theory: dict) -> dict[str, Any]:
     return out
 
 
+LM_BASELINES = ("adamw", "galore_adamw", "muon")
+
+
+def text_lm_summary(runs: list[dict], optimizers: list[str]) -> dict[str, Any]:
+    """The causal-LM task: `summarize`'s row per optimizer at its best lr (the same criterion as on
+    digits: lowest mean training loss over the run; `test_loss` is the held-out loss), SUMO's moment
+    condition numbers at its best lr (median over training of the per-step median over matrices,
+    max over training of the per-step max, and both at the last sample), and the headline: is
+    SUMO's held-out loss below each baseline's, each at its own best lr."""
+    rows = summarize(runs, None, optimizers)
+    for name, row in rows.items():
+        seeds = [r for r in runs if r["optimizer"] == name and r["lr"] == row["best_lr"]]
+        if seeds:
+            row["run_step_ms"] = _mean([r["step_ms"] for r in seeds])
+        samples = [r["condition"] for r in seeds if r["condition"]["step"]]
+        if samples:
+            row["moment_condition_median"] = _mean([float(np.median(c["median"])) for c in samples])
+            row["moment_condition_max"] = max(max(c["max"]) for c in samples)
+            row["moment_condition_last_median"] = _mean([c["median"][-1] for c in samples])
+            row["moment_condition_last_max"] = max(c["max"][-1] for c in samples)
+    headline: dict[str, Any] = {}
+    sumo = rows.get("sumo", {}).get("test_loss")
+    for base in LM_BASELINES:
+        other = rows.get(base, {}).get("test_loss")
+        if base in rows and "sumo" in rows:
+            headline[f"lm_sumo_over_{base}_val_loss"] = sumo / other if sumo is not None and other else None
+            headline[f"lm_sumo_val_loss_below_{base}"] = (sumo is not None and other is not None and sumo < other)
+    for key in ("moment_condition_median", "moment_condition_max"):
+        if key in rows.get("sumo", {}):
+            headline[f"lm_sumo_{key}"] = rows["sumo"][key]
+    return {"rows": rows, "headline": headline,
+            "by_lr": {name: {f"{lr:g}": e for lr, e in by_lr.items()} for name, by_lr in lr_table(runs).items()}}
+
+
 def theory_table(theory: dict) -> dict[str, dict[str, float]]:
     """The Newton–Schulz-vs-SVD check as a table: a row per κ, a column per error statistic."""
     columns = [k for k, v in theory.items() if isinstance(v, list) and k != "kappa"]
@@ -119,19 +153,24 @@ def theory_table(theory: dict) -> dict[str, dict[str, float]]:
             for i, kappa in enumerate(theory["kappa"])}
 
 
-def method_metrics(rows: dict[str, dict], runs: list[dict], theory: dict, profile: str) -> MethodMetrics:
+def method_metrics(rows: dict[str, dict], runs: list[dict], theory: dict, profile: str,
+                   text_lm: dict[str, Any] | None = None) -> MethodMetrics:
     """metrics/sumo.json from `summarize`'s rows: a row per optimizer at its best lr (each on that
     optimizer's MLflow run, under which its lr runs nest), against GaLore-AdamW, the paper's main
     comparison (AdamW when GaLore is not run); primary metric the mean training loss over the run
     (lower loss per step). Headline: SUMO against GaLore and its NS ablation, the theory check's end
-    points. Tables: the theory check per κ. Details: every lr's seed statistics."""
+    points. Tables: the theory check per κ. Details: every lr's seed statistics. `text_lm`
+    (text_lm_summary's): its rows as the table text_lm, its headline beside the digits one."""
     by_lr = lr_table(runs)
+    tables = {"newton_schulz_vs_svd": theory_table(theory)}
+    details = {"by_lr": {name: {f"{lr:g}": entry for lr, entry in by_lr.get(name, {}).items()} for name in rows}}
+    if text_lm is not None:
+        tables["text_lm"] = text_lm["rows"]
+        details["text_lm_by_lr"] = text_lm["by_lr"]
     return MethodMetrics(
-        method="sumo", profile=profile, headline=headline(rows, theory),
+        method="sumo", profile=profile, headline=headline(rows, theory) | (text_lm["headline"] if text_lm else {}),
         baseline="galore_adamw" if "galore_adamw" in rows else "adamw",
         # an optimizer that diverged at every lr has no loss: null in its row
         primary_metric=PRIMARY_METRIC, higher_is_better=False,
         rows={name: {PRIMARY_METRIC: None} | row for name, row in rows.items()},
-        tables={"newton_schulz_vs_svd": theory_table(theory)},
-        details={"by_lr": {name: {f"{lr:g}": entry for lr, entry in by_lr.get(name, {}).items()} for name in rows},
-                 "theory_moments": {"rank": theory["rank"], "cols": theory["cols"]}})
+        tables=tables, details=details | {"theory_moments": {"rank": theory["rank"], "cols": theory["cols"]}})

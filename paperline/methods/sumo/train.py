@@ -48,6 +48,14 @@ def lr_factor(cfg: SumoConfig, step: int) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def loop_schedule(cfg: SumoConfig, steps: int, lr: float) -> dict[str, float | int]:
+    """The same schedule as the shared LM loop's settings (`paperline.train.lm.LMTrainSettings`
+    min_lr and warmup_steps): what the C4 and the text-LM tasks hand it."""
+    cosine = cfg.lr_schedule == "cosine"
+    return {"min_lr": cfg.min_lr_ratio * lr if cosine else lr,
+            "warmup_steps": int(cfg.warmup_fraction * steps) if cosine else 0}
+
+
 def batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
     """The minibatch of `step`: a slice of the permutation of its epoch (stateless, so a resumed run
     sees the same batches)."""

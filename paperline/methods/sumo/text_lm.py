@@ -1,0 +1,139 @@
+"""The second training task of the SUMO comparison: the shared causal LM pretrained from scratch on
+the committed Shakespeare tokens (`paperline.data.text_corpus`), one optimizer at one lr, through
+the shared LM loop (`paperline.train.lm`, the optimizer by `optimizer_factory`).
+
+From scratch rather than from `data/lm_base`: the paper's claim is about pretraining (moments of a
+randomly initialised LLM), and the lm-base shape (128 wide, 4 layers) costs ~4× this one's step, so
+12 runs of it would not fit the smoke's ~2 min on 2 cores.
+
+What the digits task does not have: the condition number κ = σ_max/σ_min of each r×l moment SUMO
+orthogonalises (the paper's argument: LLM moments are ill-conditioned, so Newton–Schulz is
+inaccurate on them, theory.py), sampled after the optimizer step every `condition_every` steps,
+per matrix, with their median and max over the matrices. As on C4 (lm.py): no gradient clipping,
+warm-up then cosine to min_lr_ratio, the low-rank methods on the attention and MLP projections and
+AdamW on the (tied) embedding; the logged training loss is the logged step's minibatch loss.
+
+A finished run writes its result beside its checkpoint and is read back, not retrained. A killed
+run resumes its training from the shared loop's checkpoint; the κ samples taken before the kill are
+not in that checkpoint and are missing from the resumed run's curve (the loop checkpoints only its
+own history).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from paperline.data.text_corpus import load_corpus
+from paperline.io import atomic_path
+from paperline.methods.sumo.config import SumoConfig, TextLMConfig
+from paperline.methods.sumo.optimizers import build_optimizer, state_formula
+from paperline.methods.sumo.train import loop_schedule, run_seed
+from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+from paperline.optim.hybrid import state_bytes, state_numel
+from paperline.train import lm as lm_loop
+
+
+def condition_number(matrix: torch.Tensor) -> float:
+    """σ_max/σ_min of `matrix` over its min(rows, cols) singular values (fp64); inf when singular."""
+    sigma = torch.linalg.svdvals(matrix.detach().double())
+    return float(sigma[0] / sigma[-1]) if sigma[-1] > 0 else math.inf
+
+
+def moment_condition_numbers(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[float]:
+    """κ of the low-rank moment of each of `params` that has one (SUMO's state["moment"]), in order."""
+    return [condition_number(optimizer.state[p]["moment"]) for p in params
+            if "moment" in optimizer.state.get(p, {})]
+
+
+def with_text_lm(cfg: SumoConfig) -> SumoConfig:
+    """The method's config with the LM task's own rank, period, AdamW-part lr and steps, so the
+    optimizers are built by the same `build_optimizer` as on digits."""
+    t = cfg.text_lm
+    return cfg.model_copy(update={"rank": t.rank, "update_period": t.update_period,
+                                  "adamw_part_lr": t.adamw_part_lr, "steps": t.steps})
+
+
+def model_config(t: TextLMConfig, vocab_size: int) -> CausalLMConfig:
+    return CausalLMConfig(vocab_size=vocab_size, hidden_size=t.hidden_size, num_layers=t.num_layers,
+                          num_heads=t.num_heads, head_dim=t.hidden_size // t.num_heads,
+                          max_position_embeddings=t.block_size)
+
+
+def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSettings:
+    t = cfg.text_lm
+    return lm_loop.LMTrainSettings(
+        steps=t.steps, batch_size=t.batch_size, block_size=t.block_size, lr=lr,
+        **loop_schedule(cfg, t.steps, lr), weight_decay=cfg.weight_decay,
+        grad_clip=None, eval_every=t.eval_every, eval_windows=t.eval_windows, log_every=t.log_every,
+        checkpoint_every=t.steps, seed=seed)
+
+
+def fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) -> dict:
+    shared = {"seed", "alpha", "sumo_momentum", "muon_momentum", "limiter", "weight_decay", "lr_schedule",
+              "warmup_fraction", "min_lr_ratio"}
+    t = cfg.text_lm.model_dump(exclude={"optimizers", "lr_grid", "seeds"})
+    return {**cfg.model_dump(include=shared), "text_lm": t, "optimizer": optimizer, "lr": lr, "seed_index": seed_index}
+
+
+def _read_back(path: Path | None, expected: dict) -> dict | None:
+    if path is None or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return record["result"] if record.get("fingerprint") == json.loads(json.dumps(expected)) else None
+
+
+def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
+                  checkpoint_path: Path | None = None, progress: bool = False) -> dict:
+    """History, κ samples and final metrics of one run (the keys of train.train_one's result where
+    they mean the same; final_test_loss is the held-out loss on the corpus's validation tokens)."""
+    t = cfg.text_lm
+    expected = fingerprint(cfg, optimizer_name, lr, seed_index)
+    result_path = Path(checkpoint_path).with_suffix(".json") if checkpoint_path is not None else None
+    if (done := _read_back(result_path, expected)) is not None:
+        return done
+    corpus = load_corpus(t.corpus, t.block_size)
+    seed = run_seed(cfg, seed_index)
+    model = CausalLM.seeded(model_config(t, corpus.vocab_size), torch.Generator().manual_seed(seed)).to(device)
+    view = with_text_lm(cfg)
+    optimizer = build_optimizer(optimizer_name, model, lr, view, seed=seed)
+    matrices = model.matrix_parameters()
+    kappa: dict[str, list] = {"step": [], "median": [], "max": [], "per_matrix": []}
+
+    def on_log(step: int, metrics: dict) -> None:
+        if "train_loss" in metrics and step % t.condition_every == 0:
+            values = moment_condition_numbers(optimizer, matrices)
+            if values:
+                kappa["step"].append(step)
+                kappa["median"].append(float(np.median(values)))
+                kappa["max"].append(max(values))
+                kappa["per_matrix"].append(values)
+
+    out = lm_loop.train_lm(model, corpus.train, corpus.val, train_settings(cfg, lr, seed), device,
+                           checkpoint_path=checkpoint_path, fingerprint=expected, progress=progress,
+                           on_log=on_log, description=f"text LM {optimizer_name} lr={lr:g}",
+                           optimizer_factory=lambda _: optimizer, stop_on_divergence=True)
+    steps, diverged, losses = out["steps"], out["diverged"], out["history"]["train_loss"]
+    limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
+    sumo_matrices = len(matrices) if optimizer_name.startswith("sumo") else 0
+    tail = losses[-max(1, len(losses) // 10):]
+    result = {
+        "optimizer": optimizer_name, "lr": lr, "seed_index": seed_index, "steps": steps, "diverged": diverged,
+        "history": out["history"], "eval_history": out["eval_history"], "condition": kappa,
+        "final_train_loss": None if diverged else float(np.mean(tail)),
+        # the mean logged minibatch loss over the run: the area under the loss curve (best-lr criterion)
+        "mean_train_loss": None if diverged else float(np.mean(losses)),
+        "final_test_loss": out["val_loss"], "val_perplexity": out["val_perplexity"], "final_test_accuracy": None,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "state_floats": state_numel(optimizer), "state_bytes": state_bytes(optimizer),
+        "state_floats_formula": state_formula(optimizer_name, model, view.rank),
+        "step_ms": 1000 * out["train_time_s"] / max(steps, 1),
+        "limiter_fraction": limiter_hits / (steps * sumo_matrices) if sumo_matrices and steps else None,
+    }
+    if result_path is not None:
+        with atomic_path(result_path) as tmp:
+            Path(tmp).write_text(json.dumps({"fingerprint": expected, "result": result}))
+    return result
