@@ -123,6 +123,7 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
     source = "finetune_noise_iv" if variant.endswith("noise_iv") else "finetune"
     with gpu_devices(distributed.devices) as devices, ctx.child(
             variant, params={"train": cfg.finetune.model_dump(), "with_question": with_question, "data": source,
+                             "first_pass": cfg.problems.first_pass,
                              "device": ",".join(map(str, devices)), "distributed": distributed.model_dump()}) as run:
         device = devices[0]
         base_dir = cfg.base_model_path or str(_hf_dir("base"))
@@ -133,7 +134,8 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
         model = trainable(model).train()
         examples = pipeline.read_examples(data.path(source))
         result = _train(model, tok, examples, with_question, cfg.finetune, cfg, variant, data, devices, run,
-                        {"variant": variant, "base": base_dir, "lora": lora and lora.model_dump()}, distributed)
+                        {"variant": variant, "base": base_dir, "lora": lora and lora.model_dump(),
+                         "first_pass": cfg.problems.first_pass}, distributed)
         model = merged(unwrap(model))
         model.save_pretrained(_hf_dir(variant))
         tok.save(_hf_dir(variant))
