@@ -91,6 +91,22 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext,
     return {"samples": samples, "train": train}  # the row, published on this run, has the fit's figures
 
 
+@task(name="qfft-first-pass", tags=[GPU_TAG], cache_policy=NO_CACHE)
+def first_pass_sets(cfg: QFFTConfig, data: QFFTData, distributed: DistributedConfig = DistributedConfig()) -> Path:
+    """`problems.first_pass: base`: the fine-tuning sets written from the trained base's own greedy
+    answers to the fine-tuning questions (kept where right, else followed by "Wait, recheck:")."""
+    import torch
+
+    from paperline.methods.qfft.hf import load_causal_lm
+
+    torch.set_num_threads(cfg.threads)
+    tok = pipeline.tokenizer(cfg)
+    with gpu_devices(distributed.devices) as devices:
+        model = load_causal_lm(_hf_dir("base")).to(devices[0])
+        first_passes = pipeline.base_first_passes(model, tok, cfg, devices[0])
+    return pipeline.write_example_sets(cfg, data, first_passes)
+
+
 @task(name="qfft-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.RunContext,
                      distributed: DistributedConfig = DistributedConfig()) -> dict:
@@ -99,7 +115,7 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
     pairs. Same settings, same seed for all four."""
     import torch
 
-    from paperline.methods.qfft.hf import load_causal_lm, trainable, unwrap
+    from paperline.methods.qfft.hf import add_lora, load_causal_lm, merged, trainable, unwrap
 
     torch.set_num_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
@@ -107,16 +123,23 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
     source = "finetune_noise_iv" if variant.endswith("noise_iv") else "finetune"
     with gpu_devices(distributed.devices) as devices, ctx.child(
             variant, params={"train": cfg.finetune.model_dump(), "with_question": with_question, "data": source,
+                             "first_pass": cfg.problems.first_pass,
                              "device": ",".join(map(str, devices)), "distributed": distributed.model_dump()}) as run:
         device = devices[0]
         base_dir = cfg.base_model_path or str(_hf_dir("base"))
-        model = trainable(load_causal_lm(base_dir)).train()
+        model = load_causal_lm(base_dir)
+        lora = cfg.finetune.lora
+        if lora is not None:  # the base frozen, only the adapters train (the same seed's A for all four)
+            model = add_lora(model, lora, cfg.seed)
+        model = trainable(model).train()
         examples = pipeline.read_examples(data.path(source))
         result = _train(model, tok, examples, with_question, cfg.finetune, cfg, variant, data, devices, run,
-                        {"variant": variant, "base": base_dir}, distributed)
-        unwrap(model).save_pretrained(_hf_dir(variant))
+                        {"variant": variant, "base": base_dir, "lora": lora and lora.model_dump(),
+                         "first_pass": cfg.problems.first_pass}, distributed)
+        model = merged(unwrap(model))
+        model.save_pretrained(_hf_dir(variant))
         tok.save(_hf_dir(variant))
-        samples = _evaluate(unwrap(model), tok, cfg, data, variant, device)
+        samples = _evaluate(model, tok, cfg, data, variant, device)
     return {"samples": samples, "train": {"val_loss": result["val_loss"], "train_time_s": result["train_time_s"]}}
 
 

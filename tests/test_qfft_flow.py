@@ -52,7 +52,13 @@ def test_tiny_dag_outputs(dag):
     import paperline.nn.causal_lm  # noqa: F401  (registers the model type with the Auto classes)
 
     model = AutoModelForCausalLM.from_pretrained(dag / "models" / "qfft" / "qfft" / "hf")
-    assert model.config.model_type == "paperline_causal_lm"
+    assert model.config.model_type == "paperline_causal_lm"  # the tiny profile's LoRA merged: a plain model
+    # the tiny profile's first_pass: base — the fine-tuning responses start from the base's answers
+    from paperline.methods.qfft.metrics import extract_answer
+
+    finetune = [json.loads(line) for line in (dag / "models" / "qfft" / "data" / "finetune.jsonl").read_text().splitlines()]
+    assert finetune and all(extract_answer(e["response"]) == e["answer"] for e in finetune)
+    assert all(e["response"].count("Wait, recheck:") <= 1 for e in finetune)
     assert json.loads((dag / "models" / "qfft" / "run.json").read_text())["complete"]
 
 
@@ -66,7 +72,7 @@ def test_a_malformed_finetune_jsonl_fails_before_training_naming_the_file_and_li
     bad.write_text(json.dumps({"question": "q", "solution": "s", "answer": "1"}) + "\n" + '{"question": "q"}\n')
     # relative paths: relative to the project root
     _, cfg = resolve("qfft", "tiny", ["real_data.finetune_jsonl=limo.jsonl", "real_data.eval_jsonl=eval.jsonl",
-                                      "base_model_path=no-model"])
+                                      "base_model_path=no-model", "problems.first_pass=teacher"])
     with pytest.raises(QFFTDataError, match=r"limo.jsonl: line 2: missing field 'solution'"):
         data(cfg)
     assert not (project / "models" / "qfft" / "base").exists()
@@ -78,3 +84,6 @@ def test_an_unknown_parameter_is_named(project):
 
     with pytest.raises(ParamsError, match="finetune.stepz"):
         resolve("qfft", "tiny", ["finetune.stepz=3"])
+    with pytest.raises(ParamsError, match="problems.first_pass: 'base' builds generated chain-sum responses"):
+        resolve("qfft", "tiny", ["real_data.finetune_jsonl=a.jsonl", "real_data.eval_jsonl=b.jsonl",
+                                 "base_model_path=no-model"])

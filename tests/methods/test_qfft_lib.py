@@ -226,3 +226,62 @@ def test_the_example_sampler_crosses_into_spawned_processes():
     copy = pickle.loads(pickle.dumps(sampler))
     for a, b in zip(sampler(torch.Generator().manual_seed(3)), copy(torch.Generator().manual_seed(3))):
         assert torch.equal(a, b)
+
+
+def test_lora_finetune_leaves_the_base_weights_untouched_and_trains_only_the_adapters():
+    from paperline.methods.qfft.config import LoraConfig
+    from paperline.methods.qfft.hf import add_lora, merged, trainable
+    from paperline.train.lm import LMTrainSettings, train_lm
+
+    tok = D.CharTokenizer()
+    encoded = D.encode_examples(tok, D.teacher_examples(D.chain_sum_problems(16, 0, 2, 2, 1), 0, 0.5), False, 60)
+    torch.manual_seed(0)
+    base = _tiny_lm(tok.vocab_size)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    model = trainable(add_lora(base, LoraConfig(rank=2, alpha=4, target_modules=["q_proj", "v_proj"]), seed=0))
+    assert model is not base and type(model).__name__ == "PeftModel"  # our CausalLM under peft, not re-wrapped
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n and (".q_proj." in n or ".v_proj." in n) for n in names)
+    adapters = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    s = LMTrainSettings(steps=3, batch_size=4, block_size=60, lr=1e-2, min_lr=1e-3, warmup_steps=1, eval_every=3,
+                        log_every=1, checkpoint_every=3)
+    train_lm(model, None, None, s, "cpu", sample_batch=D.ExampleSampler(encoded, 4, tok.pad_id),
+             val_batches=D.pad_batch(encoded[:4], tok.pad_id))
+    # every base weight as it was (the wrapped layers' own weights included); the adapters moved
+    frozen = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
+              for n, p in model.state_dict().items() if "lora_" not in n}
+    assert sorted(frozen) == sorted(before)
+    assert all(torch.equal(frozen[k], before[k]) for k in before)
+    assert any(not torch.equal(p, adapters[n]) for n, p in model.named_parameters() if p.requires_grad)
+    # merged for saving and decoding: a plain CausalLM whose adapted layers changed, the rest not
+    plain = merged(model)
+    assert type(plain).__name__ == "CausalLM"
+    after = plain.state_dict()
+    assert sorted(after) == sorted(before)
+    changed = {k for k in before if not torch.equal(after[k], before[k])}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed)
+
+
+def test_a_lora_target_that_names_no_linear_layer_is_an_error():
+    from paperline.methods.qfft.config import LoraConfig
+    from paperline.methods.qfft.hf import add_lora
+
+    with pytest.raises(ValueError, match=r"finetune.lora.target_modules: 'c_attn' matches no linear layer.*q_proj"):
+        add_lora(_tiny_lm(D.CharTokenizer().vocab_size), LoraConfig(target_modules=["c_attn"]))
+
+
+def test_first_pass_responses_keep_a_right_base_answer_and_recheck_a_wrong_one():
+    p = D.Problem("3+4-2+6", "11", (3, 4, -2, 6))
+    right = "3+4=7 7-2=5 5+6=11 A:11"
+    assert D.first_pass_response(p, right) == right  # short CoT, no reflection
+    wrong = "3+4=7 7-2=4 4+6=10 A:10"  # the base's own slip
+    assert D.first_pass_response(p, wrong) == ("3+4=7 7-2=4 4+6=10 Wait, recheck: 3+4=7 7-2=5 5+6=11 "
+                                               "so the answer changes. A:11")
+    assert D.first_pass_response(p, "3+4=7 7-2=5") == ("3+4=7 7-2=5 Wait, recheck: 3+4=7 7-2=5 5+6=11 "
+                                                       "so the answer changes. A:11")  # no answer stated: wrong
+    assert D.first_pass_response(p, "") == "Wait, recheck: 3+4=7 7-2=5 5+6=11 so the answer changes. A:11"
+    examples = D.base_first_pass_examples([p, p], [right, wrong])
+    assert [e.answer for e in examples] == ["11", "11"] and "Wait" not in examples[0].response
+    assert M.extract_answer(examples[1].response) == "11"
+    with pytest.raises(ValueError, match="1 first passes for 2 problems"):
+        D.base_first_pass_examples([p, p], [right])

@@ -24,6 +24,10 @@ class ProblemsConfig(StrictModel):
     max_terms: int = Field(4, ge=2)
     max_digits: PositiveInt = 2
     slip_rate: float = Field(0.5, ge=0, le=1)  # share of teacher first passes with an injected slip
+    # the fine-tuning responses' first pass: "teacher" a template pass (a slip at slip_rate), or
+    # "base" the base model's own greedy short-CoT answer to the question, followed by
+    # "Wait, recheck:" only where it is wrong (written after the base is trained)
+    first_pass: Literal["teacher", "base"] = "teacher"
     seed: int = 0
 
     @model_validator(mode="after")
@@ -43,7 +47,18 @@ class RealDataConfig(StrictModel):
     eval_format: Literal["limo", "s1k", "alpaca"] = "limo"
 
 
+class LoraConfig(StrictModel):
+    """Parameter-efficient fine-tuning through peft: LoRA of rank `rank` (scale alpha/rank) on the
+    linear layers named `target_modules` (a module name or its last dotted part), the base frozen."""
+
+    rank: PositiveInt = 4
+    alpha: float = Field(8.0, gt=0)
+    target_modules: list[str] = Field(default=["q_proj", "v_proj"], min_length=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+
 class FinetuneConfig(LMTrainConfig):
+    lora: LoraConfig | None = None  # None: full fine-tuning (the paper's)
     epochs: float | None = Field(None, gt=0)  # set: steps = ceil(epochs · examples / batch_size) (paper: 6)
     warmup_ratio: float | None = Field(None, ge=0, lt=1)  # set: warmup_steps = ratio · steps (paper: 0.1)
 
@@ -72,4 +87,6 @@ class QFFTConfig(MethodConfig):
     def _sources(self):
         if self.real_data is not None and self.base_model_path is None:
             raise ValueError("real_data: needs base_model_path (an HF model whose tokenizer reads the text)")
+        if self.real_data is not None and self.problems.first_pass == "base":
+            raise ValueError("problems.first_pass: 'base' builds generated chain-sum responses; real_data brings its own")
         return self

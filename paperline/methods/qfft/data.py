@@ -148,6 +148,26 @@ def long_response(p: Problem, rng: random.Random, slip_rate: float) -> str:
     return f"{first} Wait, recheck: {check} {verdict} A:{total}"
 
 
+def first_pass_response(p: Problem, first_pass: str) -> str:
+    """A long-CoT response whose first pass is the base model's own short-CoT answer `first_pass`
+    (e.g. "3+4=7 7-2=5 A:5"): kept as it is where its final answer is right, else its steps (any
+    "A:" part cut), then "Wait, recheck:", a correct step-by-step pass and the right answer. [I] the
+    issue's reading of how R1-distilled data relate to a short-CoT base: the reflection appears
+    where the base's own pass would go wrong."""
+    first = first_pass.strip()
+    steps, _, stated = first.partition(" A:")
+    if stated.strip() == p.answer and steps:
+        return first
+    check, total = _steps(p.terms)
+    return " ".join(filter(None, [steps.strip() or first, f"Wait, recheck: {check} so the answer changes. A:{total}"]))
+
+
+def base_first_pass_examples(problems: Sequence[Problem], first_passes: Sequence[str]) -> list[Example]:
+    if len(problems) != len(first_passes):
+        raise ValueError(f"{len(first_passes)} first passes for {len(problems)} problems")
+    return [Example(p.question, first_pass_response(p, f), p.answer) for p, f in zip(problems, first_passes)]
+
+
 def teacher_examples(problems: Sequence[Problem], seed: int, slip_rate: float) -> list[Example]:
     rng = random.Random(seed)
     return [Example(p.question, long_response(p, rng, slip_rate), p.answer) for p in problems]

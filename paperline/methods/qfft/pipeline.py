@@ -38,12 +38,24 @@ def read_examples(path: Path):
         return [Example(**json.loads(line)) for line in f]
 
 
-def example_sets(cfg: QFFTConfig) -> dict[str, list]:
+def finetune_problems(cfg: QFFTConfig) -> list:
+    """The generated fine-tuning problems (the S1K stand-in), none of them an evaluation question."""
+    from paperline.methods.qfft import data as qdata
+
+    p = cfg.problems
+    asked = {q.question for q in qdata.chain_sum_problems(p.eval, p.seed + 2, p.min_terms, p.max_terms, p.max_digits)}
+    return [q for q in qdata.chain_sum_problems(p.finetune, p.seed + 1, p.min_terms, p.max_terms, p.max_digits)
+            if q.question not in asked]
+
+
+def example_sets(cfg: QFFTConfig, first_passes: list[str] | None = None) -> dict[str, list]:
     """The example sets by name (base_train, finetune, finetune_noise_iv, eval). Generated:
     reasoning-gym chain sums for the base (terse solutions), the fine-tuning set (the long-CoT
     teacher's responses) and the evaluation set, no evaluation question in either training set.
-    Real: the fine-tuning and evaluation JSONL, every line validated (a malformed line fails naming
-    the file, line and field)."""
+    With `problems.first_pass: base` the fine-tuning sets need the base's own answers
+    (`first_passes`, one per fine-tuning problem): without them they are left out (written after
+    the base is trained). Real: the fine-tuning and evaluation JSONL, every line validated (a
+    malformed line fails naming the file, line and field)."""
     from paperline.methods.qfft import data as qdata
 
     p = cfg.problems
@@ -54,9 +66,13 @@ def example_sets(cfg: QFFTConfig) -> dict[str, list]:
         evaluation = problems(p.eval, 2)
         asked = {q.question for q in evaluation}
         base = qdata.base_examples([q for q in problems(p.base_train, 0) if q.question not in asked])
-        finetune = qdata.teacher_examples([q for q in problems(p.finetune, 1) if q.question not in asked],
-                                          p.seed, p.slip_rate)
         eval_set = [qdata.Example(q.question, qdata.short_response(q), q.answer) for q in evaluation]
+        if p.first_pass == "teacher":
+            finetune = qdata.teacher_examples(finetune_problems(cfg), p.seed, p.slip_rate)
+        elif first_passes is not None:
+            finetune = qdata.base_first_pass_examples(finetune_problems(cfg), first_passes)
+        else:
+            return {"base_train": base, "eval": eval_set}
     else:
         r = cfg.real_data
         finetune = list(qdata.iter_reasoning_jsonl(r.finetune_jsonl, r.finetune_format))
@@ -76,11 +92,11 @@ def check_example_sets(cfg: QFFTConfig, folder: str | Path) -> QFFTData:
     return QFFTData(str(folder), sources)
 
 
-def write_example_sets(cfg: QFFTConfig, data: QFFTData) -> Path:
+def write_example_sets(cfg: QFFTConfig, data: QFFTData, first_passes: list[str] | None = None) -> Path:
     """The example sets as JSONL in `data.folder`, one file per set."""
     folder = Path(data.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, examples in example_sets(cfg).items():
+    for name, examples in example_sets(cfg, first_passes).items():
         with atomic_path(data.path(name)) as tmp, open(tmp, "w") as f:
             for e in examples:
                 f.write(json.dumps(dataclasses.asdict(e)) + "\n")
@@ -134,6 +150,18 @@ def train_on_examples(model, tok, examples, with_question: bool, settings, devic
                            progress=sys.stderr.isatty(), description=description,
                            sample_batch=ExampleSampler(encoded, settings.batch_size, tok.pad_id), val_batches=val,
                            on_log=on_log)
+
+
+def base_first_passes(model, tok, cfg: QFFTConfig, device) -> list[str]:
+    """The base's own greedy short-CoT answers to the fine-tuning questions (`problems.first_pass:
+    base`), prompted as at evaluation."""
+    from paperline.methods.qfft.data import prompt_ids
+    from paperline.methods.qfft.generate import generate_responses
+
+    prompts = [prompt_ids(tok, q.question) for q in finetune_problems(cfg)]
+    ids = generate_responses(model, prompts, cfg.decode.max_new_tokens, tok.eos_id, 0.0, cfg.decode.batch_size,
+                             cfg.seed, device, progress=sys.stderr.isatty())
+    return [tok.decode(x) for x in ids]
 
 
 def evaluate_model(model, tok, cfg: QFFTConfig, data: QFFTData, device, responses_path: Path) -> list[dict]:
