@@ -24,9 +24,10 @@ def test_tiny_dag_outputs(dag):
     for name, row in metrics.rows.items():
         assert math.isfinite(row["test_loss"]) and 0 <= row["test_accuracy"] <= 1, name
         assert row["client_gflops"] > 0 and row["trained_params"] > 0 and row["mb_per_round"] > 0, name
-    # the killed client: FedAvg's round went on without it, and it answered no later capacity query
-    assert (rows := metrics.rows)["fedavg"]["dropped_clients"] == 1 and rows["fedavg"]["clients"] == 2
-    assert all(rows[m]["dropped_clients"] == 0 and rows[m]["clients"] == 1 for m in METHODS[1:])
+    # the killed client: the last method's round went on without it; no other run lost a client
+    assert (rows := metrics.rows)["leff_round_robin"]["dropped_clients"] == 1
+    assert all(rows[m]["dropped_clients"] == 0 for m in METHODS[:-1])
+    assert all(rows[m]["clients"] == 2 for m in METHODS)
     assert rows["fedlora"]["trained_params"] < rows["fedavg"]["trained_params"]
     assert rows["fedbitfit"]["trained_params"] < rows["fedlora"]["trained_params"]
     assert rows["leff_importance"]["trained_params"] < rows["fedavg"]["trained_params"]
@@ -44,8 +45,8 @@ def test_tiny_dag_outputs(dag):
         row = rows[child.data.tags["variant"]]
         assert child.data.metrics["test_loss"] == pytest.approx(row["test_loss"])
     assert sorted(p.name for p in (dag / "plots" / "leff").glob("*.png")) == ["client_compute.png", "test_loss.png"]
-    saved = json.loads((dag / "models" / "leff" / "fedavg" / "run.json").read_text())
-    assert saved["method"] == "fedavg" and len(saved["rounds"]) == 1
+    saved = json.loads((dag / "models" / "leff" / "leff_round_robin" / "run.json").read_text())
+    assert saved["method"] == "leff_round_robin" and len(saved["rounds"]) == 1
     assert saved["rounds"][0]["dropped"][0]["partition"] == 1 and saved["rounds"][0]["dropped"][0]["reason"]
 
 
@@ -60,6 +61,8 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         run_federated(LEFFConfig(capacities=[1, 3]), base)
     with pytest.raises(ValueError, match="fail_client 4: there are only 2 clients"):
         LEFFConfig(clients=2, fail_client=4)
+    with pytest.raises(ValueError, match="fail_method 'fedsgd' is not one of methods"):
+        LEFFConfig(clients=2, fail_client=1, fail_method="fedsgd")
     with pytest.raises(Exception, match="no_such_model"):
         data_version(LEFFConfig(model=str(tmp_path / "no_such_model"), corpus=str(tmp_path)))
     assert torch.is_tensor(base.embed_tokens.weight)

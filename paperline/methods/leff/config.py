@@ -46,11 +46,15 @@ class LEFFConfig(MethodConfig):
     # Flower simulation
     client_cpus: PositiveInt = 1  # Ray resources per ClientApp: clients run this many-way parallel per core count
     round_timeout_s: float = Field(600.0, gt=0)
-    # fault check: this client fails in this round of every method's run (None: no fault), by
-    # raising in its ClientApp or by killing the process the ClientApp runs in
+    # fault check: this client fails in this round of every method's run (None: no fault), or of
+    # `fail_method`'s run only, by raising in its ClientApp or by killing the process the ClientApp
+    # runs in. A kill takes a Ray actor of Flower's pool with it, and a later run's client can be
+    # sent to that dead actor (measured: ActorDiedError for the surviving client, a run without
+    # any client): kill in the last method's run, where nothing runs after it.
     fail_client: Annotated[int, Field(ge=0)] | None = None
     fail_round: PositiveInt = 2
     fail_mode: Literal["raise", "kill"] = "raise"
+    fail_method: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "LEFFConfig":
@@ -58,6 +62,8 @@ class LEFFConfig(MethodConfig):
             raise ValueError(f"fail_client {self.fail_client}: there are only {self.clients} clients")
         if self.fail_client is not None and self.fail_round > self.rounds:
             raise ValueError(f"fail_round {self.fail_round} is after the last round {self.rounds}")
+        if self.fail_method is not None and self.fail_method not in self.methods:
+            raise ValueError(f"fail_method {self.fail_method!r} is not one of methods {self.methods}")
         return self
 
 

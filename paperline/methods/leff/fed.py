@@ -127,7 +127,7 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     cfg = LEFFConfig.model_validate_json(conf["cfg"])
     method, server_round, partition = str(conf["method"]), int(conf["server-round"]), _partition(context)
-    if cfg.fail_client == partition and server_round == cfg.fail_round:
+    if cfg.fail_client == partition and server_round == cfg.fail_round and cfg.fail_method in (None, method):
         if cfg.fail_mode == "kill":  # the ClientApp's process dies mid-round, as a crashed client would
             os._exit(1)
         raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
