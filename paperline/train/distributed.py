@@ -118,21 +118,30 @@ def __getattr__(name: str):
     return SpawnedFSDP
 
 
-def spread(cfg: DistributedConfig, fn, *args, where: str = "runtime.distributed",
-           device_indices: list[int] | None = None):
-    """`fn(fabric, *args)` on every process `cfg` asks for, spawned here; returns rank 0's result.
-    One CPU process: `fn(None, *args)` in this process (the plain loop, no Fabric), so the default
-    configuration computes exactly what it did before Fabric; one CUDA device: a one-process
-    Fabric (for its bf16 precision). Several nodes are started by torchrun/srun, not from a flow."""
+def runs_in_process(cfg: DistributedConfig) -> bool:
+    """One CPU process: the plain loop in the calling process, no Fabric, so the default
+    configuration computes exactly what it did before Fabric (one CUDA device still gets a
+    one-process Fabric, for its bf16 precision)."""
     import torch
 
+    on_cuda = cfg.accelerator == "cuda" or (cfg.accelerator == "auto" and torch.cuda.is_available())
+    return world_size(cfg) == 1 and not on_cuda
+
+
+def _refuse_several_nodes(cfg: DistributedConfig, where: str) -> None:
     if cfg.num_nodes > 1:
         raise DistributedError(f"{where}.num_nodes: {cfg.num_nodes} nodes cannot be spawned from one process; "
                                "start the training under torchrun or srun on each node (README, scale-out)")
-    if world_size(cfg) == 1:
-        on_cuda = cfg.accelerator == "cuda" or (cfg.accelerator == "auto" and torch.cuda.is_available())
-        if not on_cuda:
-            return fn(None, *args)
+
+
+def spread(cfg: DistributedConfig, fn, *args, where: str = "runtime.distributed",
+           device_indices: list[int] | None = None):
+    """`fn(fabric, *args)` on every process `cfg` asks for, spawned here; returns rank 0's result
+    (`fn(None, *args)` here when `runs_in_process`). Several nodes are started by torchrun/srun,
+    not from a flow."""
+    _refuse_several_nodes(cfg, where)
+    if runs_in_process(cfg):
+        return fn(None, *args)
     return make_fabric(cfg, where, spawn=True, device_indices=device_indices).launch(fn, *args)
 
 
@@ -156,9 +165,7 @@ def trainer_arguments(cfg: DistributedConfig, device_indices: list[int] | None =
         raise DistributedError(f"{where}.strategy: fsdp shards models too large for one device; this training's "
                                "model fits one, use ddp")
     accelerator = check_hardware(cfg, where)
-    if cfg.num_nodes > 1:
-        raise DistributedError(f"{where}.num_nodes: {cfg.num_nodes} nodes cannot be spawned from one process; "
-                               "start the training under torchrun or srun on each node (README, scale-out)")
+    _refuse_several_nodes(cfg, where)
     devices = cfg.devices
     if device_indices is not None and accelerator == "cuda":
         devices = list(device_indices)

@@ -213,11 +213,10 @@ def train_lm_spread(distributed, model, train_tokens, val_tokens, s: LMTrainSett
     process: `train_lm` itself, as before."""
     import tempfile
 
-    from paperline.train.distributed import spread, world_size
+    from paperline.train.distributed import runs_in_process, spread
 
-    if world_size(distributed) == 1 and str(device) == "cpu":
-        return spread(distributed, _train_in_process, model, train_tokens, val_tokens, s, device,
-                      dict(kwargs, on_log=on_log))
+    if runs_in_process(distributed):
+        return train_lm(model, train_tokens, val_tokens, s, device, on_log=on_log, **kwargs)
     with tempfile.TemporaryDirectory(prefix="train-lm-") as tmp:
         weights = Path(tmp) / "trained.pt"
         # settings as a dict: Lightning's launcher rebuilds dataclass arguments field by field,

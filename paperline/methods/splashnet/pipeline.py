@@ -126,13 +126,15 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
             stale.unlink()
     marker.write_text(fp)
     histories = ckpt_dir / "histories.pt"
-    callbacks = [ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
-                                 every_n_train_steps=cfg.checkpoint_every), _SaveHistories(histories)]
-    val_loader = None
+    last_checkpoint = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
+                                      every_n_train_steps=cfg.checkpoint_every)
+    callbacks = [last_checkpoint] + ([_SaveHistories(histories)] if spawned else [])
+    val_loader, best_checkpoint = None, None
     if val:
         val_loader = DataLoader(_WholeSessions(val), batch_size=1, collate_fn=collate)
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_cer", mode="min",
-                                         save_top_k=1, save_last=False))
+        best_checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_cer", mode="min",
+                                          save_top_k=1, save_last=False)
+        callbacks.append(best_checkpoint)
     if distributed is None:  # this process's device, as the task holds it
         hardware = {"accelerator": "gpu" if device.type == "cuda" else "cpu",
                     "devices": [device.index or 0] if device.type == "cuda" else 1}
@@ -149,11 +151,10 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
         warnings.filterwarnings("ignore", ".*no `val_dataloader`.*")  # fine-tuning: no validation users
         warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # our fingerprint file lives there
         trainer.fit(module, loader, val_loader, ckpt_path=resume)
-    # under DDP the fit ran in spawned processes: Lightning brought the weights back, the curves
-    # come from rank 0's file (one process: the same values it holds)
-    module.on_load_checkpoint(torch.load(histories, weights_only=False))
+    if spawned:  # the fit ran in spawned processes: Lightning brought the weights back, the curves
+        module.on_load_checkpoint(torch.load(histories, weights_only=False))  # rank 0's file
     if val:
-        best = callbacks[2].best_model_path
+        best = best_checkpoint.best_model_path
         if best:
             module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
 
