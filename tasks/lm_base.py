@@ -32,10 +32,23 @@ def base_dir(cfg: LMBaseConfig) -> Path:
     return project_path(cfg.out)
 
 
-def write_base(cfg: LMBaseConfig) -> dict:
+def write_base(cfg: LMBaseConfig, distributed: Any = None, devices: Sequence[Any] | None = None) -> dict:
+    """Train the base into its folder: on `devices` (torch devices) spread by `distributed`
+    (runtime.distributed), or in this process on the CPU (a method flow building a missing base)."""
     from paperline.train.lm_base import build_lm_base
 
-    return build_lm_base(cfg, project_path(cfg.corpus), base_dir(cfg), progress=sys.stderr.isatty())
+    if not devices:
+        return build_lm_base(cfg, project_path(cfg.corpus), base_dir(cfg), progress=sys.stderr.isatty())
+    return build_lm_base(cfg, project_path(cfg.corpus), base_dir(cfg), progress=sys.stderr.isatty(),
+                         distributed=distributed, device=devices[0], device_indices=[d.index for d in devices])
+
+
+def train_base(cfg: LMBaseConfig, distributed: Any) -> dict:
+    """The stage's training: it holds one `gpu` slot per device `runtime.distributed` names."""
+    from tasks.runners import gpu_devices
+
+    with gpu_devices(distributed.devices) as devices:
+        return write_base(cfg, distributed, devices)
 
 
 def ensure(cfg: LMBaseConfig) -> Path:
@@ -55,4 +68,4 @@ def ensure(cfg: LMBaseConfig) -> Path:
 
 
 # DVC owns data-level caching: no Prefect result cache.
-build = task(write_base, name="lm-base-train", cache_policy=NO_CACHE)
+build = task(train_base, name="lm-base-train", cache_policy=NO_CACHE)

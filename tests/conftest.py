@@ -100,16 +100,20 @@ class _SessionServices:
     def stage_outputs(self, method: str) -> Path:
         """The DAG's clone once `method`'s stage is done (its metrics written, a prep stage has
         none, and its entry in dvc.lock, so DVC has committed its outputs), while later stages may
-        still run."""
+        still run. The clone starts with the checkout's dvc.lock (the committed profile's): an
+        entry is this run's once it differs from that one, or once the DAG is over."""
         from flows import METHODS
 
         self.start_dag()
         metrics, lock = _DAG_CLONE / "metrics" / f"{method}.json", _DAG_CLONE / "dvc.lock"
-        while not ((metrics.exists() or method not in METHODS) and lock.exists()
-                   and f"\n  {method}:\n" in lock.read_text()):
+        committed = _lock_entry(CHECKOUT / "dvc.lock", method)
+        while not ((metrics.exists() or method not in METHODS)
+                   and _lock_entry(lock, method) not in (None, committed)):
             if self._dag.done():
                 self._dag.result()  # raises the DAG's failure
-                raise AssertionError(f"the tiny DAG ended without a {method} stage")
+                if _lock_entry(lock, method) is None:
+                    raise AssertionError(f"the tiny DAG ended without a {method} stage")
+                break
             time.sleep(0.5)
         return _DAG_CLONE
 
@@ -190,6 +194,16 @@ class _SessionServices:
         self._kill_dag()  # a session stopped early (-x, Ctrl-C) does not wait for the DAG
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._stack.close()
+
+
+def _lock_entry(lock: Path, stage: str) -> dict | None:
+    """`stage`'s entry in a dvc.lock (None: no file, no entry, or a file being written)."""
+    import yaml
+
+    try:
+        return (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).get(stage)
+    except (OSError, yaml.YAMLError):
+        return None
 
 
 _SERVICES = _SessionServices()

@@ -53,3 +53,25 @@ def test_load_causal_lm_round_trips_and_refuses_what_is_not_a_causal_lm(tmp_path
     (tmp_path / "lm" / "model.safetensors").unlink()
     with pytest.raises(ModelDirError, match="no loadable weights"):
         load_causal_lm(tmp_path / "lm")
+
+
+@pytest.mark.dag_stage("lm-base")
+def test_the_base_spread_over_two_ddp_processes_is_the_dag_base(dag_stage, tmp_path):
+    """params.yaml runtime.distributed reaches the base's pretraining: two CPU processes (gloo) at
+    the same global batch write the folder the one-process stage wrote, to float-reduction
+    tolerance (the all-reduce sums in another order)."""
+    from paperline.train.distributed import DistributedConfig
+    from paperline.train.lm_base import build_lm_base
+    from tasks.lm_base import resolve
+
+    torch.set_num_threads(1)
+    params = __import__("yaml").safe_load((dag_stage / "params.yaml").read_text())
+    _, cfg = resolve(params, "tiny")
+    record = build_lm_base(cfg, dag_stage / cfg.corpus, tmp_path / "base",
+                           distributed=DistributedConfig(strategy="ddp", accelerator="cpu", devices=2))
+    single, single_record = read_lm_base(dag_stage / "data" / "lm_base")
+    spread, _ = read_lm_base(tmp_path / "base", fingerprint=single_record["fingerprint"])
+    assert record["steps"] == single_record["steps"] and (record["processes"], single_record["processes"]) == (2, 1)
+    assert record["val_loss"] == pytest.approx(single_record["val_loss"], rel=1e-4)
+    for name, weight in single.state_dict().items():
+        torch.testing.assert_close(spread.state_dict()[name], weight, rtol=1e-3, atol=1e-4)

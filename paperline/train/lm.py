@@ -201,7 +201,7 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
     return {"history": history, "eval_history": eval_history, "val_loss": val_loss,
             "val_perplexity": None if val_loss is None else math.exp(val_loss), "train_time_s": run.elapsed(),
             "tokens_seen": record["step"] * s.micro_batches * s.batch_size * s.block_size,
-            "steps": record["step"], "diverged": diverged}
+            "steps": record["step"], "diverged": diverged, "processes": world}
 
 
 def train_lm_spread(distributed, model, train_tokens, val_tokens, s: LMTrainSettings, device, device_indices=None,

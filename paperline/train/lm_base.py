@@ -17,7 +17,7 @@ from paperline.data.lm_base import RECORD_FILE, TRAIN_STATE_FILE, LMBaseConfig
 from paperline.data.text_corpus import load_corpus
 from paperline.io import DataError, json_digest, read_json, write_json
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
-from paperline.train.lm import LMTrainSettings, train_lm
+from paperline.train.lm import LMTrainSettings, train_lm_spread
 
 
 class ModelDirError(DataError):
@@ -62,8 +62,13 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
         raise ModelDirError(f"{path}: no loadable weights ({err})") from None
 
 
-def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, progress: bool = False) -> dict:
-    """Pretrain the base on the corpus and write the stage's folder `out`; returns the record."""
+def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, progress: bool = False,
+                  distributed=None, device: str | torch.device = "cpu", device_indices: list[int] | None = None) -> dict:
+    """Pretrain the base on the corpus and write the stage's folder `out`; returns the record.
+    `distributed` (params.yaml `runtime.distributed`, a DistributedConfig) spreads the training over
+    `device_indices` (the paper profile's larger base on several GPUs); None: one process on `device`."""
+    from paperline.train.distributed import DistributedConfig
+
     torch.set_num_threads(cfg.threads)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,8 +78,10 @@ def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, pr
     model = CausalLM.seeded(config, torch.Generator().manual_seed(cfg.seed))
     settings = LMTrainSettings.from_config(cfg.train, cfg.block_size, cfg.seed)
     fingerprint = lm_base_fingerprint(cfg, corpus.meta.get("fingerprint"))
-    result = train_lm(model, corpus.train, corpus.val, settings, "cpu", checkpoint_path=out / TRAIN_STATE_FILE,
-                      fingerprint=fingerprint, progress=progress, description="lm-base")
+    result = train_lm_spread(distributed or DistributedConfig(), model, corpus.train, corpus.val, settings, device,
+                             device_indices=device_indices, checkpoint_path=out / TRAIN_STATE_FILE,
+                             fingerprint=fingerprint, progress=progress, description="lm-base")
+    model.to("cpu")  # saved from the CPU whatever device trained it
     for stale in ("config.json", "model.safetensors", RECORD_FILE):
         (out / stale).unlink(missing_ok=True)
     model.save_pretrained(out)
@@ -83,7 +90,8 @@ def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, pr
               "parameters": sum(p.numel() for p in model.parameters()),
               "steps": result["steps"], "tokens_seen": result["tokens_seen"],
               "val_loss": result["val_loss"], "val_perplexity": math.exp(result["val_loss"]),
-              "train_seconds": result["train_time_s"], "eval_history": result["eval_history"]}
+              "train_seconds": result["train_time_s"], "processes": result["processes"],
+              "eval_history": result["eval_history"]}
     (out / TRAIN_STATE_FILE).unlink(missing_ok=True)  # done: a rebuild starts afresh
     write_json(out / RECORD_FILE, record)  # last: its presence means the folder is complete
     return record
