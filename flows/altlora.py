@@ -17,8 +17,8 @@ def altlora_flow(profile: str | None = None, overrides: list[str] | None = None)
         cfg = run.cfg
         with optimizer_runs(cfg, run.context) as optimizers:
             linear = [submit_gpu(linear_variant, cfg, name, run.context, optimizers[name]) for name in cfg.optimizers]
-            lm = [submit_gpu(lm_variant, cfg, name, lr, run.context, optimizers[name])
-                  for name in cfg.lm_optimizers for lr in cfg.lm.lr_grid[name]]
+            lm = [submit_gpu(lm_variant, cfg, name, lr, run.context, optimizers[name], run.distributed,
+                             gpus=run.gpus) for name in cfg.lm_optimizers for lr in cfg.lm.lr_grid[name]]
             timing = submit_gpu(step_time, cfg, run.context)
             linear_runs = [r for future in linear for r in future.result()]
             lm_runs = [future.result() for future in lm]

@@ -14,10 +14,11 @@ from paperline.methods.altlora.config import AltLoRAConfig, OptimizerName
 from paperline.methods.altlora.linear import best_run, make_problem, train_linear
 from paperline.methods.altlora.summary import method_metrics, summarize
 from paperline.methods.altlora.timing import step_times
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "altlora"
 
@@ -86,18 +87,21 @@ def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContex
 
 @task(name="altlora-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def lm_variant(cfg: AltLoRAConfig, name: OptimizerName, lr: float, ctx: track.RunContext,
-               optimizer_run: track.Run) -> dict:
-    """One (optimizer, lr) of the LM adaptation: a nested MLflow run, a resumable checkpoint."""
+               optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> dict:
+    """One (optimizer, lr) of the LM adaptation: a nested MLflow run, a resumable checkpoint.
+    `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
     import torch
 
     from paperline.methods.altlora.lm import adapt_lm
 
     torch.set_num_threads(1)
     variant = f"{name}_lm_lr{lr:g}"
-    with gpu_slot() as device, ctx.child(variant, params={"optimizer": name, "lr": lr, "device": str(device)},
-                                         parent=optimizer_run) as run:
-        result = adapt_lm(cfg, name, lr, device, checkpoint_path=models_dir(METHOD) / "lm" / f"{variant}.pt",
-                          progress=sys.stderr.isatty())
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            variant, params={"optimizer": name, "lr": lr, "device": ",".join(map(str, devices))},
+            parent=optimizer_run) as run:
+        result = adapt_lm(cfg, name, lr, devices[0], checkpoint_path=models_dir(METHOD) / "lm" / f"{variant}.pt",
+                          progress=sys.stderr.isatty(), distributed=distributed,
+                          device_indices=[d.index for d in devices])
         for history in (result["history"], result["eval_history"]):
             for key, values in history.items():
                 if key != "step":

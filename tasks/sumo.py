@@ -15,10 +15,11 @@ from paperline.methods.sumo.data import c4_version, load_digits_split
 from paperline.methods.sumo.summary import lr_table, method_metrics, summarize, text_lm_summary
 from paperline.methods.sumo.theory import ns_error_vs_condition_number
 from paperline.methods.sumo.train import digits_step_times, train_one
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "sumo"
 
@@ -78,18 +79,26 @@ def theory(cfg: SumoConfig) -> dict:
     return ns_error_vs_condition_number(cfg)
 
 
+def training_devices(cfg: SumoConfig, distributed: DistributedConfig) -> int:
+    """Devices one training task holds: LLaMA on C4 spreads over runtime.distributed's, the digits
+    MLP (a few thousand weights) trains on one."""
+    return distributed.devices if cfg.task == "llama_c4" else 1
+
+
 @task(name="sumo-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunContext,
-                  optimizer_run: track.Run) -> list[dict]:
+                  optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> list[dict]:
     """Every seed of one (optimizer, lr): an MLflow run nested under the optimizer's, a checkpoint
-    per seed."""
+    per seed. `distributed` (params.yaml runtime.distributed) spreads LLaMA-on-C4 over devices."""
     import torch
 
     torch.set_num_threads(1)  # small matmuls; the flow's other task runs beside this one
     variant = variant_name(optimizer, lr)
     results = []
-    with gpu_slot() as device, ctx.child(variant, params={"optimizer": optimizer, "lr": lr, "device": str(device)},
-                                         parent=optimizer_run) as run:
+    with gpu_devices(training_devices(cfg, distributed)) as devices, ctx.child(
+            variant, params={"optimizer": optimizer, "lr": lr, "device": ",".join(map(str, devices))},
+            parent=optimizer_run) as run:
+        device = devices[0]
         if cfg.task == "digits_mlp":
             digits = load_digits_split(cfg.test_fraction, cfg.split_seed).to(device)
         for s in range(cfg.seeds):
@@ -101,7 +110,8 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
                 from paperline.methods.sumo.lm import pretrain_on_c4
 
                 result = pretrain_on_c4(cfg, optimizer, lr, s, device, checkpoint_path=checkpoint,
-                                  progress=sys.stderr.isatty())
+                                        progress=sys.stderr.isatty(), distributed=distributed,
+                                        device_indices=[d.index for d in devices])
             _log_result(run, result, s)
             results.append(result)
         run.log_artifact(models_dir(METHOD) / variant / "seed0.pt", "checkpoints")
@@ -112,9 +122,10 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
 
 @task(name="sumo-text-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_text_lm_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunContext,
-                          lm_run: track.Run) -> list[dict]:
+                          lm_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> list[dict]:
     """Every seed of one (optimizer, lr) on the causal LM: an MLflow run nested under text_lm with
-    the loss per step and, for SUMO, the moment condition numbers every k steps."""
+    the loss per step and, for SUMO, the moment condition numbers every k steps. `distributed`
+    (params.yaml runtime.distributed) spreads the training over devices."""
     import torch
 
     from paperline.methods.sumo.text_lm import train_text_lm
@@ -122,11 +133,13 @@ def train_text_lm_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track
     torch.set_num_threads(1)
     variant = f"lm_{variant_name(optimizer, lr)}"
     results = []
-    with gpu_slot() as device, ctx.child(variant, params={"optimizer": optimizer, "lr": lr, "device": str(device)},
-                                         parent=lm_run) as run:
+    with gpu_devices(distributed.devices) as devices, ctx.child(
+            variant, params={"optimizer": optimizer, "lr": lr, "device": ",".join(map(str, devices))},
+            parent=lm_run) as run:
         for s in range(cfg.text_lm.seeds):
-            result = train_text_lm(cfg, optimizer, lr, s, device, models_dir(METHOD) / variant / f"seed{s}.pt",
-                                   progress=sys.stderr.isatty())
+            result = train_text_lm(cfg, optimizer, lr, s, devices[0], models_dir(METHOD) / variant / f"seed{s}.pt",
+                                   progress=sys.stderr.isatty(), distributed=distributed,
+                                   device_indices=[d.index for d in devices])
             _log_result(run, result, s)
             c = result["condition"]
             for key in ("median", "max"):

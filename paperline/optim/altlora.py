@@ -12,7 +12,8 @@ B ∈ ℝ^{k×r}, A ∈ ℝ^{r×d}, s = α/r, and G = ∂L/∂W, so that autogra
   (the repo's order). The alternation of the repo's trainer (`logtrainer.py`, alter_freq = 10:
   one factor trains for that many steps while the other is frozen) is the optimizer's own here
   (`alter_freq`): it updates the phase's factor only and sets requires_grad so that the next
-  backward pass runs through that factor alone, so any training loop gets it, and a resumed run
+  backward pass runs through that factor alone (under DDP it zeroes the other's gradient instead,
+  `zero_frozen`), so any training loop gets it, and a resumed run
   (the step count is in the param groups, hence in the state dict) continues in its phase.
 - AltLoRA+ (the paper's Alg. 2): an Adam second moment on the projected gradient,
   v ← β₂v + (1 − β₂)ĝ², step η·M̂/(√v̂ + eps) with bias corrections. We store the *transported*
@@ -38,6 +39,7 @@ LoRA-Pro-like 2kd, LoRA-AdamW 2(k+d)r, LoRA SGD-momentum (k+d)r, full fine-tunin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
@@ -149,20 +151,38 @@ def transport(Y: torch.Tensor, Y_prev: torch.Tensor, reg: float) -> torch.Tensor
 class AltLoRA(torch.optim.Optimizer):
     """AltLoRA (second_moment False) and AltLoRA+ (True); with betas[0] = 0 and no second moment it
     is ScaledGD. Built from `lora_pairs(model)`: one param group [A, B] per layer. `alter_freq`:
-    alternate the factors every that many steps (None: both factors every step)."""
+    alternate the factors every that many steps (None: both factors every step).
+
+    `zero_frozen`: the factor out of its phase keeps requires_grad and its gradient is zeroed by a
+    hook instead, for data-parallel training: DDP syncs the parameters that required grad when it
+    was built, so a factor whose requires_grad flips would leave it unsynced (and waiting for a
+    gradient that never comes). The update is the same (the frozen factor is not stepped; a zero
+    gradient adds nothing to a clipping norm); the backward pass computes both factors' gradients."""
 
     def __init__(self, pairs: list[LoRAPair], lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-4, weight_decay: float = 1e-5, reg: float = 1e-5, second_moment: bool = False,
-                 alter_freq: int | None = None):
+                 alter_freq: int | None = None, zero_frozen: bool = False):
         _check(type(self).__name__, lr, betas, reg, weight_decay)
         if alter_freq is not None and alter_freq < 1:
             raise ValueError(f"{type(self).__name__}: alter_freq must be ≥ 1 or None, got {alter_freq!r}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, reg=reg, second_moment=second_moment,
                         alter_freq=alter_freq, alter_step=0)
         super().__init__(_pair_groups(pairs), defaults)
+        self.zero_frozen = zero_frozen
+        if zero_frozen and alter_freq:
+            for index, group in enumerate(self.param_groups):
+                for side, param in zip("AB", group["params"]):
+                    param.requires_grad_(True)
+                    param.register_hook(partial(self._gradient_in_phase, index, side))
         self._freeze_for_phase()
 
+    def _gradient_in_phase(self, index: int, side: str, grad: torch.Tensor) -> torch.Tensor:
+        group = self.param_groups[index]  # by index: load_state_dict replaces the group dicts
+        return grad if phase_of(group["alter_step"], group["alter_freq"]) == side else torch.zeros_like(grad)
+
     def _freeze_for_phase(self) -> None:
+        if self.zero_frozen:
+            return
         for group in self.param_groups:
             if group["alter_freq"]:
                 phase = phase_of(group["alter_step"], group["alter_freq"])

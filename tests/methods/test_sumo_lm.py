@@ -175,3 +175,40 @@ def test_step_times_on_the_llama(c4):
 def test_invalid_lm_parameters(c4, change, message):
     with pytest.raises(ValueError, match=message):
         _cfg(c4, **change)
+
+
+def test_two_ddp_processes_pretrain_as_one_with_sumos_own_optimizer(c4, tmp_path, monkeypatch):
+    """runtime.distributed over two CPU processes (gloo DDP, spawned by train_lm_spread): SUMO's
+    optimizer is built in each process (OptimizerFactory crosses by pickle, no closure), every
+    process reads the same C4 micro-batches and trains on its half, so at the same global batch
+    the loss curve is the one-process curve within 1e-4 relative (the all-reduce sums the gradient
+    in another order, and the SVD of the subspace sees that much), the trained weights come back to
+    this process, and the state, limiter and token counts come back through the optimizer's record."""
+    import numpy as np
+
+    from paperline.train.distributed import DistributedConfig, DistributedError
+
+    torch.set_num_threads(1)
+    models = []
+    real_make = sumo_lm.make_llama
+    monkeypatch.setattr(sumo_lm, "make_llama", lambda *a: models.append(real_make(*a)) or models[-1])
+    # 16 sequences a step: 2 micro-batches of 8, 4 rows each per process. Every document has ≥ 5
+    # words + EOS, so at max_length 6 no row is padded: each process's mean loss is over as many
+    # tokens as the other's, and their average is the one-process mean (with padding, DDP weighs
+    # the processes' rows equally rather than by their tokens, as GaLore's torchrun DDP does)
+    cfg = _cfg(c4, steps=6, log_every=1, lm=_cfg(c4).lm.model_copy(update={"max_length": 6}))
+    one = pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU)
+    two = pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU, checkpoint_path=tmp_path / "seed0.pt",
+                         distributed=DistributedConfig(strategy="ddp", accelerator="cpu", devices=2))
+    assert (one["processes"], two["processes"]) == (1, 2)
+    assert two["history"]["step"] == one["history"]["step"] == list(range(1, 7))
+    np.testing.assert_allclose(two["history"]["train_loss"], one["history"]["train_loss"], rtol=1e-4)
+    np.testing.assert_allclose(two["eval_history"]["val_loss"], one["eval_history"]["val_loss"], rtol=1e-4)
+    assert one["history"]["train_loss"][-1] < one["history"]["train_loss"][0] - 0.05  # it trained
+    for key in ("tokens_seen", "state_floats", "state_bytes", "limiter_fraction"):
+        assert two[key] == one[key], key
+    assert (tmp_path / "seed0.optimizer.json").is_file()  # kept for a run that resumes at its end
+    for name, weight in models[0].state_dict().items():
+        torch.testing.assert_close(models[1].state_dict()[name], weight, rtol=1e-3, atol=1e-5)
+    with pytest.raises(DistributedError, match="runtime.distributed.strategy: fsdp shards the weight matrices"):
+        pretrain_on_c4(cfg, "sumo", 0.1, 0, CPU, distributed=DistributedConfig(strategy="fsdp", devices=2))

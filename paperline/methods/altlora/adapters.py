@@ -55,9 +55,11 @@ def trainable(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def make_optimizer(name: OptimizerName, model: nn.Module, lr: float, s: OptimizerSettings) -> torch.optim.Optimizer:
+def make_optimizer(name: OptimizerName, model: nn.Module, lr: float, s: OptimizerSettings,
+                   data_parallel: bool = False) -> torch.optim.Optimizer:
     """`model`: the peft model (LoRA optimizers), or the plain model with every weight trainable
-    (full_ft)."""
+    (full_ft). `data_parallel`: the model is about to be wrapped by DDP (AltLoRA's alternation
+    then zeroes the frozen factor's gradient instead of switching its requires_grad)."""
     if name == "full_ft":
         return torch.optim.AdamW(trainable(model), lr=lr, betas=s.betas, eps=s.adam_eps, weight_decay=s.weight_decay)
     if name == "lora_adamw":
@@ -69,7 +71,7 @@ def make_optimizer(name: OptimizerName, model: nn.Module, lr: float, s: Optimize
         return scaled_gd(pairs, lr=lr, weight_decay=s.weight_decay, reg=s.reg)
     if name in ("altlora", "altlora_plus"):
         return AltLoRA(pairs, lr=lr, betas=s.betas, eps=s.altlora_eps, weight_decay=s.weight_decay, reg=s.reg,
-                       second_moment=name == "altlora_plus", alter_freq=s.alter_freq)
+                       second_moment=name == "altlora_plus", alter_freq=s.alter_freq, zero_frozen=data_parallel)
     if name == "lora_pro":
         return LoRAProLike(pairs, lr=lr, betas=s.betas, eps=s.adam_eps, weight_decay=s.weight_decay, reg=s.reg)
     raise ValueError(f"unknown optimizer {name!r}")
@@ -85,3 +87,22 @@ def expected_state_floats(name: OptimizerName, model: nn.Module) -> int:
 
 __all__ = ["LORA_OPTIMIZERS", "STATE_FLOATS", "AdapterError", "add_lora", "check_targets", "expected_state_floats",
            "make_optimizer", "rescale", "trainable"]
+
+
+class OptimizerFactory:
+    """`make_optimizer` as the shared loop's `optimizer_factory` (paperline/train/lm.py): a plain
+    object, not a closure, so that a training spread over processes (`train_lm_spread`) pickles it
+    and builds the optimizer in each process on that process's copy of the model. It seeds the
+    global RNG first, which LoRA dropout draws from: `seed` in one process (what the caller seeded
+    before), `seed + rank` in each of several (each draws its own masks for its rows)."""
+
+    def __init__(self, name: OptimizerName, lr: float, settings: OptimizerSettings, seed: int):
+        self.name, self.lr, self.settings, self.seed = name, lr, settings, seed
+
+    def __call__(self, model: nn.Module) -> torch.optim.Optimizer:
+        import torch.distributed as dist
+
+        spread = dist.is_available() and dist.is_initialized()
+        rank, world = (dist.get_rank(), dist.get_world_size()) if spread else (0, 1)
+        torch.manual_seed(self.seed + rank)
+        return make_optimizer(self.name, model, self.lr, self.settings, data_parallel=world > 1)

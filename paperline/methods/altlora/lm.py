@@ -7,7 +7,9 @@ Shakespeare slice; SOURCE.md says how it was made): the `bible-kjv` Debian packa
 installable here without root, its .debs were on disk. Chapters are documents; a seeded share of
 them is held out. It is tokenized with the base's own tokenizer (the corpus folder's byte-level BPE),
 so the base reads it unchanged. Training is the one LM loop (paperline/train/lm.py: warm-up then
-cosine, gradient clipping, a resumable checkpoint) with the optimizer swapped in; reported: the
+cosine, gradient clipping, a resumable checkpoint) with the optimizer swapped in, on one device or
+data-parallel over the devices of params.yaml `runtime.distributed` (`train_lm_spread`, DDP; not
+FSDP, which would split the factor matrices the optimizers precondition); reported: the
 held-out loss on the target text (the adaptation), on the base's held-out Shakespeare (what was
 forgotten), and both for the base before adaptation."""
 from __future__ import annotations
@@ -19,11 +21,12 @@ import torch
 
 from paperline.data.text_corpus import encode, load_corpus, read_slice, split_documents
 from paperline.io import json_digest, read_json, sha256_file
-from paperline.methods.altlora.adapters import (add_lora, check_targets, expected_state_floats, make_optimizer,
+from paperline.methods.altlora.adapters import (OptimizerFactory, add_lora, check_targets, expected_state_floats,
                                                 trainable)
 from paperline.methods.altlora.config import AltLoRAConfig, LMAdaptConfig, OptimizerName
 from paperline.optim.altlora import lora_pairs
-from paperline.train.lm import LMTrainSettings, evaluate, train_lm, validation_windows
+from paperline.train.distributed import DistributedConfig, DistributedError, runs_in_process
+from paperline.train.lm import LMTrainSettings, evaluate, train_lm_spread, validation_windows
 
 
 def check_base(lm: LMAdaptConfig) -> dict:
@@ -57,10 +60,17 @@ def target_tokens(lm: LMAdaptConfig, tokenizer, seed: int) -> tuple[np.ndarray, 
 
 
 def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpoint_path: str | Path | None = None,
-             progress: bool = False) -> dict:
-    """Adapt the base with optimizer `name` at `lr`; a non-finite loss ends the run as diverged."""
+             progress: bool = False, distributed: DistributedConfig | None = None,
+             device_indices: list[int] | None = None) -> dict:
+    """Adapt the base with optimizer `name` at `lr`; a non-finite loss ends the run as diverged.
+    `distributed` (params.yaml runtime.distributed) spreads the training over devices
+    (`device_indices`: the CUDA devices the task holds)."""
     from paperline.train.lm_base import load_causal_lm
 
+    distributed = distributed or DistributedConfig()
+    if distributed.strategy == "fsdp":
+        raise DistributedError("runtime.distributed.strategy: fsdp shards the LoRA factors that AltLoRA's "
+                               "optimizers precondition whole; use ddp")
     lm = cfg.lm
     model = load_causal_lm(lm.base)
     corpus = load_corpus(lm.corpus, lm.block_size, model.config.vocab_size)
@@ -81,13 +91,18 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
         warmup_steps=lm.warmup_steps, weight_decay=cfg.settings.weight_decay, beta1=cfg.settings.betas[0],
         beta2=cfg.settings.betas[1], grad_clip=lm.grad_clip, eval_every=lm.eval_every, eval_windows=lm.eval_windows,
         log_every=lm.log_every, checkpoint_every=lm.checkpoint_every, seed=cfg.seed)
-    # LoRA dropout draws from the global RNG: seeded here, so a run repeats (the model tasks run one
-    # at a time in their gpu slot); a resumed run continues from another RNG state (not bit-exact)
-    torch.manual_seed(cfg.seed)
-    result = train_lm(model, train, None, settings, device, checkpoint_path=checkpoint_path,
-                      fingerprint={"optimizer": name, "settings": cfg.settings.model_dump(), "lm": lm.model_dump()},
-                      progress=progress, description=f"{name} lr {lr:g}", val_batches=target_windows,
-                      optimizer_factory=lambda m: make_optimizer(name, m, lr, cfg.settings), stop_on_divergence=True)
+    if not runs_in_process(distributed):
+        model.to("cpu")  # each spawned process moves its copy to its own device
+    # LoRA dropout draws from the global RNG: the factory seeds it in each training process, so a
+    # run repeats (the model tasks run one at a time in their gpu slot); a resumed run continues
+    # from another RNG state (not bit-exact)
+    result = train_lm_spread(distributed, model, train, None, settings, device, device_indices=device_indices,
+                             checkpoint_path=checkpoint_path,
+                             fingerprint={"optimizer": name, "settings": cfg.settings.model_dump(),
+                                          "lm": lm.model_dump()},
+                             progress=progress, description=f"{name} lr {lr:g}", val_batches=target_windows,
+                             optimizer_factory=OptimizerFactory(name, lr, cfg.settings, cfg.seed),
+                             stop_on_divergence=True)
     source = None if result["diverged"] else evaluate(model, source_windows, lm.batch_size, device)
     return result | {"optimizer": name, "lr": lr, "source_val_loss": source, "base_target_val_loss": base_target,
                      "base_source_val_loss": base_source, "state_floats": expected_state_floats(name, model),

@@ -11,11 +11,15 @@ token-weighted mean loss over the first cfg.lm.eval_tokens non-pad tokens of the
 (seed-42-shuffled) validation shards, every eval_every steps and at the end; perplexity = exp(loss).
 (GaLore averages per-batch losses instead: the same up to how padding weighs batches.) The logged
 training loss is that of the logged step, as the shared loop logs it [I: before the loop was
-shared, the mean of the steps since the previous log]. One process, one device: multi-GPU (DDP) is
-not built here.
+shared, the mean of the steps since the previous log]. Over several devices by params.yaml
+`runtime.distributed` (`train_lm_spread`: DDP, each process training on its share of every
+micro-batch, so the global batch and the data order stay the paper's); not FSDP, whose shards
+would split the matrices the low-rank optimizers project (`refuse_fsdp`).
 """
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +27,12 @@ import torch
 
 from paperline.data.c4 import C4Tokenizer, train_batches, validation_batches
 from paperline.methods.sumo.config import LLAMA_SIZES, LlamaC4Config, SumoConfig
-from paperline.methods.sumo.optimizers import build_optimizer, state_formula
+from paperline.methods.sumo.optimizers import OptimizerFactory, build_optimizer, state_formula
 from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig, llama_config
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
+from paperline.train.distributed import DistributedConfig, DistributedError, runs_in_process
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -98,27 +103,53 @@ def lm_fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) 
     return {**cfg.model_dump(include=keep), "optimizer": optimizer, "lr": lr, "seed_index": seed_index}
 
 
+def refuse_fsdp(distributed: DistributedConfig, where: str = "runtime.distributed.strategy") -> None:
+    """FSDP shards each weight matrix over the processes; GaLore, SUMO and Muon project or
+    orthogonalise whole matrices, so they train data-parallel (DDP) only."""
+    if distributed.strategy == "fsdp":
+        raise DistributedError(f"{where}: fsdp shards the weight matrices that SUMO's optimizers act on "
+                               "whole; use ddp")
+
+
 def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
-             checkpoint_path: Path | None = None, progress: bool = False) -> dict:
+             checkpoint_path: Path | None = None, progress: bool = False,
+             distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> dict:
     """History and final metrics of one pretraining run (same keys as train.train_one's where they
     mean the same; final_test_loss is the validation loss). Resumes from checkpoint_path. step_ms is
     the run's wall time per step (evaluations included); the optimizers' step times are
-    llama_step_times'."""
+    llama_step_times'. `distributed` (params.yaml runtime.distributed) spreads it over devices
+    (`device_indices`: the CUDA devices the task holds)."""
+    distributed = distributed or DistributedConfig()
+    refuse_fsdp(distributed)
+    here = runs_in_process(distributed)
     lm = cfg.lm
     seed = run_seed(cfg, seed_index)
-    model = make_llama(cfg, seed, device)
+    # spread: built on the CPU, each process moves its copy to its own device
+    model = make_llama(cfg, seed, device if here else torch.device("cpu"))
     tokenizer = C4Tokenizer(lm.tokenizer, lm.max_length, lm.pad_token, model.config.vocab_size)
-    optimizer = build_optimizer(optimizer_name, model, lr, cfg, seed=seed)  # the model is on its device
     batches = C4Batches(lm, tokenizer)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    out = lm_loop.train_lm(model, None, None, train_settings(cfg, lr, seed), device,
-                           checkpoint_path=checkpoint_path, fingerprint=lm_fingerprint(cfg, optimizer_name, lr, seed_index),
-                           progress=progress, description=f"LLaMA-{lm.model_size} {optimizer_name} lr={lr:g}",
-                           sample_batch=batches, val_batches=validation_set(cfg, tokenizer),
-                           optimizer_factory=lambda _: optimizer, stop_on_divergence=True)
+    with tempfile.TemporaryDirectory(prefix="sumo-") as tmp:
+        # what a spawned process's optimizer reports comes back through this file (rank 0 writes it)
+        record_to = None if here else str(Path(tmp) / "optimizer.json")
+        factory = OptimizerFactory(optimizer_name, lr, cfg, seed, record_to=record_to, sampler=batches)
+        if here and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        out = lm_loop.train_lm_spread(
+            distributed, model, None, None, train_settings(cfg, lr, seed), device, device_indices=device_indices,
+            checkpoint_path=checkpoint_path, fingerprint=lm_fingerprint(cfg, optimizer_name, lr, seed_index),
+            progress=progress, description=f"LLaMA-{lm.model_size} {optimizer_name} lr={lr:g}",
+            sample_batch=batches, val_batches=validation_set(cfg, tokenizer),
+            optimizer_factory=factory, stop_on_divergence=True)
+        spawned = None if here else read_record(record_to, checkpoint_path, out["steps"])
     steps, diverged, losses = out["steps"], out["diverged"], out["history"]["train_loss"]
-    limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
+    if here:
+        optimizer = factory.optimizer
+        limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
+        floats, nbytes, tokens = state_numel(optimizer), state_bytes(optimizer), batches.tokens
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    else:
+        limiter_hits, floats, nbytes = spawned["limiter_hits"], spawned["state_floats"], spawned["state_bytes"]
+        tokens, peak = spawned["sampler"]["tokens"], spawned["peak_memory_bytes"]
     sumo_matrices = len(model.matrix_parameters()) if optimizer_name.startswith("sumo") else 0
     tail = losses[-max(1, len(losses) // 10):]
     return {
@@ -129,14 +160,29 @@ def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: 
         "final_test_loss": out["val_loss"],
         "val_perplexity": out["val_perplexity"],
         "final_test_accuracy": None,
-        "tokens_seen": batches.tokens,
+        "tokens_seen": tokens,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "state_floats": state_numel(optimizer), "state_bytes": state_bytes(optimizer),
+        "state_floats": floats, "state_bytes": nbytes,
         "state_floats_formula": state_formula(optimizer_name, model, cfg.rank),
         "step_ms": 1000 * out["train_time_s"] / max(steps, 1),
-        "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        "peak_memory_bytes": peak,
         "limiter_fraction": limiter_hits / (steps * sumo_matrices) if sumo_matrices and steps else None,
+        "processes": out["processes"],
     }
+
+
+def read_record(record_to: str, checkpoint_path: Path | None, steps: int) -> dict:
+    """The spawned optimizer's record (OptimizerFactory), kept beside the checkpoint: a run that
+    resumes at its end takes no step, and reads the record its last try wrote."""
+    kept = Path(checkpoint_path).with_suffix(".optimizer.json") if checkpoint_path is not None else None
+    if Path(record_to).is_file():
+        record = json.loads(Path(record_to).read_text())
+        if kept is not None:
+            kept.write_text(json.dumps(record))
+        return record
+    if kept is not None and kept.is_file():
+        return json.loads(kept.read_text())
+    raise RuntimeError(f"the spread training took no step ({steps} done) and left no optimizer record")
 
 
 def llama_step_times(cfg: SumoConfig, device: torch.device) -> dict[str, dict[str, float]]:

@@ -55,3 +55,71 @@ def state_formula(name: str, model: MLP | CausalLM, rank: int) -> int:
         return sum(2 * p.numel() for p in model.parameters())
     return (sum(matrix_state_formula(name, tuple(p.shape), rank) for p in model.matrix_parameters())
             + sum(2 * p.numel() for p in model.other_parameters()))
+
+
+class OptimizerFactory:
+    """`build_optimizer` as the shared loop's `optimizer_factory` (paperline/train/lm.py): a plain
+    object, not a closure, so that a training spread over processes (`train_lm_spread`) pickles it
+    and builds the optimizer in each process on that process's copy of the model (SUMO's subspaces
+    are seeded by (seed, parameter, step): every process draws the same ones, and DDP's averaged
+    gradient gives every process the same update). `optimizer` is the one built in this process.
+
+    What the run reports from the optimizer's state is kept after every optimizer step (a step
+    post-hook), in `record`: the state's floats and bytes, the limiter's hits, the peak CUDA memory,
+    `sampler`'s state (pickled in the same call as this factory, so in a spawned process it is that
+    process's sampler) and, with `condition_every`, the κ of SUMO's moments at every logged step
+    that is a multiple of it (text_lm; a caller keeps the samples at steps its history logged).
+    With `record_to`, rank 0 rewrites it there too: a spawned process's optimizer does not come
+    back. `record["step"]` counts this process's steps (a resumed run's κ steps would start again
+    at 1: text_lm checkpoints only at its end, so it never resumes mid-run)."""
+
+    def __init__(self, name: str, lr: float, cfg: SumoConfig, seed: int, record_to: str | None = None,
+                 sampler=None, condition_every: int | None = None, log_every: int = 1, steps: int = 0):
+        self.name, self.lr, self.cfg, self.seed = name, lr, cfg, seed
+        self.record_to, self.sampler = record_to, sampler
+        self.condition_every, self.log_every, self.steps = condition_every, log_every, steps
+        self.optimizer, self.record = None, None
+
+    def __call__(self, model: MLP | CausalLM) -> torch.optim.Optimizer:
+        self.optimizer = build_optimizer(self.name, model, self.lr, self.cfg, seed=self.seed)
+        self.matrices = model.matrix_parameters()
+        self.record = {"step": 0, "condition": {"step": [], "median": [], "max": [], "per_matrix": []}}
+        self.optimizer.register_step_post_hook(lambda *_: self._after_step())
+        return self.optimizer
+
+    def _after_step(self) -> None:
+        import json
+
+        import numpy as np
+
+        from paperline.methods.sumo.text_lm import moment_condition_numbers
+        from paperline.optim.hybrid import state_bytes, state_numel
+
+        record, optimizer = self.record, self.optimizer
+        done = record["step"] = record["step"] + 1
+        device = self.matrices[0].device
+        record.update(state_floats=state_numel(optimizer), state_bytes=state_bytes(optimizer),
+                      limiter_hits=sum(s.get("limiter_hits", 0) for s in optimizer.state.values()),
+                      peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+                      sampler=self.sampler.state_dict() if self.sampler is not None else None)
+        logged = done % self.log_every == 0 or done == self.steps
+        # a diverging step (its loss not finite) is never logged: no κ of its (non-finite) moments
+        if (self.condition_every and logged and done % self.condition_every == 0
+                and all(bool(torch.isfinite(s["moment"]).all()) for s in optimizer.state.values() if "moment" in s)):
+            values = moment_condition_numbers(optimizer, self.matrices)
+            if values:
+                kappa = record["condition"]
+                kappa["step"].append(done)
+                kappa["median"].append(float(np.median(values)))
+                kappa["max"].append(max(values))
+                kappa["per_matrix"].append(values)
+        if self.record_to is not None and rank() == 0:
+            with open(self.record_to, "w") as f:
+                json.dump(record, f)
+
+
+def rank() -> int:
+    """This process's rank in a spread training (0 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +31,12 @@ import torch
 from paperline.data.text_corpus import load_corpus
 from paperline.io import atomic_path
 from paperline.methods.sumo.config import SumoConfig, TextLMConfig
-from paperline.methods.sumo.optimizers import build_optimizer, state_formula
+from paperline.methods.sumo.optimizers import OptimizerFactory, state_formula
 from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
+from paperline.train.distributed import DistributedConfig, runs_in_process
 
 
 def condition_number(matrix: torch.Tensor) -> float:
@@ -87,9 +89,16 @@ def _read_back(path: Path | None, expected: dict) -> dict | None:
 
 
 def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
-                  checkpoint_path: Path | None = None, progress: bool = False) -> dict:
+                  checkpoint_path: Path | None = None, progress: bool = False,
+                  distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> dict:
     """History, κ samples and final metrics of one run (the keys of train.train_one's result where
-    they mean the same; final_test_loss is the held-out loss on the corpus's validation tokens)."""
+    they mean the same; final_test_loss is the held-out loss on the corpus's validation tokens).
+    `distributed` (params.yaml runtime.distributed) spreads the training over devices (DDP)."""
+    from paperline.methods.sumo.lm import read_record, refuse_fsdp
+
+    distributed = distributed or DistributedConfig()
+    refuse_fsdp(distributed)
+    here = runs_in_process(distributed)
     t = cfg.text_lm
     expected = fingerprint(cfg, optimizer_name, lr, seed_index)
     result_path = Path(checkpoint_path).with_suffix(".json") if checkpoint_path is not None else None
@@ -97,27 +106,32 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
         return done
     corpus = load_corpus(t.corpus, t.block_size)
     seed = run_seed(cfg, seed_index)
-    model = CausalLM.seeded(model_config(t, corpus.vocab_size), torch.Generator().manual_seed(seed)).to(device)
+    model = CausalLM.seeded(model_config(t, corpus.vocab_size), torch.Generator().manual_seed(seed))
+    model = model.to(device) if here else model  # spread: each process moves its copy to its device
     view = with_text_lm(cfg)
-    optimizer = build_optimizer(optimizer_name, model, lr, view, seed=seed)
-    matrices = model.matrix_parameters()
-    kappa: dict[str, list] = {"step": [], "median": [], "max": [], "per_matrix": []}
-
-    def on_log(step: int, metrics: dict) -> None:
-        if "train_loss" in metrics and step % t.condition_every == 0:
-            values = moment_condition_numbers(optimizer, matrices)
-            if values:
-                kappa["step"].append(step)
-                kappa["median"].append(float(np.median(values)))
-                kappa["max"].append(max(values))
-                kappa["per_matrix"].append(values)
-
-    out = lm_loop.train_lm(model, corpus.train, corpus.val, train_settings(cfg, lr, seed), device,
-                           checkpoint_path=checkpoint_path, fingerprint=expected, progress=progress,
-                           on_log=on_log, description=f"text LM {optimizer_name} lr={lr:g}",
-                           optimizer_factory=lambda _: optimizer, stop_on_divergence=True)
+    settings = train_settings(cfg, lr, seed)
+    with tempfile.TemporaryDirectory(prefix="sumo-text-lm-") as tmp:
+        # the κ samples and the state a spawned process's optimizer reports come back by this file
+        factory = OptimizerFactory(optimizer_name, lr, view, seed, record_to=None if here else f"{tmp}/record.json",
+                                   condition_every=t.condition_every, log_every=t.log_every, steps=t.steps)
+        out = lm_loop.train_lm_spread(distributed, model, corpus.train, corpus.val, settings, device,
+                                      device_indices=device_indices, checkpoint_path=checkpoint_path,
+                                      fingerprint=expected, progress=progress,
+                                      description=f"text LM {optimizer_name} lr={lr:g}",
+                                      optimizer_factory=factory, stop_on_divergence=True)
+        record = factory.record if here else read_record(factory.record_to, checkpoint_path, out["steps"])
+    # κ at the steps the loop logged (a diverged run's last step is not)
+    logged = set(out["history"]["step"])
+    kappa = {key: [v for step, v in zip(record["condition"]["step"], values) if step in logged]
+             for key, values in record["condition"].items()}
     steps, diverged, losses = out["steps"], out["diverged"], out["history"]["train_loss"]
-    limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
+    matrices = model.matrix_parameters()
+    if here:
+        optimizer = factory.optimizer
+        limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
+        floats, nbytes = state_numel(optimizer), state_bytes(optimizer)
+    else:
+        limiter_hits, floats, nbytes = record["limiter_hits"], record["state_floats"], record["state_bytes"]
     sumo_matrices = len(matrices) if optimizer_name.startswith("sumo") else 0
     tail = losses[-max(1, len(losses) // 10):]
     result = {
@@ -128,10 +142,11 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
         "mean_train_loss": None if diverged else float(np.mean(losses)),
         "final_test_loss": out["val_loss"], "val_perplexity": out["val_perplexity"], "final_test_accuracy": None,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "state_floats": state_numel(optimizer), "state_bytes": state_bytes(optimizer),
+        "state_floats": floats, "state_bytes": nbytes,
         "state_floats_formula": state_formula(optimizer_name, model, view.rank),
         "step_ms": 1000 * out["train_time_s"] / max(steps, 1),
         "limiter_fraction": limiter_hits / (steps * sumo_matrices) if sumo_matrices and steps else None,
+        "processes": out["processes"],
     }
     if result_path is not None:
         with atomic_path(result_path) as tmp:
