@@ -67,11 +67,11 @@ def test_each_optimizer_adapts_the_base_to_the_target_text(inputs, name, tmp_pat
 def test_a_killed_adaptation_resumes_to_the_same_numbers(inputs, tmp_path, monkeypatch):
     """AltLoRA killed at step 9 resumes from its step-6 checkpoint (the alternation's phase is in the
     param groups, so in the checkpoint) and ends where an uninterrupted run ends."""
-    import paperline.methods.altlora.lm as lm_module
+    import paperline.methods.altlora.adapters as adapters  # the optimizer factory builds through it
 
     cfg = _cfg(inputs, dropout=0.0)  # LoRA dropout draws from the global RNG, which no checkpoint keeps
     whole = adapt_lm(cfg, "altlora", 0.1, "cpu", checkpoint_path=tmp_path / "whole.pt")
-    make = lm_module.make_optimizer
+    make = adapters.make_optimizer
 
     def dying(*args, **kwargs):
         optimizer = make(*args, **kwargs)
@@ -86,10 +86,10 @@ def test_a_killed_adaptation_resumes_to_the_same_numbers(inputs, tmp_path, monke
         optimizer.step = step_then_die
         return optimizer
 
-    monkeypatch.setattr(lm_module, "make_optimizer", dying)
+    monkeypatch.setattr(adapters, "make_optimizer", dying)
     with pytest.raises(KeyboardInterrupt):
         adapt_lm(cfg, "altlora", 0.1, "cpu", checkpoint_path=tmp_path / "killed.pt")
-    monkeypatch.setattr(lm_module, "make_optimizer", make)
+    monkeypatch.setattr(adapters, "make_optimizer", make)
     resumed = adapt_lm(cfg, "altlora", 0.1, "cpu", checkpoint_path=tmp_path / "killed.pt")
     assert resumed["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-6)
     assert resumed["history"]["train_loss"] == pytest.approx(whole["history"]["train_loss"], rel=1e-6)
