@@ -79,3 +79,15 @@ def test_gpu_check_rehearses_on_cpu_and_refuses_a_missing_gpu(tmp_path, capsys):
         assert "no CUDA device is visible" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--device", "cpu", "--only", "no_such_method", "--out", str(tmp_path)])
+
+
+def test_gpu_check_names_every_method():
+    """Each registered method is timed by the GPU check, or listed as not GPU-bound, or as not
+    covered yet (so a new method is not left out unsaid)."""
+    from benchmarks.gpu_check import NOT_COVERED, NOT_GPU_BOUND, workloads
+    from flows import METHODS
+
+    timed = {w.method for w in workloads(4)}
+    named = timed | set(NOT_GPU_BOUND) | set(NOT_COVERED)
+    assert set(METHODS) <= named, sorted(set(METHODS) - named)
+    assert not timed & set(NOT_COVERED) and not timed & set(NOT_GPU_BOUND)
