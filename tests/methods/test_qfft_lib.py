@@ -285,3 +285,47 @@ def test_first_pass_responses_keep_a_right_base_answer_and_recheck_a_wrong_one()
     assert M.extract_answer(examples[1].response) == "11"
     with pytest.raises(ValueError, match="1 first passes for 2 problems"):
         D.base_first_pass_examples([p, p], [right])
+
+
+def test_rows_over_seeds_are_means_and_spreads_of_each_seeds_own_scoring():
+    from paperline.methods.qfft.summary import method_metrics
+
+    def result(correct, long_cot, length=10):
+        return {"samples": [{"correct": correct, "long_cot": long_cot, "length": [length] * len(correct)}],
+                "train": {"val_loss": 1.0}}
+
+    # seed 0's base solves questions 0-1, seed 1's base questions 0-2: each seed's easy split is its own
+    by_seed = {
+        0: {"base": result([1, 1, 0, 0], [0, 0, 0, 0]),
+            "variants": {"sft": result([1, 0, 0, 0], [1, 1, 1, 1], 20), "qfft": result([1, 1, 0, 0], [0, 0, 1, 1]),
+                         "sft_noise_iv": result([0, 0, 0, 0], [1, 1, 1, 1]), "qfft_noise_iv": result([1, 1, 0, 0], [0, 0, 1, 1])}},
+        1: {"base": result([1, 1, 1, 0], [0, 0, 0, 0]),
+            "variants": {"sft": result([1, 1, 0, 0], [1, 1, 1, 1], 20), "qfft": result([0, 0, 0, 0], [0, 0, 0, 1]),
+                         "sft_noise_iv": result([0, 0, 0, 0], [1, 1, 1, 1]), "qfft_noise_iv": result([0, 0, 0, 0], [0, 0, 0, 1])}},
+    }
+    m = method_metrics(by_seed, "tiny")
+    seeds = m.tables["seeds"]
+    assert seeds["base_s0"]["questions_easy"] == 2 and seeds["base_s1"]["questions_easy"] == 3
+    assert seeds["qfft_s0"]["rak"] == pytest.approx(1.0) and seeds["qfft_s1"]["rak"] == pytest.approx(1.0)
+    assert seeds["sft_s0"]["rak"] == 0.0  # always long: κ 0
+    assert m.rows["sft"]["all_accuracy"] == pytest.approx(0.375) and m.rows["sft"]["all_accuracy_std"] == pytest.approx(0.125)
+    assert m.rows["base"]["all_accuracy"] == pytest.approx(0.625) and m.rows["base"]["seeds"] == 2
+    assert m.rows["qfft"]["easy_accuracy"] == pytest.approx(0.5)  # (2/2 + 0/3) / 2
+    # AES per seed against its own base, then averaged
+    aes = [M.aes(seeds[f"sft_s{s}"]["all_mean_length"], seeds[f"sft_s{s}"]["all_accuracy"],
+                 seeds[f"base_s{s}"]["all_mean_length"], seeds[f"base_s{s}"]["all_accuracy"]) for s in (0, 1)]
+    assert m.rows["sft"]["aes"] == pytest.approx(sum(aes) / 2)
+    h = m.headline
+    assert h["seeds"] == 2 and h["questions"] == 4
+    assert h["qfft_minus_sft_accuracy"] == pytest.approx(m.rows["qfft"]["all_accuracy"] - m.rows["sft"]["all_accuracy"])
+    assert h["seeds_qfft_rak_above_sft"] == 2 and h["seeds_qfft_accuracy_ge_sft"] == 1
+
+
+def test_seeds_default_to_the_seed_and_a_repeated_seed_is_refused():
+    from pydantic import ValidationError
+
+    from paperline.methods.qfft.config import QFFTConfig
+
+    assert QFFTConfig(seed=7).run_seeds == [7] and QFFTConfig(seeds=[3, 4]).run_seeds == [3, 4]
+    with pytest.raises(ValidationError, match="names a seed twice"):
+        QFFTConfig(seeds=[1, 1])
