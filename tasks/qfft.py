@@ -88,7 +88,7 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
     torch.set_num_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
     with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"base_s{cfg.seed}", params={"seed": cfg.seed, "shape": cfg.base.model_dump(),
+            f"base_s{cfg.seed}", params={"seed": cfg.seed, "init": cfg.base_init, "shape": cfg.base.model_dump(),
                                          "train": cfg.base_train.model_dump(), "model_path": cfg.base_model_path,
                                          "device": ",".join(map(str, devices)),
                                          "distributed": distributed.model_dump()}, parent=parent) as run:
@@ -101,7 +101,7 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
             model = pipeline.base_model(cfg, tok)
             examples = pipeline.read_examples(data.path("base_train"))
             result = _train(model, tok, examples, True, cfg.base_train, cfg, "base", data, devices, run,
-                            {"variant": "base"}, distributed)
+                            {"variant": "base", "init": cfg.base_init}, distributed)
             model.cpu().save_pretrained(_hf_dir("base", cfg.seed))
             tok.save(_hf_dir("base", cfg.seed))
             train = {"val_loss": result["val_loss"], "train_time_s": result["train_time_s"]}
