@@ -1,6 +1,7 @@
 """The QFFT flow's outputs in the tiny DAG: base and four fine-tunes per seed (one MLflow child per
-model with the mean row on it, a run per seed under it with the seed's row), metrics/qfft.json with accuracy / length / long-CoT rate on easy and hard questions, RAK
-and AES for each against SFT, loadable HF models and saved responses; a malformed JSONL line fails
+model with the mean row on it, a run per seed under it with the seed's row), metrics/qfft.json
+with accuracy / length / long-CoT rate on easy and hard questions, RAK and AES for each against SFT
+(means and spreads over the seeds), loadable HF models and saved responses; a malformed JSONL line fails
 before training."""
 from __future__ import annotations
 
