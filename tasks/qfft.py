@@ -1,10 +1,10 @@
 """Tasks of the QFFT flow, each training task for one seed (`seeds`): the problem sets (generated
 chain sums, or S1K/LIMO JSONL), the short-CoT base model (trained here at smoke, an HF model by
-path at paper scale), the four fine-tunes from it — SFT on [question; long response] with loss on the response, QFFT on the
-response alone, and both under noise level IV (questions paired with other questions'
-responses), one budget for all — each evaluated on the same questions, then the report:
-accuracy, length and long-CoT rate on easy/hard questions (solvable or not by the base), RAK, AES,
-means and spreads over the seeds."""
+path at paper scale), the four fine-tunes from it — SFT on [question; long response] with loss on
+the response, QFFT on the response alone, and both under noise level IV (questions paired with
+other questions' responses), one budget for all — each evaluated on the same questions, then the
+report: accuracy, length and long-CoT rate on easy/hard questions (solvable or not by the base),
+RAK, AES, means and spreads over the seeds."""
 from __future__ import annotations
 
 import dataclasses
