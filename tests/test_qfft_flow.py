@@ -1,11 +1,13 @@
-"""The QFFT flow's outputs in the tiny DAG: base and four fine-tunes (one MLflow child each, its row
-on it), metrics/qfft.json with accuracy / length / long-CoT rate on easy and hard questions, RAK
-and AES for each against SFT, loadable HF models and saved responses; a malformed JSONL line fails
+"""The QFFT flow's outputs in the tiny DAG: base and four fine-tunes per seed (one MLflow child per
+model with the mean row on it, a run per seed under it with the seed's row), metrics/qfft.json
+with accuracy / length / long-CoT rate on easy and hard questions, RAK and AES for each against SFT
+(means and spreads over the seeds), loadable HF models and saved responses; a malformed JSONL line fails
 before training."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from paperline.metrics import validate_metrics
@@ -13,6 +15,7 @@ from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
 
 MODELS = ["base", "sft", "qfft", "sft_noise_iv", "qfft_noise_iv"]
+SEEDS = [0, 1]  # the tiny profile's seeds
 
 
 def test_tiny_dag_outputs(dag):
@@ -22,28 +25,47 @@ def test_tiny_dag_outputs(dag):
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \
         ("tiny", "sft", "all_accuracy", True)
     questions = metrics.headline["questions"]
+    assert metrics.headline["seeds"] == len(SEEDS)
+    per_seed = metrics.tables["seeds"]
+    assert sorted(per_seed) == sorted(f"{m}_s{s}" for m in MODELS for s in SEEDS)
     for name, row in metrics.rows.items():
-        assert row["questions_easy"] + row["questions_hard"] == questions
+        assert row["seeds"] == len(SEEDS)
+        assert row["questions_easy"] + row["questions_hard"] == pytest.approx(questions)
         assert 0 <= row["all_accuracy"] <= 1 and 0 <= row["all_long_cot_rate"] <= 1 and row["all_mean_length"] >= 0
         assert -1 <= row["rak"] <= 1
-        responses = [json.loads(line) for line in
-                     (dag / "models" / "qfft" / name / "responses.jsonl").read_text().splitlines()]
-        assert len(responses) == questions
-        assert row["all_accuracy"] == pytest.approx(sum(r["correct"] for r in responses) / questions)
-    base = metrics.rows["base"]
-    # easy = the base answered correctly: its accuracy is 1 on easy, 0 on hard by definition
-    assert base.get("easy_accuracy", 1.0) == 1.0 and base.get("hard_accuracy", 0.0) == 0.0
-    assert metrics.headline["base_accuracy"] == base["all_accuracy"]
+        accuracies = []
+        for seed in SEEDS:  # every seed's responses saved, its row scored from them
+            own = per_seed[f"{name}_s{seed}"]
+            responses = [json.loads(line) for line in
+                         (dag / "models" / "qfft" / name / f"seed{seed}" / "responses.jsonl").read_text().splitlines()]
+            assert len(responses) == questions
+            assert own["all_accuracy"] == pytest.approx(sum(r["correct"] for r in responses) / questions)
+            accuracies.append(own["all_accuracy"])
+        # the row: the mean over seeds and its spread
+        assert row["all_accuracy"] == pytest.approx(float(np.mean(accuracies)))
+        assert row["all_accuracy_std"] == pytest.approx(float(np.std(accuracies)))
+    for seed in SEEDS:  # easy = this seed's base answered correctly: 1 on easy, 0 on hard by definition
+        base = per_seed[f"base_s{seed}"]
+        assert base.get("easy_accuracy", 1.0) == 1.0 and base.get("hard_accuracy", 0.0) == 0.0
+    assert metrics.headline["base_accuracy"] == metrics.rows["base"]["all_accuracy"]
     assert metrics.headline["qfft_minus_sft_rak"] == pytest.approx(metrics.rows["qfft"]["rak"] - metrics.rows["sft"]["rak"])
 
     parent, children = finished_flow_runs(dag, "qfft")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(MODELS)
     assert all(r.info.status == "FINISHED" for r in children)
     assert parent.data.metrics == {k: float(v) for k, v in metrics.headline.items()}  # headline figures only
-    for child in children:  # the evaluation and the fit's figures are on each model's run, same names
-        row = metrics.rows[child.data.tags["variant"]]
+    client = track.client()
+    for child in children:  # the means on each model's run, each seed's own row on a run under it
+        name = child.data.tags["variant"]
+        row = metrics.rows[name]
         assert {k: child.data.metrics[k] for k in row} == row
         assert "rak" in child.data.metrics and "all_accuracy" in child.data.metrics
+        seeds = client.search_runs([parent.info.experiment_id],
+                                   filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+        assert sorted(r.info.run_name for r in seeds) == sorted(f"{name}_s{s}" for s in SEEDS)
+        for r in seeds:
+            assert r.info.status == "FINISHED"
+            assert {k: r.data.metrics[k] for k in per_seed[r.info.run_name]} == per_seed[r.info.run_name]
     arts = {a.path.rsplit("/", 1)[-1] for a in track.client().list_artifacts(parent.info.run_id, "plots")}
     assert {"qfft_comparison.png", "qfft_comparison.csv"} <= arts
 
@@ -51,14 +73,16 @@ def test_tiny_dag_outputs(dag):
 
     import paperline.nn.causal_lm  # noqa: F401  (registers the model type with the Auto classes)
 
-    model = AutoModelForCausalLM.from_pretrained(dag / "models" / "qfft" / "qfft" / "hf")
+    model = AutoModelForCausalLM.from_pretrained(dag / "models" / "qfft" / "qfft" / "seed1" / "hf")
     assert model.config.model_type == "paperline_causal_lm"  # the tiny profile's LoRA merged: a plain model
     # the tiny profile's first_pass: base — the fine-tuning responses start from the base's answers
     from paperline.methods.qfft.metrics import extract_answer
 
-    finetune = [json.loads(line) for line in (dag / "models" / "qfft" / "data" / "finetune.jsonl").read_text().splitlines()]
-    assert finetune and all(extract_answer(e["response"]) == e["answer"] for e in finetune)
-    assert all(e["response"].count("Wait, recheck:") <= 1 for e in finetune)
+    for seed in SEEDS:  # each seed's fine-tuning set from its own base
+        finetune = [json.loads(line) for line in
+                    (dag / "models" / "qfft" / "data" / f"seed{seed}" / "finetune.jsonl").read_text().splitlines()]
+        assert finetune and all(extract_answer(e["response"]) == e["answer"] for e in finetune)
+        assert all(e["response"].count("Wait, recheck:") <= 1 for e in finetune)
     assert json.loads((dag / "models" / "qfft" / "run.json").read_text())["complete"]
 
 

@@ -285,3 +285,110 @@ def test_first_pass_responses_keep_a_right_base_answer_and_recheck_a_wrong_one()
     assert M.extract_answer(examples[1].response) == "11"
     with pytest.raises(ValueError, match="1 first passes for 2 problems"):
         D.base_first_pass_examples([p, p], [right])
+
+
+def test_rows_over_seeds_are_means_and_spreads_of_each_seeds_own_scoring():
+    from paperline.methods.qfft.summary import method_metrics
+
+    def result(correct, long_cot, length=10):
+        return {"samples": [{"correct": correct, "long_cot": long_cot, "length": [length] * len(correct)}],
+                "train": {"val_loss": 1.0}}
+
+    # seed 0's base solves questions 0-1, seed 1's base questions 0-2: each seed's easy split is its own
+    by_seed = {
+        0: {"base": result([1, 1, 0, 0], [0, 0, 0, 0]),
+            "variants": {"sft": result([1, 0, 0, 0], [1, 1, 1, 1], 20), "qfft": result([1, 1, 0, 0], [0, 0, 1, 1]),
+                         "sft_noise_iv": result([0, 0, 0, 0], [1, 1, 1, 1]), "qfft_noise_iv": result([1, 1, 0, 0], [0, 0, 1, 1])}},
+        1: {"base": result([1, 1, 1, 0], [0, 0, 0, 0]),
+            "variants": {"sft": result([1, 1, 0, 0], [1, 1, 1, 1], 20), "qfft": result([0, 0, 0, 0], [0, 0, 0, 1]),
+                         "sft_noise_iv": result([0, 0, 0, 0], [1, 1, 1, 1]), "qfft_noise_iv": result([0, 0, 0, 0], [0, 0, 0, 1])}},
+    }
+    m = method_metrics(by_seed, "tiny")
+    seeds = m.tables["seeds"]
+    assert seeds["base_s0"]["questions_easy"] == 2 and seeds["base_s1"]["questions_easy"] == 3
+    assert seeds["qfft_s0"]["rak"] == pytest.approx(1.0) and seeds["qfft_s1"]["rak"] == pytest.approx(1.0)
+    assert seeds["sft_s0"]["rak"] == 0.0  # always long: κ 0
+    assert m.rows["sft"]["all_accuracy"] == pytest.approx(0.375) and m.rows["sft"]["all_accuracy_std"] == pytest.approx(0.125)
+    assert m.rows["base"]["all_accuracy"] == pytest.approx(0.625) and m.rows["base"]["seeds"] == 2
+    assert m.rows["qfft"]["easy_accuracy"] == pytest.approx(0.5)  # (2/2 + 0/3) / 2
+    # AES per seed against its own base, then averaged
+    aes = [M.aes(seeds[f"sft_s{s}"]["all_mean_length"], seeds[f"sft_s{s}"]["all_accuracy"],
+                 seeds[f"base_s{s}"]["all_mean_length"], seeds[f"base_s{s}"]["all_accuracy"]) for s in (0, 1)]
+    assert m.rows["sft"]["aes"] == pytest.approx(sum(aes) / 2)
+    h = m.headline
+    assert h["seeds"] == 2 and h["questions"] == 4
+    assert h["qfft_minus_sft_accuracy"] == pytest.approx(m.rows["qfft"]["all_accuracy"] - m.rows["sft"]["all_accuracy"])
+    assert h["seeds_qfft_rak_above_sft"] == 2 and h["seeds_qfft_accuracy_ge_sft"] == 1
+
+
+def test_seeds_default_to_the_seed_and_a_repeated_seed_is_refused():
+    from pydantic import ValidationError
+
+    from paperline.methods.qfft.config import QFFTConfig
+
+    assert QFFTConfig(seed=7).run_seeds == [7] and QFFTConfig(seeds=[3, 4]).run_seeds == [3, 4]
+    with pytest.raises(ValidationError, match="names a seed twice"):
+        QFFTConfig(seeds=[1, 1])
+
+
+def _lm_base_folder(tmp_path):
+    """A miniature of data/lm_base: a byte-level BPE with no special tokens (the corpus's kind) and
+    a CausalLM of its vocabulary with 32 positions."""
+    from paperline.data.text_corpus import train_tokenizer
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    bpe = train_tokenizer(["To be, or not to be: that is the question."] * 4, "bpe", 270)
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    model = CausalLM(CausalLMConfig(vocab_size=bpe.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2,
+                                    head_dim=8, max_position_embeddings=32))
+    model.save_pretrained(tmp_path / "lm_base")
+    return tmp_path / "lm_base", tmp_path / "tokenizer.json", model
+
+
+def test_an_lm_base_start_reads_chain_sums_through_its_bpe_with_three_special_tokens_added(tmp_path):
+    from paperline.methods.qfft import pipeline
+    from paperline.methods.qfft.config import QFFTConfig
+
+    folder, tokenizer_json, lm = _lm_base_folder(tmp_path)
+    cfg = QFFTConfig(base_init="lm_base", lm_base_path=str(folder), lm_base_tokenizer=str(tokenizer_json),
+                     cutoff=40, decode={"max_new_tokens": 20})
+    tok = pipeline.tokenizer(cfg)
+    v = lm.config.vocab_size
+    assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.vocab_size) == (v, v + 1, v + 2, v + 3)
+    text = "3+4-2=5 7-2=5 A:5 Wait, recheck: 3+4=7"
+    ids = tok.encode(text)
+    assert max(ids) < v and tok.decode(ids) == text and tok.decode([tok.bos_id, *ids, tok.eos_id]) == text
+    torch.manual_seed(0)
+    model = pipeline.base_model(cfg, tok)
+    # the pretrained rows kept, three new ones (tied: the output layer grows with them), positions raised
+    assert model.get_input_embeddings().weight.shape[0] == v + 3 and model.lm_head.weight.shape[0] == v + 3
+    assert torch.equal(model.get_input_embeddings().weight[:v], lm.get_input_embeddings().weight)
+    assert model.config.max_position_embeddings == 40 + 20 + 64
+    x = torch.tensor([[tok.bos_id, *ids, tok.eos_id]])
+    assert x.shape[1] > 32 and model(x, labels=x).loss.isfinite()  # past the pretrained 32 positions
+
+
+def test_an_lm_base_start_that_is_missing_or_mismatched_is_named_before_training(tmp_path):
+    from pydantic import ValidationError
+
+    from paperline.methods.qfft import pipeline
+    from paperline.methods.qfft.config import QFFTConfig
+    from paperline.methods.qfft.data import QFFTDataError
+
+    folder, tokenizer_json, _ = _lm_base_folder(tmp_path)
+    small = dict(problems={"base_train": 16, "finetune": 16, "eval": 8, "max_terms": 3, "max_digits": 1})
+    missing = QFFTConfig(base_init="lm_base", lm_base_path=str(tmp_path / "nowhere"),
+                         lm_base_tokenizer=str(tokenizer_json), **small)
+    with pytest.raises(QFFTDataError, match=r"nowhere/config.json missing \(run the lm-base stage"):
+        pipeline.check_example_sets(missing, tmp_path / "data")
+    from paperline.data.text_corpus import train_tokenizer
+
+    train_tokenizer(["other text entirely"], "byte", 256).save(str(tmp_path / "other.json"))
+    mismatched = QFFTConfig(base_init="lm_base", lm_base_path=str(folder), lm_base_tokenizer=str(tmp_path / "other.json"),
+                            **small)
+    with pytest.raises(QFFTDataError, match="has vocab_size .* but .*other.json 256 tokens"):
+        pipeline.check_example_sets(mismatched, tmp_path / "data")
+    with pytest.raises(QFFTDataError, match="not a tokenizers tokenizer.json"):
+        pipeline.tokenizer(QFFTConfig(base_init="lm_base", lm_base_tokenizer=str(tmp_path / "none.json")))
+    with pytest.raises(ValidationError, match="base_init: 'lm_base' trains a base from the shared LM"):
+        QFFTConfig(base_init="lm_base", base_model_path=str(folder))

@@ -96,6 +96,39 @@ class HFTokenizer:
         self.tok.save_pretrained(folder)
 
 
+class BPETokenizer:
+    """The shared LM's byte-level BPE (a `tokenizers` tokenizer.json without special tokens) with
+    <pad>, <bos>, <eos> appended after its vocabulary: `base_init: lm_base`. Any text encodes
+    (byte-level); decoding drops the special tokens."""
+
+    def __init__(self, path: str | Path):
+        from tokenizers import Tokenizer
+
+        try:
+            self.tok = Tokenizer.from_file(str(path))
+        except Exception as err:  # tokenizers raises a bare Exception on a missing or malformed file
+            raise QFFTDataError(f"{path}: not a tokenizers tokenizer.json ({err})") from None
+        self.bpe_size = self.tok.get_vocab_size()
+        self.pad_id, self.bos_id, self.eos_id = self.bpe_size, self.bpe_size + 1, self.bpe_size + 2
+        self.path = Path(path)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.bpe_size + 3
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode([i for i in ids if i < self.bpe_size])
+
+    def save(self, folder: str | Path) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self.tok.save(str(Path(folder) / "tokenizer.json"))
+        Path(folder, "bpe_specials.json").write_text(json.dumps({"pad": self.pad_id, "bos": self.bos_id,
+                                                                 "eos": self.eos_id}))
+
+
 # ---------------------------------------------------------------------------------------------
 # problems and responses (spec §e)
 

@@ -86,8 +86,11 @@ def example_sets(cfg: QFFTConfig, first_passes: list[str] | None = None) -> dict
 
 
 def check_example_sets(cfg: QFFTConfig, folder: str | Path) -> QFFTData:
-    """The example sets made (or read and validated) before the run starts; nothing written."""
+    """The example sets made (or read and validated) before the run starts, and with `base_init:
+    lm_base` the shared LM and its tokenizer checked; nothing written."""
     example_sets(cfg)
+    if cfg.base_init == "lm_base":
+        check_lm_base(cfg)
     sources = (cfg.real_data.finetune_jsonl, cfg.real_data.eval_jsonl) if cfg.real_data else ()
     return QFFTData(str(folder), sources)
 
@@ -104,19 +107,46 @@ def write_example_sets(cfg: QFFTConfig, data: QFFTData, first_passes: list[str] 
 
 
 def tokenizer(cfg: QFFTConfig):
-    from paperline.methods.qfft.data import CharTokenizer, HFTokenizer
+    from paperline.methods.qfft.data import BPETokenizer, CharTokenizer, HFTokenizer
 
-    return HFTokenizer(cfg.base_model_path) if cfg.base_model_path else CharTokenizer()
+    if cfg.base_model_path:
+        return HFTokenizer(cfg.base_model_path)
+    return BPETokenizer(cfg.lm_base_tokenizer) if cfg.base_init == "lm_base" else CharTokenizer()
+
+
+def check_lm_base(cfg: QFFTConfig) -> None:
+    """`base_init: lm_base`: the shared LM's folder is a model whose vocabulary is its tokenizer's
+    (QFFTDataError naming the path otherwise)."""
+    from paperline.methods.qfft.data import QFFTDataError
+
+    config = Path(cfg.lm_base_path) / "config.json"
+    if not config.is_file():
+        raise QFFTDataError(f"base_init: lm_base: {config} missing (run the lm-base stage: dvc repro lm-base, "
+                            "or set lm_base_path)")
+    vocab = json.loads(config.read_text()).get("vocab_size")
+    bpe = tokenizer(cfg).bpe_size
+    if vocab != bpe:
+        raise QFFTDataError(f"base_init: lm_base: {config} has vocab_size {vocab} but {cfg.lm_base_tokenizer} "
+                            f"{bpe} tokens: lm_base_tokenizer is not this model's tokenizer")
 
 
 def base_model(cfg: QFFTConfig, tok):
-    """The short-CoT base M_S trained here: a fresh char-level CausalLM of `cfg.base`'s shape."""
+    """The short-CoT base M_S trained here: a fresh char-level CausalLM of `cfg.base`'s shape, or
+    (`base_init: lm_base`) the shared LM with three rows added to its (tied) embedding for the
+    special tokens (transformers draws them from the old rows' mean and covariance) and its
+    position limit raised to the sequences' (RoPE: positions are computed, not learned)."""
     from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 
+    positions = cfg.cutoff + cfg.decode.max_new_tokens + 64
+    if cfg.base_init == "lm_base":
+        check_lm_base(cfg)
+        model = CausalLM.from_pretrained(cfg.lm_base_path, max_position_embeddings=positions)
+        model.resize_token_embeddings(tok.vocab_size)
+        return model
     b = cfg.base
     return CausalLM(CausalLMConfig(vocab_size=tok.vocab_size, hidden_size=b.hidden_size, num_layers=b.num_layers,
                                    num_heads=b.num_heads, head_dim=b.head_dim,
-                                   max_position_embeddings=cfg.cutoff + cfg.decode.max_new_tokens + 64))
+                                   max_position_embeddings=positions))
 
 
 def train_settings(t, cfg: QFFTConfig, examples: int):

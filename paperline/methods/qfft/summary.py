@@ -1,6 +1,9 @@
 """metrics/qfft.json: one row per model (the base and the four fine-tunes) with accuracy, mean
 length and long-CoT rate on all/easy/hard questions, RAK and AES against the base; easy = the base
-answers correctly (in at least half its samples)."""
+answers correctly (in at least half its samples). With several training seeds every seed is scored
+against its own base (its own easy/hard split), a row holds the mean over seeds of each figure and
+its spread (`<figure>_std`, the population standard deviation), the table `seeds` each seed's row,
+and the headline's comparisons are of the means."""
 from __future__ import annotations
 
 from paperline.metrics import MethodMetrics
@@ -12,8 +15,9 @@ BASELINE = "sft"
 PRIMARY = "all_accuracy"
 
 
-def method_metrics(base: dict, variants: dict[str, dict], profile: str) -> MethodMetrics:
-    """`base` and each of `variants`: {"samples": the scored responses, "train": the fit's figures}."""
+def seed_rows(base: dict, variants: dict[str, dict]) -> dict[str, dict]:
+    """One seed's rows: `base` and each of `variants` {"samples": the scored responses, "train":
+    the fit's figures}, scored against this base."""
     import numpy as np
 
     from paperline.methods.qfft.metrics import aes, summarize_variant
@@ -27,12 +31,46 @@ def method_metrics(base: dict, variants: dict[str, dict], profile: str) -> Metho
         score = aes(row["all_mean_length"], row["all_accuracy"], b["all_mean_length"], b["all_accuracy"])
         if score is not None:
             row["aes"] = score
-    sft, qfft = rows["sft"], rows["qfft"]
-    headline = {"questions": int(len(solvable)), "base_accuracy": b["all_accuracy"],
+    return rows
+
+
+def mean_rows(by_seed: dict[int, dict[str, dict]]) -> dict[str, dict]:
+    """Per model: the mean over seeds of every figure and its spread `<figure>_std` (a figure some
+    seed lacks, e.g. hard-question figures where a base solves every question, over the seeds that
+    have it), and `seeds` (how many)."""
+    import numpy as np
+
+    first = next(iter(by_seed.values()))
+    rows: dict = {}
+    for name in first:
+        keys = list(dict.fromkeys(k for rows_ in by_seed.values() for k in rows_[name]))
+        row: dict = {}
+        for k in keys:
+            values = [rows_[name][k] for rows_ in by_seed.values() if k in rows_[name]]
+            row[k] = float(np.mean(values))
+        row |= {f"{k}_std": float(np.std([rows_[name][k] for rows_ in by_seed.values() if k in rows_[name]]))
+                for k in keys if not k.startswith(("questions_", "fit_"))}
+        rows[name] = row | {"seeds": len(by_seed)}
+    return rows
+
+
+def method_metrics(by_seed: dict[int, dict], profile: str) -> MethodMetrics:
+    """`by_seed`: seed -> {"base": the base's result, "variants": {variant: result}}."""
+    per_seed = {seed: seed_rows(r["base"], r["variants"]) for seed, r in by_seed.items()}
+    rows = mean_rows(per_seed)
+    b, sft, qfft = rows["base"], rows["sft"], rows["qfft"]
+    first = next(iter(by_seed.values()))
+    headline = {"questions": len(first["base"]["samples"][0]["correct"]), "seeds": len(per_seed),
+                "base_accuracy": b["all_accuracy"], "base_accuracy_std": b["all_accuracy_std"],
                 "qfft_minus_sft_rak": qfft["rak"] - sft["rak"],
                 "qfft_over_sft_length": qfft["all_mean_length"] / max(sft["all_mean_length"], 1e-9),
                 "qfft_minus_sft_accuracy": qfft["all_accuracy"] - sft["all_accuracy"],
                 "noise_iv_sft_accuracy_drop": sft["all_accuracy"] - rows["sft_noise_iv"]["all_accuracy"],
-                "noise_iv_qfft_accuracy_drop": qfft["all_accuracy"] - rows["qfft_noise_iv"]["all_accuracy"]}
+                "noise_iv_qfft_accuracy_drop": qfft["all_accuracy"] - rows["qfft_noise_iv"]["all_accuracy"],
+                # how many seeds show each half of the claim on their own
+                "seeds_qfft_rak_above_sft": sum(r["qfft"]["rak"] > r["sft"]["rak"] for r in per_seed.values()),
+                "seeds_qfft_accuracy_ge_sft": sum(r["qfft"]["all_accuracy"] >= r["sft"]["all_accuracy"]
+                                                  for r in per_seed.values())}
+    table = {f"{name}_s{seed}": row for seed, rows_ in per_seed.items() for name, row in rows_.items()}
     return MethodMetrics(method="qfft", profile=profile, headline=headline, baseline=BASELINE,
-                         primary_metric=PRIMARY, higher_is_better=True, rows=rows)
+                         primary_metric=PRIMARY, higher_is_better=True, rows=rows, tables={"seeds": table})
