@@ -19,9 +19,11 @@ def splashnet_flow(profile: str | None = None, overrides: list[str] | None = Non
         char_lm = train_char_lm(run.cfg)
         lm_path = char_lm["path"] if char_lm else None
         with variant_runs(run.cfg, run.context) as runs:
+            # seed by seed: where the trainings queue on one device, each seed's whole comparison lands
+            # before the next seed's starts
             futures = [submit_gpu(train_variant, run.cfg, v, seed, run.data, run.context, runs[v], lm_path,
                                   run.distributed, gpus=run.gpus)
-                       for v in run.cfg.variants for seed in run.cfg.run_seeds()]
+                       for seed in run.cfg.run_seeds() for v in run.cfg.variants]
             table = model_table.submit()
             results = [f.result() for f in futures]
             return run.publish(report.submit(run.cfg, results, table.result(), char_lm, run.data, run.context))
