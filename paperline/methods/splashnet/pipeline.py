@@ -87,7 +87,8 @@ def paper_model_table(frames: int = 497) -> dict[str, dict[str, float]]:
 
 
 def fingerprint(cfg: SplashNetConfig, variant: str, stage: str, data: str) -> str:
-    settings = {"cfg": cfg.model_dump(), "variant": variant, "stage": stage, "data": data}
+    # the stage names the seed; the list of seeds run beside it is no part of this training
+    settings = {"cfg": cfg.model_dump(exclude={"seeds"}), "variant": variant, "stage": stage, "data": data}
     return json_digest(settings)
 
 
@@ -221,24 +222,26 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
                        log: Callable[[str, Any], None] = lambda *_: None,
                        beam: Callable[[torch.Tensor], list[int]] | None = None,
                        val: list[SessionFeatures] | None = None, distributed: DistributedConfig | None = None,
-                       device_indices: list[int] | None = None) -> dict[str, Any]:
+                       device_indices: list[int] | None = None, seed: int | None = None) -> dict[str, Any]:
     """Generic training (validated on `val`, the validation users' sessions, when given),
-    zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant (greedy, and with
-    `beam` also beam search with the character LM). `distributed` spreads the generic training
-    (the long one) over devices; a user's fine-tuning stays on `device`."""
+    zero-shot CER, per-user fine-tuning and fine-tuned CER for one variant and one `seed` (None:
+    `cfg.seed`; it seeds the model's init, the windows' order and augmentation, the fine-tuning),
+    greedy, and with `beam` also beam search with the character LM. `distributed` spreads the
+    generic training (the long one) over devices; a user's fine-tuning stays on `device`."""
+    seed = cfg.seed if seed is None else seed
     spec = model_spec(cfg, variant)
     frames, left, right = window_frames(cfg, variant)
     augment = augmentation(cfg, variant)
-    fp = fingerprint(cfg, variant, "generic", data)
+    fp = fingerprint(cfg, variant, f"generic/seed{seed}", data)
     generic_path = out_dir / "generic.pt"
     done = load_resumable(generic_path, fp)
     with _INIT_LOCK:
-        torch.manual_seed(cfg.seed)
-        dataset = WindowDataset(train, frames, left, right, augment, cfg.seed)
+        torch.manual_seed(seed)
+        dataset = WindowDataset(train, frames, left, right, augment, seed)
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
         module = CTCModule(spec, cfg.lr, warmup, schedule_horizon(cfg, total), cfg.ctc_blank_bias)
     if done is None:
-        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, cfg.seed, val, distributed,
+        _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, seed, val, distributed,
              device_indices)
         save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
                                        "history": module.history, "val_history": module.val_history})
@@ -247,7 +250,7 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
         module.model.load_state_dict(done["state_dict"])
         history, val_history = done["history"], done.get("val_history", [])
     model = module.model.to(device)
-    result: dict[str, Any] = {"variant": variant, "params": count_parameters(model), "train_steps": total,
+    result: dict[str, Any] = {"variant": variant, "seed": seed, "params": count_parameters(model), "train_steps": total,
                               "train_windows": len(dataset), "history": history}
     if val_history:
         result |= {"val_history": val_history, "best_val_cer": min(cer for _, cer in val_history)}
@@ -260,7 +263,7 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
         loss["zero"] += zero["ctc_loss_sum"]
         labels += zero["labels"]
         ft_model = _finetune(cfg, variant, model, finetune[user], device, out_dir / f"finetune_{user}", data,
-                             frames, left, right, augment, user)
+                             frames, left, right, augment, user, seed)
         ft = session_cer(ft_model, test[user], device, beam)
         loss["ft"] += ft["ctc_loss_sum"]
         per_user = {}
@@ -284,12 +287,12 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
 
 def _finetune(cfg: SplashNetConfig, variant: str, generic: TDSConvCTC, sessions: list[SessionFeatures],
               device: torch.device, out_dir: Path, data: str, frames: int, left: int, right: int, augment,
-              user: str) -> TDSConvCTC:
+              user: str, seed: int) -> TDSConvCTC:
     """Personalisation: a copy of the generic model trained on one held-out user's other sessions."""
-    fp = fingerprint(cfg, variant, f"finetune/{user}", data)
+    fp = fingerprint(cfg, variant, f"finetune/{user}/seed{seed}", data)
     path = out_dir / "model.pt"
     with _INIT_LOCK:
-        dataset = WindowDataset(sessions, frames, left, right, augment, cfg.seed + 1)
+        dataset = WindowDataset(sessions, frames, left, right, augment, seed + 1)
         total, warmup = _steps(cfg, dataset, cfg.finetune_epochs, cfg.finetune_max_steps)
         module = CTCModule(generic.spec, cfg.finetune_lr or cfg.lr, warmup, total)
     module.model.load_state_dict(generic.state_dict())
@@ -297,7 +300,7 @@ def _finetune(cfg: SplashNetConfig, variant: str, generic: TDSConvCTC, sessions:
     if done is not None:
         module.model.load_state_dict(done["state_dict"])
     elif cfg.finetune_epochs > 0:
-        _fit(module, dataset, cfg, total, device, out_dir / "lightning", fp, cfg.seed + 1)
+        _fit(module, dataset, cfg, total, device, out_dir / "lightning", fp, seed + 1)
         save_checkpoint(path, {"fingerprint": fp, "state_dict": module.model.state_dict()})
     return module.model.to(device)
 

@@ -65,7 +65,8 @@ def plot_channel_stats(stats: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_cer(rows: dict[str, dict[str, Any]], path: Path) -> Path:
+def plot_cer(rows: dict[str, dict[str, Any]], per_seed: dict[str, dict[str, dict]], path: Path) -> Path:
+    """Each variant's CER, the mean over seeds as a bar with every seed's value as a point on it."""
     variants = list(rows)
     x = np.arange(len(variants))
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -75,20 +76,28 @@ def plot_cer(rows: dict[str, dict[str, Any]], path: Path) -> Path:
             if f"{stage}{decoder}_cer" in rows[variants[0]]]
     width = 0.8 / len(bars)
     for i, (key, label) in enumerate(bars):
-        ax.bar(x - 0.4 + width * (i + 0.5), [rows[v][f"{key}_cer"] for v in variants], width, label=label)
+        at = x - 0.4 + width * (i + 0.5)
+        ax.bar(at, [rows[v][f"{key}_cer"] for v in variants], width, label=f"{label}, mean", alpha=0.6)
+        for j, v in enumerate(variants):
+            seeds = list(per_seed[v].values())
+            ax.scatter([at[j]] * len(seeds), [r[f"{key}_cer"] for r in seeds], s=12, color="k", zorder=3,
+                       label="one seed" if i == j == 0 else None)
     ax.set_xticks(x, variants, rotation=20)
     ax.set_ylabel("CER (%)")
-    ax.legend()
-    ax.set_title("CER per variant")
+    ax.legend(fontsize=7)
+    seeds = sorted({s for v in per_seed.values() for s in v}, key=lambda s: (len(s), s))
+    ax.set_title(f"CER per variant: mean over seeds {', '.join(seeds)} (bars), each seed (points)")
     return save_figure(fig, path)
 
 
-def plot_loss_curves(histories: dict[str, list], path: Path) -> Path:
+def plot_loss_curves(histories: dict[str, list[list]], path: Path) -> Path:
+    """Training CTC loss per variant, one line per seed in the variant's colour."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, history in histories.items():
-        if history:
-            steps, losses = zip(*history)
-            ax.plot(steps, losses, lw=0.8, label=name)
+    for i, (name, seeds) in enumerate(histories.items()):
+        for k, history in enumerate(seeds):
+            if history:
+                steps, losses = zip(*history)
+                ax.plot(steps, losses, lw=0.8, color=f"C{i % 10}", alpha=0.8, label=name if k == 0 else None)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("CTC loss (training windows)")
     ax.set_yscale("log")
@@ -109,18 +118,26 @@ CER_COLUMNS = ["zero_shot_cer", "finetuned_cer", "zero_shot_beam_cer", "finetune
                "finetuned_ctc_loss"]
 
 
-def write_all(rows: dict[str, dict[str, Any]], histories: dict[str, list], features: Path, directory: Path) -> list[Path]:
-    """Every figure and table of a run, into `directory` (`rows`: summary.variant_rows'): CER per
-    variant, the training curves, cer.csv for `dvc plots`, and the data stages' figures beside them."""
+def write_all(rows: dict[str, dict[str, Any]], per_seed: dict[str, dict[str, dict]], histories: dict[str, list[list]],
+              features: Path, directory: Path) -> list[Path]:
+    """Every figure and table of a run, into `directory` (`rows`, `per_seed`: summary.variant_rows';
+    `histories`: variant -> each seed's loss curve): CER per variant with its seeds, the training
+    curves, cer.csv (means and spreads) and cer_per_seed.csv for `dvc plots`, and the data stages'
+    figures beside them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [plot_cer(rows, directory / "cer_per_variant.png"), plot_loss_curves(histories, directory / "loss_curves.png")]
+    paths = [plot_cer(rows, per_seed, directory / "cer_per_variant.png"),
+             plot_loss_curves(histories, directory / "loss_curves.png")]
     for qa in (features / "qa" / "channel_stats.png", features.parent / "sessions" / "qa" / "session_traces.png",
                features.parent / "sessions" / "qa" / "band_powers.png"):
         if qa.is_file():  # the data stages' figures, shown beside the method's
             shutil.copy(qa, directory / qa.name)
             paths.append(directory / qa.name)
     columns = [c for c in CER_COLUMNS if c in next(iter(rows.values()))]
-    paths.append(write_csv(directory / "cer.csv", ["variant", *columns],
-                           [[v, *(row[c] for c in columns)] for v, row in rows.items()]))
+    spreads = [f"{c}_std" for c in columns if f"{c}_std" in next(iter(rows.values()))]
+    paths.append(write_csv(directory / "cer.csv", ["variant", *columns, *spreads],
+                           [[v, *(row[c] for c in [*columns, *spreads])] for v, row in rows.items()]))
+    paths.append(write_csv(directory / "cer_per_seed.csv", ["variant", "seed", *columns],
+                           [[v, seed, *(row[c] for c in columns)] for v, seeds in per_seed.items()
+                            for seed, row in seeds.items()]))
     return paths
