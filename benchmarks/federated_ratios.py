@@ -35,6 +35,7 @@ def leff_ratios(rounds: int, log) -> dict:
 
     _, cfg = load_method_config(LEFFConfig, read_params(ROOT / "params.yaml"), "leff", "smoke",
                                 ["methods=[fedavg, leff_importance]", f"rounds={rounds}"], root=ROOT)
+    cfg = cfg.model_copy(update={"alphas": cfg.alphas[:1]})  # the ratios at the profile's first α
     import logging
 
     logging.getLogger("flwr").setLevel(logging.WARNING)  # the simulation's per-round INFO lines

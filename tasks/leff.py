@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.io import atomic_path
 from paperline.methods.leff import plots
-from paperline.methods.leff.config import LEFFConfig
+from paperline.methods.leff.config import LEFFConfig, runs_planned
 from paperline.methods.leff.fed import MethodRun, run_federated
 from paperline.methods.leff.summary import METHOD, method_metrics, row, row_name
 from paperline.train.lm_base import load_causal_lm
@@ -28,13 +28,12 @@ def data_version(cfg: LEFFConfig) -> str:
 
 def _saved(cfg: LEFFConfig) -> dict[tuple[str, float], MethodRun]:
     done = {}
-    for alpha in cfg.alphas:
-        for method in cfg.methods:
-            path = models_dir(METHOD) / row_name(method, alpha, cfg.alphas) / "run.json"
-            if path.is_file():
-                run = MethodRun.from_dict(json.loads(path.read_text()))
-                if len(run.rounds) == cfg.rounds:
-                    done[(method, alpha)] = run
+    for method, alpha in runs_planned(cfg):
+        path = models_dir(METHOD) / row_name(method, alpha, cfg.alphas) / "run.json"
+        if path.is_file():
+            run = MethodRun.from_dict(json.loads(path.read_text()))
+            if len(run.rounds) == cfg.rounds:
+                done[(method, alpha)] = run
     return done
 
 

@@ -47,7 +47,10 @@ def test_tiny_dag_outputs(dag):
     assert sorted(p.name for p in (dag / "plots" / "leff").glob("*.png")) == ["client_compute.png", "test_loss.png"]
     saved = json.loads((dag / "models" / "leff" / "leff_round_robin" / "run.json").read_text())
     assert saved["method"] == "leff_round_robin" and len(saved["rounds"]) == 1
-    assert saved["rounds"][0]["dropped"][0]["partition"] == 1 and saved["rounds"][0]["dropped"][0]["reason"]
+    # the killed client is the one dropped, and the round aggregated the other (it had a live actor:
+    # the kill waits until it started, wait_for_round_peers), whatever the machine's load
+    assert [d["partition"] for d in saved["rounds"][0]["dropped"]] == [1] and saved["rounds"][0]["dropped"][0]["reason"]
+    assert [c["partition"] for c in saved["rounds"][0]["clients"]] == [0]
 
 
 def test_bad_input_is_refused_before_any_work(tmp_path):
@@ -61,6 +64,10 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         run_federated(LEFFConfig(capacities=[1, 3]), base)
     with pytest.raises(ValueError, match="fail_client 4: there are only 2 clients"):
         LEFFConfig(clients=2, fail_client=4)
+    with pytest.raises(ValueError, match=r"later_alpha_methods \['fedlora'\] are not in methods"):
+        LEFFConfig(methods=["fedavg", "leff_importance"], later_alpha_methods=["fedavg", "fedlora"])
+    with pytest.raises(ValueError, match="alphas .* repeat a value"):
+        LEFFConfig(alphas=[0.1, 0.1])
     with pytest.raises(ValueError, match="fail_method 'fedsgd' is not one of methods"):
         LEFFConfig(clients=2, fail_client=1, fail_method="fedsgd")
     with pytest.raises(Exception, match="no_such_model"):
@@ -83,3 +90,55 @@ def test_a_killed_flow_keeps_its_finished_runs(tmp_path, monkeypatch):
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(run.to_dict()))
     assert _saved(cfg) == {("fedavg", 0.1): done}
+
+
+def test_later_alphas_run_the_named_methods_only_and_report_per_alpha():
+    """Every method at the first α, `later_alpha_methods` at the others: the runs, the rows (one per
+    (method, α)) and the claims per α (the ones the methods run there allow)."""
+    from paperline.methods.leff.config import LEFFConfig, runs_planned
+    from paperline.methods.leff.fed import MethodRun
+    from paperline.methods.leff.summary import method_metrics
+
+    cfg = LEFFConfig(methods=["fedavg", "fedlora", "leff_importance", "leff_random"], alphas=[0.1, 50.0],
+                     later_alpha_methods=["leff_importance", "fedavg"], rounds=1)
+    assert runs_planned(cfg) == [("fedavg", 0.1), ("fedlora", 0.1), ("leff_importance", 0.1), ("leff_random", 0.1),
+                                 ("fedavg", 50.0), ("leff_importance", 50.0)]
+    assert len(runs_planned(cfg.model_copy(update={"later_alpha_methods": None}))) == 8
+    loss = {("fedavg", 0.1): 3.0, ("fedlora", 0.1): 3.3, ("leff_importance", 0.1): 3.1, ("leff_random", 0.1): 3.2,
+            ("fedavg", 50.0): 2.9, ("leff_importance", 50.0): 2.8}
+    runs = {}
+    for (m, a), v in loss.items():
+        client = {"partition": 0, "flops": 2e9 if m == "fedavg" else 1e9, "trained_params": 10, "held_params": 10,
+                  "wall_s": 1.0, "bytes_up": 8}
+        runs[(m, a)] = MethodRun(m, a, {"round": 0, "test_loss": 3.5, "test_accuracy": 0.1},
+                                 [{"round": 1, "test_loss": v, "test_accuracy": 0.2, "straggler_s": 1.0,
+                                   "bytes_down": 8, "bytes_up": 8, "server_s": 0.1, "clients": [client],
+                                   "dropped": []}], clients=1)
+    metrics = method_metrics(cfg, runs, "smoke")
+    assert sorted(metrics.rows) == sorted(["fedavg@a0.1", "fedlora@a0.1", "leff_importance@a0.1", "leff_random@a0.1",
+                                           "fedavg@a50", "leff_importance@a50"])
+    assert metrics.baseline == "fedavg@a0.1"
+    head = metrics.headline
+    assert head["claim_fedavg_at_least_leff_a0.1"] is True and head["claim_fedavg_at_least_leff_a50"] is False
+    assert head["claim_leff_beats_fedlora_a0.1"] is True and head["claim_leff_beats_random_a0.1"] is True
+    assert head["leff_flops_ratio_vs_fedavg_a50"] == pytest.approx(0.5)
+    assert not any(k.endswith("_a50") and ("fedlora" in k or "random" in k) for k in head)
+
+
+def test_the_fault_check_kills_only_after_its_peers_started(tmp_path):
+    """The rendezvous: a client with no peers to wait for only marks itself; the failing one returns
+    once its peers marked theirs, and gives up after its timeout when one never comes."""
+    import threading
+    import time
+
+    from paperline.methods.leff.fed import wait_for_round_peers
+
+    assert wait_for_round_peers(str(tmp_path), 1, 0, 0, timeout=5.0) == 0
+    later = threading.Timer(0.3, lambda: (tmp_path / "round1-client2").touch())
+    later.start()
+    started = time.monotonic()
+    assert wait_for_round_peers(str(tmp_path), 1, 1, 2, timeout=30.0) == 2  # client 0 above, client 2 later
+    assert 0.25 < time.monotonic() - started < 10
+    started = time.monotonic()
+    assert wait_for_round_peers(str(tmp_path), 2, 1, 1, timeout=0.3) == 0  # round 2: nobody else came
+    assert 0.25 < time.monotonic() - started < 10

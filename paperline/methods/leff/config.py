@@ -27,6 +27,9 @@ class LEFFConfig(MethodConfig):
     # each segment's windows shared among the clients by Dirichlet(α) (a label-skew split over segments)
     clients: Annotated[int, Field(ge=2)] = 8
     alphas: list[Annotated[float, Field(gt=0)]] = Field(default=[0.1], min_length=1)
+    # the methods run at the α after the first (None: every method): a second α for FedAvg against
+    # LEFF only keeps the smoke run within its budget (each method's run costs ~20 s on 2 cores)
+    later_alpha_methods: list[Method] | None = None
     families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
     rounds: PositiveInt = 10
@@ -62,9 +65,20 @@ class LEFFConfig(MethodConfig):
             raise ValueError(f"fail_client {self.fail_client}: there are only {self.clients} clients")
         if self.fail_client is not None and self.fail_round > self.rounds:
             raise ValueError(f"fail_round {self.fail_round} is after the last round {self.rounds}")
+        if self.later_alpha_methods is not None and (extra := set(self.later_alpha_methods) - set(self.methods)):
+            raise ValueError(f"later_alpha_methods {sorted(extra)} are not in methods {self.methods}")
+        if len(set(self.alphas)) != len(self.alphas):
+            raise ValueError(f"alphas {self.alphas} repeat a value")
         if self.fail_method is not None and self.fail_method not in self.methods:
             raise ValueError(f"fail_method {self.fail_method!r} is not one of methods {self.methods}")
         return self
+
+
+def runs_planned(cfg: LEFFConfig) -> list[tuple[str, float]]:
+    """Every (method, α) the run trains, α by α: all methods at the first α, `later_alpha_methods`
+    (in `methods`' order) at the others."""
+    later = cfg.methods if cfg.later_alpha_methods is None else [m for m in cfg.methods if m in cfg.later_alpha_methods]
+    return [(m, a) for i, a in enumerate(cfg.alphas) for m in (cfg.methods if i == 0 else later)]
 
 
 def client_capacity(cfg: LEFFConfig, partition: int) -> int:

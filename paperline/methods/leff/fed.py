@@ -13,12 +13,15 @@ import contextlib
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity
+from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, runs_planned
 from paperline.methods.leff.data import FederatedData, Windows, federated_data
 from paperline.methods.leff.leff import (LAYER_KEY, add_lora, add_zero_biases, aggregate, build_model, choose_block,
                                          layer_importance, leff_client_model, trainable_keys)
@@ -99,6 +102,24 @@ def local_train(model: CausalLM, keys: list[str], shard: Windows, steps: int, ba
             "held_params": float(sum(p.numel() for p in model.parameters()))}
 
 
+def wait_for_round_peers(fault_dir: str, server_round: int, partition: int, peers: int, timeout: float) -> int:
+    """The fault check's rendezvous: mark this client as started in the round, then wait (at most
+    `timeout` s) until the round's `peers` other clients have started too; returns how many had.
+    A killed Ray actor goes back into Flower's actor pool and the next message sent to the pool
+    lands on it (ActorDiedError): a client that dies before a peer was sent to the pool takes that
+    peer with it. Under load that happened or not with the timing, so the fault check kills its
+    client only after every peer of the round holds a live actor (simulation: one machine, one
+    folder; elsewhere the wait times out and the client dies anyway)."""
+    folder = Path(fault_dir)
+    (folder / f"round{server_round}-client{partition}").touch()
+    deadline = time.monotonic() + timeout
+    while (started := len(list(folder.glob(f"round{server_round}-client*"))) - 1) < peers:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return started
+
+
 # --- the client ----------------------------------------------------------------------------------
 
 CLIENT = ClientApp()
@@ -127,7 +148,11 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     cfg = LEFFConfig.model_validate_json(conf["cfg"])
     method, server_round, partition = str(conf["method"]), int(conf["server-round"]), _partition(context)
-    if cfg.fail_client == partition and server_round == cfg.fail_round and cfg.fail_method in (None, method):
+    failing = cfg.fail_client == partition and server_round == cfg.fail_round and cfg.fail_method in (None, method)
+    if conf["fault-dir"]:
+        peers = int(conf["round-clients"]) - 1 if failing else 0
+        wait_for_round_peers(str(conf["fault-dir"]), server_round, partition, peers, cfg.round_timeout_s / 2)
+    if failing:
         if cfg.fail_mode == "kill":  # the ClientApp's process dies mid-round, as a crashed client would
             os._exit(1)
         raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
@@ -187,13 +212,17 @@ class FederatedFineTuning(Strategy):
         self.nodes: dict[int, dict] = {}  # node id → partition, capacity, num-examples
         self.plans: dict[int, dict] = {}  # node id → this round's block (LEFF) and bytes sent
         self.server_s = 0.0
+        # the fault check's rendezvous folder (wait_for_round_peers), in the faulty method's run only
+        faulty = cfg.fail_client is not None and cfg.fail_method in (None, method)
+        self.fault_dir = tempfile.mkdtemp(prefix="leff-fault-") if faulty else ""
         loss, acc = evaluate(self.model, data.test)
         self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc})
 
     def _config(self, server_round: int, **extra) -> ConfigRecord:
         return ConfigRecord({"cfg": self.cfg.model_dump_json(), "method": self.method, "alpha": self.alpha,
                              "server-round": server_round, "model-config": self.model.config.to_json_string(),
-                             "block-first": 0, "block-size": 0, **extra})
+                             "block-first": 0, "block-size": 0, "fault-dir": self.fault_dir,
+                             "round-clients": len(self.nodes), **extra})
 
     def query_clients(self, grid: Grid, timeout: float) -> None:
         """Step 1: every node's partition, capacity L_i and data size D_i."""
@@ -286,15 +315,19 @@ class FederatedFineTuning(Strategy):
     def aggregate_evaluate(self, server_round, replies):
         return None
 
+    def close(self) -> None:
+        if self.fault_dir:
+            shutil.rmtree(self.fault_dir, ignore_errors=True)
+
     def summary(self) -> None:
         self.log(f"leff: {self.method} α={self.alpha:g} on {len(self.nodes)} clients, {self.cfg.rounds} rounds")
 
 
 def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float], MethodRun] | None = None,
                   on_result=None, log=print) -> dict[tuple[str, float], MethodRun]:
-    """Every (α, method) not in `done`, one after another in one Flower simulation (Ray backend,
-    `cfg.clients` virtual SuperNodes); `on_result(run)` after each (the task saves it, so a killed
-    run resumes at the next)."""
+    """Every planned (method, α) (config.runs_planned) not in `done`, one after another in one Flower
+    simulation (Ray backend, `cfg.clients` virtual SuperNodes); `on_result(run)` after each (the
+    task saves it, so a killed run resumes at the next)."""
     from flwr.simulation import run_simulation
 
     L = base.config.num_layers
@@ -308,19 +341,23 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float],
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            for alpha in cfg.alphas:
-                data = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families, cfg.seed,
-                                      cfg.proxy_windows, cfg.eval_windows)
-                for method in cfg.methods:
-                    if (method, alpha) in results:
-                        continue
-                    strategy = FederatedFineTuning(cfg, method, alpha, base, data, log)
+            data = {}
+            for method, alpha in runs_planned(cfg):
+                if (method, alpha) in results:
+                    continue
+                if alpha not in data:
+                    data[alpha] = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families,
+                                                 cfg.seed, cfg.proxy_windows, cfg.eval_windows)
+                strategy = FederatedFineTuning(cfg, method, alpha, base, data[alpha], log)
+                try:
                     strategy.query_clients(grid, cfg.round_timeout_s)
                     strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=cfg.rounds,
                                    timeout=cfg.round_timeout_s)
-                    results[(method, alpha)] = strategy.run
-                    if on_result is not None:
-                        on_result(strategy.run)
+                finally:
+                    strategy.close()
+                results[(method, alpha)] = strategy.run
+                if on_result is not None:
+                    on_result(strategy.run)
         except BaseException as err:  # the simulation logs and swallows it: re-raised below
             errors.append(err)
             raise
@@ -336,7 +373,7 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float],
         torch.set_num_threads(threads)
     if errors:
         raise errors[0]
-    missing = [(m, a) for a in cfg.alphas for m in cfg.methods if (m, a) not in results]
+    missing = [run for run in runs_planned(cfg) if run not in results]
     if missing:
         raise RuntimeError(f"the Flower simulation ended without results for {missing} (see its log above)")
     return results

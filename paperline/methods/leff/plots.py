@@ -21,6 +21,8 @@ def plot_loss(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], path: P
     fig, axes = plt.subplots(1, len(cfg.alphas), figsize=(5 * len(cfg.alphas), 3.5), squeeze=False)
     for ax, alpha in zip(axes[0], cfg.alphas):
         for i, method in enumerate(cfg.methods):
+            if (method, alpha) not in runs:  # not planned at this α (later_alpha_methods)
+                continue
             run = runs[(method, alpha)]
             points = [run.initial] + run.rounds
             ax.plot([p["round"] for p in points], [p["test_loss"] for p in points], "o-", ms=3, color=f"C{i}", label=method)

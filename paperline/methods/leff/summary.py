@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paperline.methods.leff.config import LEFFConfig
+from paperline.methods.leff.config import LEFFConfig, runs_planned
 from paperline.methods.leff.fed import MethodRun
 from paperline.metrics import MethodMetrics
 
@@ -66,14 +66,14 @@ def claims(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun]) -> dict:
 
 
 def method_metrics(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], profile: str) -> MethodMetrics:
-    table = {row_name(m, a, cfg.alphas): row(runs[(m, a)]) for a in cfg.alphas for m in cfg.methods}
+    planned = runs_planned(cfg)
+    table = {row_name(m, a, cfg.alphas): row(runs[(m, a)]) for m, a in planned}
     baseline = row_name(cfg.baseline, cfg.alphas[0], cfg.alphas)
     details = {"rounds": {row_name(m, a, cfg.alphas): [{k: v for k, v in r.items() if k != "clients"}
-                                                        for r in runs[(m, a)].rounds]
-                          for a in cfg.alphas for m in cfg.methods},
+                                                        for r in runs[(m, a)].rounds] for m, a in planned},
                "blocks": {row_name(m, a, cfg.alphas): [[c.get("block_start") for c in r["clients"]]
                                                         for r in runs[(m, a)].rounds]
-                          for a in cfg.alphas for m in cfg.methods if m.startswith("leff")}}
+                          for m, a in planned if m.startswith("leff")}}
     return MethodMetrics(method=METHOD, profile=profile, headline=claims(cfg, runs),
                          baseline=baseline if baseline in table else None, primary_metric="test_loss",
                          higher_is_better=False, rows=table, details=details)
