@@ -148,6 +148,9 @@ def run_group(cfg: LotaQafConfig, name: str, bits: int, data: LotaData, checkpoi
     quant_seconds = time.perf_counter() - started
     prefix = f"{name}_w{bits}"
     rows = {f"{prefix}_quantized": score_row(task, quantized, bits) | {"quantize_seconds": quant_seconds}}
+    if cfg.quantizer == "gptq":  # RTN on the same grid rule, scored beside it: what GPTQ's error feedback buys
+        rtn = task.score(quantize_model(model, section.target_modules, bits, section.group_size, "rtn"))
+        rows[f"{prefix}_quantized"] |= {f"{task.metric}_rtn": rtn[task.metric], "loss_rtn": rtn["loss"]}
     histories = {}
     float_params = sum(p.numel() for p in model.parameters())
     for method in cfg.methods:
