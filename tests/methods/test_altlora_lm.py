@@ -143,3 +143,32 @@ def test_two_ddp_processes_adapt_as_one_with_altloras_alternation(inputs, monkey
     assert trained and any(w.abs().sum() > 0 for k, w in trained.items() if "lora_B" in k)  # B moved off 0
     for name, weight in trained.items():
         torch.testing.assert_close(bases[1].state_dict()[name], weight, rtol=1e-3, atol=1e-5)
+
+
+def test_a_model_with_its_own_tokenizer_reads_both_texts_in_its_vocabulary(inputs, tmp_path):
+    """The paper profile's format: a transformers Llama folder whose vocabulary (300) is not the
+    corpus's (256), with its tokenizer.json beside it: the KJV text and the held-out Shakespeare
+    speeches are encoded with that tokenizer, and the adaptation lowers the target loss."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from paperline.data.text_corpus import CorpusError, read_slice, train_tokenizer
+
+    folder = tmp_path / "llama"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2,
+                                 max_position_embeddings=64)).save_pretrained(folder)
+    cfg = _cfg(inputs, base=str(folder), source_text=str(inputs / "plays"), steps=8, eval_every=8)
+    # the corpus's 256 tokens do not fit a 300-token model: refused, pointing at the missing tokenizer
+    with pytest.raises(CorpusError, match=r"does not match the model's vocab_size 300 .*tokenizer.json in"):
+        lm_data_version(cfg.lm)
+    texts = [d.text for d in read_slice(inputs / "plays", 6)]
+    train_tokenizer(texts, "bpe", 300).save(str(folder / "tokenizer.json"))
+    assert lm_data_version(cfg.lm).startswith("sha256:")
+    result = adapt_lm(cfg, "lora_adamw", 3e-2, "cpu", checkpoint_path=tmp_path / "run.pt")
+    assert not result["diverged"] and result["val_loss"] < result["base_target_val_loss"]
+    assert result["source_val_loss"] is not None
+    train_tokenizer(texts, "bpe", 400).save(str(folder / "tokenizer.json"))  # more tokens than the model has
+    with pytest.raises(CorpusError, match=r"tokenizer.json: 400 tokens, more than the model's vocab_size 300"):
+        lm_data_version(cfg.lm)

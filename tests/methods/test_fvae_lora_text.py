@@ -93,3 +93,30 @@ def test_prepare_text_refuses_a_folder_that_is_not_a_causal_lm_before_training(t
         prepare_text(TextConfig(base=str(tmp_path / "lm"), adapter={"rank": 17}), 0)
     with pytest.raises(DataError, match="text.length: 16 tokens exceed .* context of 8"):
         prepare_text(TextConfig(base=str(tmp_path / "lm")), 0)
+
+
+def test_a_llama_folder_with_its_own_tokenizer_reads_the_speeches_in_its_vocabulary(tmp_path):
+    """The paper profile's format: a transformers Llama folder (vocabulary 300, not the corpus's)
+    with its tokenizer.json: prepare_text encodes the speeches with it; a tokenizer larger than the
+    model is refused naming the file."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from paperline.data.text_corpus import train_tokenizer
+    from paperline.methods.fvae_lora.config import TextConfig
+    from paperline.methods.fvae_lora.text import prepare_text
+
+    _slice(tmp_path / "slice")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2,
+                                 max_position_embeddings=32)).save_pretrained(tmp_path / "llama")
+    tokenizer = train_tokenizer(list(LINES.values()), "bpe", 290)
+    tokenizer.save(str(tmp_path / "llama" / "tokenizer.json"))
+    cfg = TextConfig(base=str(tmp_path / "llama"), corpus=str(tmp_path / "no_corpus"), speeches=str(tmp_path / "slice"),
+                     positive=["comedy"], length=8)
+    data = prepare_text(cfg, 0)
+    first = tokenizer.encode(f"SPEAKER 0. {LINES['comedy']} Speech number 0.").ids[:8]
+    assert data.tokens.shape == (60, 8) and first in data.tokens.tolist() and data.spurious_token < 300
+    train_tokenizer(list(LINES.values()), "bpe", 400).save(str(tmp_path / "llama" / "tokenizer.json"))
+    with pytest.raises(DataError, match=r"tokenizer.json: \d+ tokens, more than the model's vocab_size 300"):
+        prepare_text(cfg, 0)

@@ -101,3 +101,39 @@ def test_bad_inputs_fail_before_training(corpus, tmp_path):
                                           "target_modules": ["c_attn"]}), str(model))
     with pytest.raises(QuantError, match="lota.rank: rank 64 above the width 32"):
         open_data(_cfg(corpus, model, lota={"rank": 64}), str(model))
+
+
+def test_a_llama_folder_with_its_own_tokenizer_reads_the_slice_in_its_vocabulary(corpus, tmp_path):
+    """The paper profile's format with a vocabulary (300) that is not the corpus's (64): refused
+    without the model's tokenizer.json, naming it; with it, the committed Shakespeare slice (two
+    plays copied here) is encoded by that tokenizer and the group runs."""
+    import hashlib
+    import shutil
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from paperline.data.text_corpus import CorpusError, read_slice, train_tokenizer
+    from tests.conftest import CHECKOUT
+
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    sums = []
+    for name in ("macbeth.txt", "tempest.txt"):
+        shutil.copy(CHECKOUT / "data" / "raw" / "shakespeare" / name, plays / name)
+        sums.append(f"{hashlib.sha256((plays / name).read_bytes()).hexdigest()}  {name}")
+    (plays / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    folder = tmp_path / "llama"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2,
+                                 max_position_embeddings=32)).save_pretrained(folder)
+    cfg = _cfg(corpus, folder, lm={"model_dir": str(folder), "corpus_dir": str(corpus), "source_text": str(plays),
+                                   "block_size": 16, "batch_size": 4, "steps": 2, "group_size": 16,
+                                   "eval_windows": 4, "calibration_windows": 4}, methods=["lota"])
+    with pytest.raises(CorpusError, match=r"vocab_size 300 .*tokenizer.json in"):
+        open_data(cfg, str(folder))
+    train_tokenizer([d.text for d in read_slice(plays)], "bpe", 300).save(str(folder / "tokenizer.json"))
+    data = open_data(cfg, str(folder))
+    assert str(folder / "tokenizer.json") in data.inputs
+    rows = run_group(cfg, "lm", 2, data, tmp_path / "unused.pt")["rows"]
+    assert rows["lm_w2_lota"]["bit_identical"] and np.isfinite(rows["lm_w2_quantized"]["perplexity_rtn"])

@@ -131,3 +131,25 @@ def test_rank_above_the_width_and_omega_not_below_rank_are_refused():
     with pytest.raises(ValueError, match="omega"):
         LotaSettings(rank=4, omega=4)
     assert LotaSettings(rank=64).threshold() == 48 and AdapterSettings().rank == 8
+
+
+def test_gptq_is_sequential_each_layer_from_the_already_quantised_layers_inputs():
+    """quantize_model's GPTQ quantises layer by layer in forward order; the second layer's Hessian
+    comes from the outputs of the quantised first layer, not the float one's."""
+    from paperline.methods.lota_qaf.experiment import layer_hessian, quantize_model
+
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(24, 20), nn.ReLU(), nn.Linear(20, 8))
+    batches = [torch.randn(32, 24, generator=gen) for _ in range(3)]
+    got = quantize_model(mlp, ["0", "2"], 2, 8, "gptq", batches)
+    first = quantize_gptq(mlp[0].weight, layer_hessian(mlp, "0", batches), 2, 8)
+    assert torch.equal(got[0].q, first.q)
+    hidden = [torch.relu(QuantLinear(first, mlp[0].bias)(x)) for x in batches]
+    h_seq = 2 * sum(x.double().t() @ x.double() for x in hidden) / sum(len(x) for x in hidden)
+    second = quantize_gptq(mlp[2].weight, h_seq, 2, 8)
+    assert torch.equal(got[2].q, second.q) and torch.equal(got[2].scale, second.scale)
+    # the one-pass (float-input) Hessian differs, and so, at 2 bits, do the codes
+    h_float = layer_hessian(mlp, "2", batches)
+    assert not torch.allclose(h_float, h_seq)
+    assert torch.allclose(layer_hessian(got, "2", batches), h_seq)

@@ -51,6 +51,8 @@ class LMAdaptConfig(StrictModel):
     base: ProjectPath = "data/lm_base"  # a transformers causal-LM directory (local files only)
     corpus: ProjectPath = "data/text/shakespeare"  # its tokenizer, and its held-out text (forgetting)
     target_text: ProjectPath = "data/raw/kjv"  # *.txt with SHA256SUMS
+    # the Shakespeare slice: held-out speeches for a base with its own tokenizer.json (texts.py)
+    source_text: ProjectPath = "data/raw/shakespeare"
     target_modules: list[str] = Field(default=["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
     # the optimizers this part runs (None: all of the method's); LoRA-AdamW among them
     optimizers: list[OptimizerName] | None = None

@@ -5,25 +5,25 @@ attention projections (r = 8 on q/k/v/o) under each optimizer, or by full fine-t
 The second text is a committed slice of the King James Bible (data/raw/kjv, hash-checked like the
 Shakespeare slice; SOURCE.md says how it was made): the `bible-kjv` Debian package is not
 installable here without root, its .debs were on disk. Chapters are documents; a seeded share of
-them is held out. It is tokenized with the base's own tokenizer (the corpus folder's byte-level BPE),
-so the base reads it unchanged. Training is the one LM loop (paperline/train/lm.py: warm-up then
-cosine, gradient clipping, a resumable checkpoint) with the optimizer swapped in, on one device or
-data-parallel over the devices of params.yaml `runtime.distributed` (`train_lm_spread`, DDP; not
-FSDP, which would split the factor matrices the optimizers precondition); reported: the
+them is held out. It is tokenized with the base's own tokenizer (the corpus folder's byte-level BPE,
+or a paper model's tokenizer.json in its folder: texts.py), so the base reads it unchanged. Training
+is the one LM loop (paperline/train/lm.py: warm-up then cosine, gradient clipping, a resumable
+checkpoint) with the optimizer swapped in, on one device or data-parallel over the devices of
+params.yaml `runtime.distributed` (`train_lm_spread`, DDP; not FSDP, which would split the factor
+matrices the optimizers precondition); reported: the
 held-out loss on the target text (the adaptation), on the base's held-out Shakespeare (what was
 forgotten), and both for the base before adaptation."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from paperline.data.text_corpus import encode, load_corpus, read_slice, split_documents
 from paperline.io import json_digest, read_json, sha256_file
 from paperline.methods.altlora.adapters import (OptimizerFactory, add_lora, check_targets, expected_state_floats,
                                                 trainable)
 from paperline.methods.altlora.config import AltLoRAConfig, LMAdaptConfig, OptimizerName
+from paperline.methods.altlora.texts import lm_texts
 from paperline.optim.altlora import lora_pairs
 from paperline.train.distributed import DistributedConfig, DistributedError, runs_in_process
 from paperline.train.lm import LMTrainSettings, evaluate, train_lm_spread, validation_windows
@@ -43,20 +43,12 @@ def check_base(lm: LMAdaptConfig) -> dict:
 def lm_data_version(lm: LMAdaptConfig) -> str:
     """Every input checked before training (base, corpus, target text); the version names them."""
     config = check_base(lm)
-    corpus = load_corpus(lm.corpus, lm.block_size, config.get("vocab_size"))
-    target = read_slice(lm.target_text, speeches_per_document=1)
-    split_documents(target, lm.val_fraction, 0)  # at least two documents
+    texts = lm_texts(lm, config.get("vocab_size"), 0)  # the texts read and encoded (≥ 2 documents each)
     base = Path(lm.base)
     record = base / "lm_base.json"
     return "sha256:" + json_digest({
         "base": read_json(record)["fingerprint"] if record.is_file() else sha256_file(base / "config.json"),
-        "corpus": corpus.meta.get("fingerprint"), "target": sha256_file(Path(lm.target_text) / "SHA256SUMS")})
-
-
-def target_tokens(lm: LMAdaptConfig, tokenizer, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, held-out) token arrays of the target text: whole chapters held out, seeded."""
-    train_docs, val_docs = split_documents(read_slice(lm.target_text, speeches_per_document=1), lm.val_fraction, seed)
-    return encode(tokenizer, train_docs), encode(tokenizer, val_docs)
+        **texts.fingerprint, "target": sha256_file(Path(lm.target_text) / "SHA256SUMS")})
 
 
 def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpoint_path: str | Path | None = None,
@@ -73,10 +65,10 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
                                "optimizers precondition whole; use ddp")
     lm = cfg.lm
     model = load_causal_lm(lm.base)
-    corpus = load_corpus(lm.corpus, lm.block_size, model.config.vocab_size)
-    train, val = target_tokens(lm, corpus.tokenizer(), cfg.seed)
-    target_windows = validation_windows(val, lm.block_size, lm.eval_windows)
-    source_windows = validation_windows(corpus.val, lm.block_size, lm.eval_windows)
+    texts = lm_texts(lm, model.config.vocab_size, cfg.seed)  # in the model's vocabulary (texts.py)
+    train = texts.target_train
+    target_windows = validation_windows(texts.target_val, lm.block_size, lm.eval_windows)
+    source_windows = validation_windows(texts.source_val, lm.block_size, lm.eval_windows)
     model.to(device)
     base_target, base_source = (evaluate(model, w, lm.batch_size, device) for w in (target_windows, source_windows))
     if name == "full_ft":

@@ -95,9 +95,6 @@ class TextAdapterConfig(AdapterConfig):
     target_modules: list[str] = Field(["q_proj", "v_proj"], min_length=1)  # the paper's query/value
 
 
-TextVariant = Literal["linear_probe", "lora", "fvae_lora"]
-
-
 class TextConfig(StrictModel):
     """The second modality (text.py): speeches of the committed Shakespeare slice, y = [play in
     `positive`], a spurious token over position 0, classified from a frozen causal LM's averaged
@@ -115,8 +112,9 @@ class TextConfig(StrictModel):
     agreement: float = Field(0.95, gt=0.5, le=1)
     train_fraction: float = Field(0.6, gt=0, lt=1)
     spurious_token: Annotated[int, Field(ge=0)] | None = None  # None: the highest id no kept speech starts with
-    variants: list[TextVariant] = Field(["linear_probe", "lora", "fvae_lora"], min_length=1)
-    seeds: list[int] = Field([1, 2, 3], min_length=1)
+    # the image task's comparison by default (issue 21: "the same comparison"): every variant, ablations included
+    variants: list[Variant] = Field(list(VARIANTS), min_length=1)
+    seeds: list[int] = Field([1, 2, 3, 4, 5], min_length=1)
     adapter: TextAdapterConfig = TextAdapterConfig()
     fvae: FvaeConfig = FvaeConfig()
     train: TrainConfig = TrainConfig(epochs=3)

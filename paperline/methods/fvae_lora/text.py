@@ -82,7 +82,8 @@ def prepare_text(cfg, seed: int) -> TextData:
     """Every input of the text task checked before training (cfg: a TextConfig): the base is a
     causal LM (paperline.train.lm_base.load_causal_lm's ModelDirError names the path), its q/v
     targets exist and fit the rank, the corpus tokenizer fits its vocabulary, the speeches fit
-    its context; the tokens subsampled (balanced_subsample with `seed`) and versioned."""
+    its context (the speeches read with the model folder's own tokenizer.json when it has one, else
+    with the corpus's); the tokens subsampled (balanced_subsample with `seed`) and versioned."""
     from paperline.methods.fvae_lora.adapter import check_targets
     from paperline.train.lm_base import load_causal_lm
 
@@ -91,15 +92,29 @@ def prepare_text(cfg, seed: int) -> TextData:
     check_targets(lm, cfg.adapter.target_modules, cfg.adapter.rank, where="fvae_lora.text.adapter.target_modules")
     if context is not None and cfg.length > context:
         raise DataError(f"text.length: {cfg.length} tokens exceed {cfg.base}'s context of {context}")
-    corpus = load_corpus(cfg.corpus, 2, vocab)
-    tokens, y, _ = read_speeches(cfg.speeches, corpus.tokenizer(), cfg.length, list(cfg.positive))
+    own = Path(cfg.base) / "tokenizer.json"
+    if own.is_file():  # a local model with its own vocabulary (a paper profile's): its tokenizer reads the speeches
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_file(str(own))
+        except Exception as err:  # tokenizers raises a bare Exception on a malformed file
+            raise DataError(f"{own}: not a tokenizers file ({err})") from None
+        if tokenizer.get_vocab_size() > vocab:
+            raise DataError(f"{own}: {tokenizer.get_vocab_size()} tokens, more than the model's vocab_size {vocab} "
+                            "(text.base)")
+        tokens_of = {"tokenizer": sha256_file(own)}
+    else:
+        corpus = load_corpus(cfg.corpus, 2, vocab)
+        tokenizer, tokens_of = corpus.tokenizer(), {"corpus": corpus.meta.get("fingerprint")}
+    tokens, y, _ = read_speeches(cfg.speeches, tokenizer, cfg.length, list(cfg.positive))
     keep = balanced_subsample(y, cfg.max_rows, seed)
     token = pick_spurious_token(tokens[keep], vocab, cfg.spurious_token)
     base = Path(cfg.base)
     record = base / "lm_base.json"
     version = "sha256:" + json_digest({
         "base": read_json(record)["fingerprint"] if record.is_file() else sha256_file(base / "config.json"),
-        "corpus": corpus.meta.get("fingerprint"), "speeches": sha256_file(Path(cfg.speeches) / "SHA256SUMS"),
+        **tokens_of, "speeches": sha256_file(Path(cfg.speeches) / "SHA256SUMS"),
         "rows": keep.tolist(), "token": token, "length": cfg.length, "positive": sorted(cfg.positive)})
     return TextData(tokens[keep], y[keep], token, float(y.mean()), len(y), version)
 

@@ -55,6 +55,9 @@ class LMTask(StrictModel):
     and scored on held-out (validation) text."""
     model_dir: ProjectPath | None = None
     corpus_dir: ProjectPath = "data/text/shakespeare"
+    # a model folder with its own tokenizer.json reads this slice in its vocabulary instead (pipeline.lm_tokens)
+    source_text: ProjectPath = "data/raw/shakespeare"
+    val_fraction: float = Field(0.15, gt=0, lt=1)  # of source_text's documents, held out (the text-corpus share)
     block_size: PositiveInt = 128
     batch_size: PositiveInt = 16
     steps: PositiveInt = 100

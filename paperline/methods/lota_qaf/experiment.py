@@ -1,5 +1,5 @@
 """The experiment of spec §e on one (task, bit width): quantise the float model's target layers
-(RTN, or GPTQ from calibration inputs), then for each recovery method train its adapter for the
+(RTN, or sequential GPTQ from calibration inputs), then for each recovery method train its adapter for the
 step budget, score it before and after its merge, and check the merge's properties.
 
 A task is a small object that samples a training batch, computes the loss, scores a model and
@@ -111,42 +111,76 @@ def train_float_mlp(model: nn.Module, task: Task, epochs: int, steps_per_epoch: 
 # ----------------------------------------------------------------------------- quantisation
 
 
+class _StopForward(Exception):
+    """Raised by a calibration hook once its layer's inputs are recorded: the rest of the forward
+    is not needed."""
+
+
 @torch.no_grad()
-def calibration_hessians(model: nn.Module, names: list[str], batches: list) -> dict[str, torch.Tensor]:
-    """H = 2 XᵀX / n of each target layer's inputs, in one pass of the float model over the
-    calibration batches (the reference GPTQ feeds each block the outputs of the already quantised
-    blocks; one float pass is our simplification at this scale)."""
-    sums = {n: None for n in names}
-    counts = dict.fromkeys(names, 0)
+def layer_hessian(model: nn.Module, name: str, batches: list) -> torch.Tensor:
+    """H = 2 XᵀX / n of layer `name`'s inputs over the calibration batches, each forward stopped
+    right after the layer (its inputs are all GPTQ needs)."""
+    layer = model.get_submodule(name)
+    total, count = None, 0
 
-    def hook(name):
-        def record(_module, inputs, _output):
-            x = inputs[0].reshape(-1, inputs[0].shape[-1]).double()
-            sums[name] = x.t() @ x if sums[name] is None else sums[name] + x.t() @ x
-            counts[name] += x.shape[0]
-        return record
+    def record(_module, inputs):
+        nonlocal total, count
+        x = inputs[0].reshape(-1, inputs[0].shape[-1]).double()
+        total = x.t() @ x if total is None else total + x.t() @ x
+        count += x.shape[0]
+        raise _StopForward
 
-    handles = [model.get_submodule(n).register_forward_hook(hook(n)) for n in names]
+    handle = layer.register_forward_pre_hook(record)
     try:
         model.eval()
         for batch in batches:
-            model(batch)
+            try:
+                model(batch)
+            except _StopForward:
+                pass
+    finally:
+        handle.remove()
+    if total is None:
+        raise QuantError(f"{name}: the calibration batches never reach this layer (no inputs for GPTQ)")
+    return 2 * total / count
+
+
+@torch.no_grad()
+def execution_order(model: nn.Module, names: list[str], batch) -> list[str]:
+    """The target layers in the order a forward first calls them (not the order of registration)."""
+    order: list[str] = []
+    handles = [model.get_submodule(n).register_forward_pre_hook(
+        lambda _m, _i, n=n: order.append(n) if n not in order else None) for n in names]
+    try:
+        model.eval()
+        model(batch)
     finally:
         for h in handles:
             h.remove()
-    return {n: 2 * sums[n] / counts[n] for n in names}
+    return order + [n for n in names if n not in order]
 
 
 def quantize_model(model: nn.Module, targets: list[str], bits: int, group_size: int, quantizer: str,
                    calibration: list | None = None, damp: float = 0.01) -> nn.Module:
-    """A copy of `model` whose target nn.Linear layers are QuantLinear."""
+    """A copy of `model` whose target nn.Linear layers are QuantLinear.
+
+    GPTQ is sequential, as the reference's: the layers are quantised in the order the forward
+    reaches them, each from the inputs it receives in the model whose earlier layers are already
+    quantised, so every layer's error feedback also corrects the error of the layers before it.
+    The reference does this block by block with `true_sequential` ([q, k, v], o, [gate, up], down
+    within a block); we go layer by layer, which is the same for layers that share their input
+    (q, k, v read the same hidden state whether or not q is quantised yet). Cost: a forward prefix
+    per layer (stopped at the layer), not the reference's one pass per block over cached inputs."""
     names = select_targets(model, targets)
-    hessians = calibration_hessians(model, names, calibration) if quantizer == "gptq" else {}
     quantized = copy.deepcopy(model)
+    if quantizer == "gptq":
+        if not calibration:
+            raise QuantError("quantizer gptq: no calibration batches")
+        names = execution_order(quantized, names, calibration[0])
     for name in names:
-        layer = model.get_submodule(name)
-        w = (quantize_gptq(layer.weight, hessians[name], bits, group_size, damp) if quantizer == "gptq"
-             else quantize_rtn(layer.weight, bits, group_size))
+        layer = quantized.get_submodule(name)  # still the float nn.Linear
+        w = (quantize_gptq(layer.weight, layer_hessian(quantized, name, calibration), bits, group_size, damp)
+             if quantizer == "gptq" else quantize_rtn(layer.weight, bits, group_size))
         replace_module(quantized, name, QuantLinear(w, layer.bias))
     return quantized.requires_grad_(False)
 

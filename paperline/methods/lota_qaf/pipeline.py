@@ -67,18 +67,54 @@ def open_data(cfg: LotaQafConfig, lm_dir: str | None) -> LotaData:
         mlp = make_float_mlp(cfg)
         check_targets(mlp, cfg.digits.target_modules, cfg, "digits")
     if "lm" in cfg.tasks:
-        from paperline.data.text_corpus import load_corpus
         from paperline.train.lm_base import load_causal_lm
 
         model = load_causal_lm(lm_dir)
-        load_corpus(cfg.lm.corpus_dir, cfg.lm.block_size, model.config.vocab_size)
+        _, _, text_files = lm_tokens(cfg, lm_dir, model.config.vocab_size)
         check_targets(model, cfg.lm.target_modules, cfg, "lm")
         inputs += [str(p) for p in sorted(Path(lm_dir).glob("*")) if p.is_file()]
-        inputs += [str(Path(cfg.lm.corpus_dir) / n) for n in ("train.bin", "val.bin", "tokenizer.json")]
+        inputs += text_files
     for path in inputs:
         digest.update(Path(path).read_bytes())
     return LotaData(digits, lm_dir if "lm" in cfg.tasks else None,
                     cfg.lm.corpus_dir if "lm" in cfg.tasks else None, "sha256:" + digest.hexdigest(), tuple(inputs))
+
+
+def lm_tokens(cfg: LotaQafConfig, lm_dir: str, vocab_size: int | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(train, held-out) tokens of the LM task in the model's vocabulary, and the files they come
+    from. The shared lm-base has no tokenizer of its own: it reads the text-corpus folder's token
+    files (whose vocabulary must be the model's). A local model folder with its own tokenizer.json
+    (the paper profile's Llama, say) reads the committed Shakespeare slice (`lm.source_text`)
+    encoded with that tokenizer, whole documents held out with the run's seed."""
+    from paperline.data.text_corpus import CorpusError, load_corpus, read_slice, split_documents
+
+    own = Path(lm_dir) / "tokenizer.json"
+    if own.is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_file(str(own))
+        except Exception as err:  # tokenizers raises a bare Exception on a malformed file
+            raise CorpusError(f"{own}: not a tokenizers file ({err})") from None
+        if vocab_size is not None and tokenizer.get_vocab_size() > vocab_size:
+            raise CorpusError(f"{own}: {tokenizer.get_vocab_size()} tokens, more than the model's vocab_size "
+                              f"{vocab_size} (lm.model_dir)")
+        train_docs, val_docs = split_documents(read_slice(cfg.lm.source_text), cfg.lm.val_fraction, cfg.seed)
+        # int32: a real vocabulary (128k for Llama 3) does not fit the corpus's uint16 files
+        train, val = (np.asarray([i for d in docs for i in tokenizer.encode(d.text).ids], dtype=np.int32)
+                      for docs in (train_docs, val_docs))
+        for name, tokens in (("training", train), ("held-out", val)):
+            if len(tokens) <= cfg.lm.block_size + 1:
+                raise CorpusError(f"{cfg.lm.source_text}: {len(tokens)} {name} tokens, too few for lm.block_size "
+                                  f"{cfg.lm.block_size}")
+        return train, val, [str(own), str(Path(cfg.lm.source_text) / "SHA256SUMS")]
+    try:
+        corpus = load_corpus(cfg.lm.corpus_dir, cfg.lm.block_size, vocab_size)
+    except CorpusError as err:
+        raise CorpusError(f"{err} (lm.corpus_dir; a model with its own vocabulary needs its tokenizer.json in "
+                          f"{lm_dir})") from None
+    return corpus.train, corpus.val, [str(Path(cfg.lm.corpus_dir) / n) for n in ("train.bin", "val.bin",
+                                                                                  "tokenizer.json")]
 
 
 def make_float_mlp(cfg: LotaQafConfig) -> nn.Module:
@@ -92,10 +128,8 @@ def build_task(cfg: LotaQafConfig, name: str, data: LotaData):
 
     if name == "digits":
         return digits_task(*data.digits, cfg.digits.batch_size)
-    from paperline.data.text_corpus import load_corpus
-
-    corpus = load_corpus(data.corpus_dir, cfg.lm.block_size)
-    return lm_task(corpus.train, corpus.val, cfg.lm.block_size, cfg.lm.batch_size, cfg.lm.eval_windows,
+    train, val, _ = lm_tokens(cfg, data.lm_dir, None)  # checked against the model in open_data
+    return lm_task(train, val, cfg.lm.block_size, cfg.lm.batch_size, cfg.lm.eval_windows,
                    cfg.lm.calibration_windows)
 
 
@@ -148,6 +182,9 @@ def run_group(cfg: LotaQafConfig, name: str, bits: int, data: LotaData, checkpoi
     quant_seconds = time.perf_counter() - started
     prefix = f"{name}_w{bits}"
     rows = {f"{prefix}_quantized": score_row(task, quantized, bits) | {"quantize_seconds": quant_seconds}}
+    if cfg.quantizer == "gptq":  # RTN on the same grid rule, scored beside it: what GPTQ's error feedback buys
+        rtn = task.score(quantize_model(model, section.target_modules, bits, section.group_size, "rtn"))
+        rows[f"{prefix}_quantized"] |= {f"{task.metric}_rtn": rtn[task.metric], "loss_rtn": rtn["loss"]}
     histories = {}
     float_params = sum(p.numel() for p in model.parameters())
     for method in cfg.methods:

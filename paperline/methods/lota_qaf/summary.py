@@ -35,7 +35,10 @@ def tables(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict[str, dict]:
         table = {}
         for bits in cfg.bits:
             prefix = f"{task}_w{bits}"
-            entry = {"float": rows[f"{task}_float"][metric], "quantized": rows[f"{prefix}_quantized"][metric]}
+            quantized = rows[f"{prefix}_quantized"]
+            entry = {"float": rows[f"{task}_float"][metric], "quantized": quantized[metric]}
+            if f"{metric}_rtn" in quantized:  # a GPTQ run scores RTN beside it
+                entry["quantized_rtn"] = quantized[f"{metric}_rtn"]
             for method in cfg.methods:
                 r = rows[f"{prefix}_{method}"]
                 entry[f"{method}_merged"] = r[metric]
@@ -54,7 +57,8 @@ def claims(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
       ((quantised − LoTA) / (quantised − float), in the direction of the metric; None without a drop);
     - lota_beats_lora_merged: the share of (task, b) where merged LoTA beats merged 16-bit LoRA;
     - <task>_memory_ratio_w<b>: bytes of the merged int-b LoTA model over the 16-bit LoRA model;
-    - <task>_lota_changed_share_w<b>: the share of quantised weights the merge changed."""
+    - <task>_lota_changed_share_w<b>: the share of quantised weights the merge changed;
+    - <task>_gptq_gain_over_rtn_w<b> (GPTQ runs): how much better the GPTQ model scores than RTN's."""
     out: dict = {}
     lota = [r for v, r in rows.items() if v.endswith("_lota")]
     if lota:
@@ -73,6 +77,9 @@ def claims(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
         for bits in cfg.bits:
             prefix = f"{task}_w{bits}"
             quant = rows[f"{prefix}_quantized"][metric]
+            if f"{metric}_rtn" in rows[f"{prefix}_quantized"]:
+                out[f"{task}_gptq_gain_over_rtn_w{bits}"] = degradation(
+                    task, quant, rows[f"{prefix}_quantized"][f"{metric}_rtn"])
             if "lota" in cfg.methods:
                 got = rows[f"{prefix}_lota"][metric]
                 drop = degradation(task, ceiling, quant)
