@@ -58,6 +58,9 @@ class GeoAdaConfig(MethodConfig):
     partial_k: PositiveInt = 1  # PARTIAL-k: the last k blocks train
     head_blocks: PositiveInt = 1  # MLP-k: a k-block EGTN head
     gpf_plus_basis: PositiveInt = 4  # GPF-plus: k learnable basis prompts, mixed by attention per node
+    # GPF and GPF-plus: the EGTN head they train beside the prompt (update (f): a 3-layer head on
+    # the paper's 6-block base); 0: the prompt alone
+    gpf_head_blocks: Annotated[int, Field(ge=0)] = 3
     # subgraph control: the whole trajectory of the first `subgraph_nodes` particles is given (spec
     # (e): particle 0's); ADE/FDE are measured on the others, the generated ones
     subgraph_nodes: PositiveInt = 1
