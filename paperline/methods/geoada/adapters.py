@@ -25,8 +25,8 @@ coupled graph through the network, with the selected blocks (the first of every 
 blocks: 0, K, 2K, …) replaced by trainable copies and the unselected ones the frozen originals
 (the stream is independent of the frozen one after C, as ControlNet's encoder copy is). After each
 selected block ℓ the copy's output, decoupled, enters the frozen stream through an equivariant
-zero-initialised "convolution": Δh = ϕ_h ⊙ h′ and Δx = ϕ_x·(x′ − x′_in) (the copy's coordinate
-update; update (f)'s literal x′ − x̄′, the centre of mass, is the option `adapter_x: com`, see
+zero-initialised "convolution": Δh = ϕ_h ⊙ h′ and Δx = ϕ_x·(x′ − x̄′), x̄′ each frame's centre of
+mass (update (f); the copy's coordinate update x′ − x′_in is the option `adapter_x: update`, see
 EquivariantZeroConv), ϕ_x a scalar and ϕ_h an H-vector, both 0 at init (update (f)): added to
 the frozen block's (h, x). At init the model equals the base; switching the adapter off restores
 it exactly at any time; Δx is rotation-equivariant and translation-invariant, Δh invariant, so the
@@ -242,14 +242,13 @@ class PromptTemplate(Variant):
 
 
 class EquivariantZeroConv(nn.Module):
-    """Δh = ϕ_h ⊙ h′ and, `form` "com", Δx = ϕ_x·(x′ − x̄′) (update (f) read literally [I]: x̄′ the
-    centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's own
-    coordinate update at this block [I, a deviation: with "com" ϕ_x dilates each frame's whole
-    configuration about its centre of mass rather than passing on the copy's motion; the measured
-    comparison is on docs/methods/geoada.md]; both are rotation-equivariant and translation-invariant.
+    """Δh = ϕ_h ⊙ h′ and, `form` "com" (the default), Δx = ϕ_x·(x′ − x̄′) (update (f) read literally
+    [I]: x̄′ the centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's
+    own coordinate update at this block [I, an alternative; the smoke measured the two within 3% of
+    each other, docs/methods/geoada.md]; both are rotation-equivariant and translation-invariant.
     ϕ_x, ϕ_h zero at init."""
 
-    def __init__(self, hidden: int, form: str = "update"):
+    def __init__(self, hidden: int, form: str = "com"):
         super().__init__()
         self.form = form
         self.phi_x = nn.Parameter(torch.zeros(()))
@@ -281,7 +280,7 @@ class GeoAda(Variant):
     `equivariant=False` is the ControlNet ablation. `enabled = False` switches the adapter off."""
 
     def __init__(self, base: EGTN, control: Control, base_cond: int, every: int, equivariant: bool = True,
-                 x_form: str = "update"):
+                 x_form: str = "com"):
         super().__init__(freeze(base), control, base_cond)
         self.selected = list(range(0, len(base.blocks), every))  # the first of every K blocks
         self.copies = nn.ModuleDict({str(i): copy.deepcopy(base.blocks[i]) for i in self.selected})
@@ -315,7 +314,7 @@ class GeoAda(Variant):
 
 
 def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
-                  head_blocks: int = 1, x_form: str = "update", gpf_basis: int = 4, gpf_head: int = 1) -> Variant:
+                  head_blocks: int = 1, x_form: str = "com", gpf_basis: int = 4, gpf_head: int = 1) -> Variant:
     """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
     base = copy.deepcopy(base)
     dtype = next(base.parameters()).dtype
