@@ -70,9 +70,9 @@ def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dic
         windows = task_windows(source.folder, cfg)
         folder = models_dir(METHOD)
         base, result = pretrain_base(cfg, windows, folder / "base_train.pt", _fingerprint(cfg, source, "base"),
-                                     progress=sys.stderr.isatty())
+                                     progress=sys.stderr.isatty(), device=device)
         torch.save(base.state_dict(), folder / BASE_FILE)
-        original = evaluate_base(cfg, base, windows)
+        original = evaluate_base(cfg, base, windows, device)
         run.log_history("loss", result.steps, result.loss)
         run.log_metrics({f"original_{k}": v for k, v in original.items()} | {"train_seconds": result.seconds})
     return {"path": str(folder / BASE_FILE), "original_task": original, "trainable": result.trainable,
@@ -96,9 +96,10 @@ def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx
             name = row_name(control, variant)
             with ctx.child(name, params={"control": control, "variant": variant, "device": str(device)}) as run:
                 model = make_base(cfg)
-                model.load_state_dict(torch.load(base["path"], weights_only=True))
+                model.load_state_dict(torch.load(base["path"], map_location="cpu", weights_only=True))
                 result = finetune_variant(cfg, model, control, variant, windows, models_dir(METHOD) / name / "train.pt",
-                                          _fingerprint(cfg, source, control, variant), progress=sys.stderr.isatty())
+                                          _fingerprint(cfg, source, control, variant), progress=sys.stderr.isatty(),
+                                          device=device)
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
             results.append(result.as_dict())

@@ -98,9 +98,9 @@ def test_geoada_is_equivariant_at_float_precision_and_controlnet_is_not(control)
             assert error > 1e-2, error
         else:
             assert error < 1e-12, (variant, error)
-    literal = GeoAda(copy.deepcopy(base), control, TB, every=2, x_form="com").double()  # update (f)'s Δx
-    _perturb(literal)
-    assert equivariance_error(literal, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"]) < 1e-12
+    other = GeoAda(copy.deepcopy(base), control, TB, every=2, x_form="update").double()  # the alternative Δx
+    _perturb(other)
+    assert equivariance_error(other, x["cond"], x["noisy"], x["t"], x["charges"], x["edges"], x["control"]) < 1e-12
     # in float32 GeoAda's error is float32's (spec (e): "about 1e-5"); the randomly moved weights
     # amplify rounding (1.2e-4 measured under subgraph control, whose added nodes deepen the sums):
     # the float64 check above is the exact one
@@ -221,10 +221,13 @@ def test_subgraph_coupling_adds_the_given_nodes_and_the_control_reaches_the_outp
 
 def test_gpf_plus_mixes_basis_prompts_by_attention_per_node():
     """Node i's prompt is Σ_j softmax_j(a_jᵀ h_i) p_j (Fang et al.): a convex combination of the k
-    basis prompts, another one per node; zero basis at init; k·H + H·k trainable parameters."""
+    basis prompts, another one per node; zero basis at init; k·H + H·k trainable parameters, plus
+    the EGTN head's blocks and gate (GPF and GPF-plus train one, update (f))."""
     base = _base()
-    model = GPFPlus(copy.deepcopy(base), "frame", TB, basis=3).double()
+    block = sum(p.numel() for p in base.blocks[0].parameters())
+    model = GPFPlus(copy.deepcopy(base), "frame", TB, basis=3, head=0).double()
     assert trainable_parameters(model) == 3 * 16 + 16 * 3
+    assert trainable_parameters(GPFPlus(copy.deepcopy(base), "frame", TB, basis=3, head=2)) == 3 * 16 + 16 * 3 + 2 * block + 1
     h = torch.randn(2, 4, N, 16, dtype=torch.float64)
     assert torch.equal(model.node_prompts(h), torch.zeros_like(h))
     with torch.no_grad():
@@ -233,6 +236,25 @@ def test_gpf_plus_mixes_basis_prompts_by_attention_per_node():
     assert torch.allclose(weights.sum(-1), torch.ones(2, 4, N, dtype=torch.float64))
     assert torch.allclose(weights, (h @ model.attention.weight.T).softmax(-1))
     assert not torch.allclose(weights[:, :, 0], weights[:, :, 1])
+
+
+def test_gpf_trains_a_prompt_and_a_gated_egtn_head_on_the_frozen_base():
+    """GPF: the prompt (H) and a k-block EGTN head gated by a zero ϕ (k·block + 1), nothing of the
+    base; at init the base's output even on the longer frame-control window's single stream (the head
+    gated off, the prompt zero: the base reading that window); a training step moves the head's gate."""
+    base = _base()
+    block = sum(p.numel() for p in base.blocks[0].parameters())
+    model = build_variant("gpf", base, "frame", TB, gpf_head=3)
+    assert len(model.head) == 3 and trainable_parameters(model) == 16 + 3 * block + 1
+    assert not any(p.requires_grad for p in model.base.parameters())
+    x = _inputs(cond=TF)
+    with torch.no_grad():
+        reference = base(x["cond"], x["noisy"], x["charges"], x["edges"], x["t"])
+    assert _same(_call(model, x), reference)
+    data = Windows(torch.randn(16, TF, N, 3).double(), torch.randn(16, H, N, 3).double(),
+                   torch.ones(16, N).double(), torch.ones(16, N, N).double())
+    train(model, data, Schedule.linear(10), steps=2, batch_size=8, lr=1e-2, seed=0)
+    assert model.gate.detach().item() != 0
 
 
 def test_prompt_template_marks_only_what_the_coupling_added_and_refuses_global_control():

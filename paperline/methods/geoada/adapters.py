@@ -25,8 +25,8 @@ coupled graph through the network, with the selected blocks (the first of every 
 blocks: 0, K, 2K, …) replaced by trainable copies and the unselected ones the frozen originals
 (the stream is independent of the frozen one after C, as ControlNet's encoder copy is). After each
 selected block ℓ the copy's output, decoupled, enters the frozen stream through an equivariant
-zero-initialised "convolution": Δh = ϕ_h ⊙ h′ and Δx = ϕ_x·(x′ − x′_in) (the copy's coordinate
-update; update (f)'s literal x′ − x̄′, the centre of mass, is the option `adapter_x: com`, see
+zero-initialised "convolution": Δh = ϕ_h ⊙ h′ and Δx = ϕ_x·(x′ − x̄′), x̄′ each frame's centre of
+mass (update (f); the copy's coordinate update x′ − x′_in is the option `adapter_x: update`, see
 EquivariantZeroConv), ϕ_x a scalar and ϕ_h an H-vector, both 0 at init (update (f)): added to
 the frozen block's (h, x). At init the model equals the base; switching the adapter off restores
 it exactly at any time; Δx is rotation-equivariant and translation-invariant, Δh invariant, so the
@@ -41,7 +41,8 @@ MLP-k (a k-block EGTN head on the frozen base's output, gated by a zero-initiali
 at the base); GPF (a learnable prompt vector added to every node's embedded h, zero at init);
 GPF-plus (Fang et al., "Universal Prompt Tuning for Graph Neural Networks": k learnable basis prompts
 p_1..p_k, each node's prompt Σ_j softmax_j(a_jᵀ h_i) p_j added to its features; here to the embedded h,
-the basis zero at init so the start is the base [I]); Prompt-Template [I: the paper names it without
+the basis zero at init so the start is the base [I]); GPF and GPF-plus each train MLP-k's gated EGTN
+head too (update (f): "GPF, GPF-plus (3-layer EGTN head)", `gpf_head_blocks`); Prompt-Template [I: the paper names it without
 a form we could read]: a learnable prompt added to the h of what the coupling operator added (the
 extra frames, the added subgraph nodes), the frozen base reading that template, so it fits frame and
 subgraph control but not global control; and the frozen base. Each baseline gets the coupled input on
@@ -145,21 +146,27 @@ class FullFT(Variant):
 
 
 class MLPHead(Variant):
-    """MLP-k: k EGTN blocks on the frozen base's final (h, x); x ← x + ϕ·(x_head − x), ϕ = 0 at init."""
+    """MLP-k: k EGTN blocks on the frozen base's final (h, x); x ← x + ϕ·(x_head − x), ϕ = 0 at init
+    (so the start is the base). GPF and GPF-plus train the same head (update (f): "GPF, GPF-plus
+    (3-layer EGTN head)"); k = 0: no head."""
 
     def __init__(self, base: EGTN, control: Control, base_cond: int, k: int):
         super().__init__(freeze(base), control, base_cond)
         self.head = nn.ModuleList(Block(base.hidden) for _ in range(k))
-        self.gate = nn.Parameter(torch.zeros(()))
+        self.gate = nn.Parameter(torch.zeros(())) if k else None
+
+    def with_head(self, coupled: dict, noisy, t, charges) -> torch.Tensor:
+        """ε̂ of the frozen base on the coupled input, its final (h, x) through the head."""
+        _, h, x, x_in = self.base(noisy=noisy, charges=charges, t=t, return_state=True, **coupled)
+        if self.head:
+            h2, x2 = h, x
+            for block in self.head:
+                h2, x2 = block(h2, x2, coupled["edges"])
+            x = x + self.gate * (x2 - x)
+        return (x - x_in)[:, coupled["cond"].shape[1]:, :noisy.shape[2]] * self.base.scale
 
     def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
-        coupled = self.couple(cond, charges, edges, control, original)
-        _, h, x, x_in = self.base(noisy=noisy, charges=charges, t=t, return_state=True, **coupled)
-        h2, x2 = h, x
-        for block in self.head:
-            h2, x2 = block(h2, x2, coupled["edges"])
-        x = x + self.gate * (x2 - x)
-        return (x - x_in)[:, coupled["cond"].shape[1]:, :noisy.shape[2]] * self.base.scale
+        return self.with_head(self.couple(cond, charges, edges, control, original), noisy, t, charges)
 
 
 def with_prompt(shift: torch.Tensor | None, prompt):
@@ -172,28 +179,31 @@ def with_prompt(shift: torch.Tensor | None, prompt):
     return shift + prompt
 
 
-class GPF(Variant):
-    """GPF: a prompt vector p added to every node's embedded h of the frozen base, p = 0 at init."""
+class GPF(MLPHead):
+    """GPF (Fang et al. 2023): a prompt vector p added to every node's embedded h of the frozen base
+    (p = 0 at init), trained with an EGTN head of `head` blocks on the base's output (update (f):
+    the paper's GPF and GPF-plus carry a 3-layer EGTN head; graph prompt tuning trains a task head
+    beside the prompt)."""
 
-    def __init__(self, base: EGTN, control: Control, base_cond: int):
-        super().__init__(freeze(base), control, base_cond)
+    def __init__(self, base: EGTN, control: Control, base_cond: int, head: int):
+        super().__init__(base, control, base_cond, head)
         self.prompt = nn.Parameter(torch.zeros(base.hidden))
 
     def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         coupled["h_shift"] = with_prompt(coupled["h_shift"], self.prompt)
-        return self.base(noisy=noisy, charges=charges, t=t, **coupled)
+        return self.with_head(coupled, noisy, t, charges)
 
 
-class GPFPlus(Variant):
+class GPFPlus(MLPHead):
     """GPF-plus (Fang et al. 2023): k basis prompts p_j (H) and k attention vectors a_j; node i's
     prompt is Σ_j softmax_j(a_jᵀ h_i) p_j, added to its embedded h (the input features in GPF-plus;
-    the embedding is where node features enter this model). The basis starts at zero, so the start
-    is the base [I: the GPF paper initialises it at random]; a_j random (they get a gradient once the
-    basis moves)."""
+    the embedding is where node features enter this model), with GPF's EGTN head. The basis starts
+    at zero, so the start is the base [I: the GPF paper initialises it at random]; a_j random (they
+    get a gradient once the basis moves)."""
 
-    def __init__(self, base: EGTN, control: Control, base_cond: int, basis: int):
-        super().__init__(freeze(base), control, base_cond)
+    def __init__(self, base: EGTN, control: Control, base_cond: int, basis: int, head: int):
+        super().__init__(base, control, base_cond, head)
         self.basis = nn.Parameter(torch.zeros(basis, base.hidden))
         self.attention = nn.Linear(base.hidden, basis, bias=False)
 
@@ -203,7 +213,7 @@ class GPFPlus(Variant):
     def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         coupled["h_shift"] = with_prompt(coupled["h_shift"], self.node_prompts)
-        return self.base(noisy=noisy, charges=charges, t=t, **coupled)
+        return self.with_head(coupled, noisy, t, charges)
 
 
 class PromptTemplate(Variant):
@@ -232,15 +242,13 @@ class PromptTemplate(Variant):
 
 
 class EquivariantZeroConv(nn.Module):
-    """Δh = ϕ_h ⊙ h′ and, `form` "com", Δx = ϕ_x·(x′ − x̄′) (update (f) read literally [I]: x̄′ the
-    centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's own
-    coordinate update at this block [I, a deviation]: with "com" ϕ_x dilates each frame's whole
-    configuration about its centre of mass, which measured ADE 0.72 against the base's 0.35 after
-    fine-tuning at smoke scale (docs/methods/geoada.md; measured while GeoAda's ε̂ still lacked the
-    base's displacement scale, not re-measured since); both are rotation-equivariant and
-    translation-invariant. ϕ_x, ϕ_h zero at init."""
+    """Δh = ϕ_h ⊙ h′ and, `form` "com" (the default), Δx = ϕ_x·(x′ − x̄′) (update (f) read literally
+    [I]: x̄′ the centre of mass of each frame), or, `form` "update", Δx = ϕ_x·(x′ − x′_in), the copy's
+    own coordinate update at this block [I, an alternative; the smoke measured the two within 3% of
+    each other, docs/methods/geoada.md]; both are rotation-equivariant and translation-invariant.
+    ϕ_x, ϕ_h zero at init."""
 
-    def __init__(self, hidden: int, form: str = "update"):
+    def __init__(self, hidden: int, form: str = "com"):
         super().__init__()
         self.form = form
         self.phi_x = nn.Parameter(torch.zeros(()))
@@ -272,7 +280,7 @@ class GeoAda(Variant):
     `equivariant=False` is the ControlNet ablation. `enabled = False` switches the adapter off."""
 
     def __init__(self, base: EGTN, control: Control, base_cond: int, every: int, equivariant: bool = True,
-                 x_form: str = "update"):
+                 x_form: str = "com"):
         super().__init__(freeze(base), control, base_cond)
         self.selected = list(range(0, len(base.blocks), every))  # the first of every K blocks
         self.copies = nn.ModuleDict({str(i): copy.deepcopy(base.blocks[i]) for i in self.selected})
@@ -306,7 +314,7 @@ class GeoAda(Variant):
 
 
 def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
-                  head_blocks: int = 1, x_form: str = "update", gpf_basis: int = 4) -> Variant:
+                  head_blocks: int = 1, x_form: str = "com", gpf_basis: int = 4, gpf_head: int = 1) -> Variant:
     """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
     base = copy.deepcopy(base)
     dtype = next(base.parameters()).dtype
@@ -319,9 +327,9 @@ def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every
     if name == "mlp_k":
         return MLPHead(base, control, base_cond, head_blocks).to(dtype)
     if name == "gpf":
-        return GPF(base, control, base_cond).to(dtype)
+        return GPF(base, control, base_cond, gpf_head).to(dtype)
     if name == "gpf_plus":
-        return GPFPlus(base, control, base_cond, gpf_basis).to(dtype)
+        return GPFPlus(base, control, base_cond, gpf_basis, gpf_head).to(dtype)
     if name == "prompt_template":
         return PromptTemplate(base, control, base_cond).to(dtype)
     if name in ("geoada", "controlnet"):
@@ -344,13 +352,13 @@ def equivariance_error(model: nn.Module, cond: torch.Tensor, noisy: torch.Tensor
                        seed: int = 0, dtype=torch.float64) -> float:
     """max |ε̂(Qc + b, Qd) − Q ε̂(c, d)| / max |ε̂(c, d)| under a random rotation Q and translation b of
     the conditioning frames c and a geometric control (the noisy displacements d rotate and do not
-    translate), in `dtype`
-    (the model is copied and cast)."""
+    translate), in `dtype` on the CPU (the model is copied and cast: the probe is the same wherever the
+    model trained)."""
     generator = torch.Generator().manual_seed(seed)
-    model = copy.deepcopy(model).to(dtype)
-    cond, noisy = cond.to(dtype), noisy.to(dtype)
-    charges, edges = charges.to(dtype), edges.to(dtype)
-    control = None if control is None else control.to(dtype)
+    model = copy.deepcopy(model).to("cpu", dtype)
+    cond, noisy, t = cond.to("cpu", dtype), noisy.to("cpu", dtype), t.cpu()
+    charges, edges = charges.to("cpu", dtype), edges.to("cpu", dtype)
+    control = None if control is None else control.to("cpu", dtype)
     Q = random_rotation(generator, dtype)
     b = torch.randn(3, generator=generator, dtype=dtype) * 3
     # a geometric control (subgraph control's given positions, (B, H, S, 3)) moves with the input;

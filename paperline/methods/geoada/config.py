@@ -53,11 +53,14 @@ class GeoAdaConfig(MethodConfig):
     pretrain: TrainConfig = TrainConfig(steps=600)
     finetune: TrainConfig = TrainConfig(steps=150)
     adapter_every: PositiveInt = 2  # GeoAda copies the first block of every K (update (f): 0, 2, 4 of 6)
-    # GeoAda's zero-initialised Δx: ϕ_x·(x′ − x′_in) ("update") or update (f)'s ϕ_x·(x′ − x̄′) ("com")
-    adapter_x: Literal["update", "com"] = "update"
+    # GeoAda's zero-initialised Δx: update (f)'s ϕ_x·(x′ − x̄′) ("com") or ϕ_x·(x′ − x′_in) ("update")
+    adapter_x: Literal["update", "com"] = "com"
     partial_k: PositiveInt = 1  # PARTIAL-k: the last k blocks train
     head_blocks: PositiveInt = 1  # MLP-k: a k-block EGTN head
     gpf_plus_basis: PositiveInt = 4  # GPF-plus: k learnable basis prompts, mixed by attention per node
+    # GPF and GPF-plus: the EGTN head they train beside the prompt (update (f): a 3-layer head on
+    # the paper's 6-block base); 0: the prompt alone
+    gpf_head_blocks: Annotated[int, Field(ge=0)] = 3
     # subgraph control: the whole trajectory of the first `subgraph_nodes` particles is given (spec
     # (e): particle 0's); ADE/FDE are measured on the others, the generated ones
     subgraph_nodes: PositiveInt = 1

@@ -201,7 +201,8 @@ def sample(denoise, schedule: Schedule, cond: torch.Tensor, horizon: int, genera
     `max_radius` (DDPM's clipping of x̂_0, on the norm so it stays rotation-equivariant [I]): an
     undertrained ε̂ then cannot blow the chain up."""
     B, _, N, _ = cond.shape
-    d = torch.randn((B, horizon, N, 3), generator=generator, dtype=cond.dtype, device=cond.device)
+    # noise drawn on the (CPU) generator and moved: the same chain on any device
+    d = torch.randn((B, horizon, N, 3), generator=generator, dtype=cond.dtype).to(cond.device)
     betas, abar = schedule.betas.tolist(), schedule.alphas_bar.tolist()
     for step in reversed(range(len(betas))):
         t = torch.full((B,), step, dtype=torch.long, device=cond.device)
@@ -213,5 +214,5 @@ def sample(denoise, schedule: Schedule, cond: torch.Tensor, horizon: int, genera
         d = (math.sqrt(a_prev) * beta * d0 + math.sqrt(1 - beta) * (1 - a_prev) * d) / (1 - a_bar)
         if step > 0:
             var = beta * (1 - a_prev) / (1 - a_bar)
-            d = d + math.sqrt(var) * torch.randn(d.shape, generator=generator, dtype=d.dtype, device=d.device)
+            d = d + math.sqrt(var) * torch.randn(d.shape, generator=generator, dtype=d.dtype).to(d.device)
     return cond[:, -1:] + d / scale

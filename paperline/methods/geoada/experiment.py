@@ -55,11 +55,12 @@ def make_base(cfg: GeoAdaConfig) -> EGTN:
 
 
 def pretrain_base(cfg: GeoAdaConfig, data: dict[str, Windows], checkpoint: Path | None, fingerprint: str,
-                  progress: bool = False) -> tuple[EGTN, TrainResult]:
+                  progress: bool = False, device="cpu") -> tuple[EGTN, TrainResult]:
+    """The base trained on `device` (the gpu slot's: CUDA where there is one)."""
     torch.manual_seed(cfg.seed)
     base = make_base(cfg)
-    model = build_variant("full_ft", base, "frame", cfg.cond_frames)  # the base's own window, no control
-    result = train(model, data["original_train"], Schedule.linear(cfg.diffusion_steps), cfg.pretrain.steps,
+    model = build_variant("full_ft", base, "frame", cfg.cond_frames).to(device)  # the base's own window, no control
+    result = train(model, data["original_train"].to(device), Schedule.linear(cfg.diffusion_steps), cfg.pretrain.steps,
                    cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.seed, checkpoint, fingerprint,
                    cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
     return model.base, result
@@ -82,7 +83,7 @@ class VariantResult:
 
 
 def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, data: dict[str, Windows],
-                     checkpoint: Path | None, fingerprint: str, progress: bool = False) -> VariantResult:
+                     checkpoint: Path | None, fingerprint: str, progress: bool = False, device="cpu") -> VariantResult:
     """Fine-tune `variant` on `control`'s training set; its new-task and original-task ADE/FDE, with
     the same sampling seed for every variant (the same noise, so rows differ by the model only).
     The original task runs each model as fine-tuning left it, its control input off (coupling
@@ -91,9 +92,9 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     None here and the summary fills in the base's figures."""
     torch.manual_seed(cfg.seed + 1)
     model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks,
-                          cfg.adapter_x, cfg.gpf_plus_basis)
+                          cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
     schedule = Schedule.linear(cfg.diffusion_steps)
-    train_set, test_set = data[f"{control}_train"], data[f"{control}_test"]
+    train_set, test_set = data[f"{control}_train"].to(device), data[f"{control}_test"].to(device)
     result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,
                    cfg.finetune.batch_size, cfg.finetune.lr, cfg.seed + 1, checkpoint, fingerprint,
                    cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
@@ -102,7 +103,7 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
                         given_nodes=cfg.subgraph_nodes if control == "subgraph" else 0)
     original = None
     if variant not in ("frozen", "geoada", "controlnet"):
-        original = evaluate(model, data["original_test"], schedule, cfg.samples, cfg.seed + 2, original=True,
+        original = evaluate(model, data["original_test"].to(device), schedule, cfg.samples, cfg.seed + 2, original=True,
                             scale=cfg.displacement_scale)
     probe = test_set.take(slice(0, 4))
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
@@ -113,8 +114,8 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
                          result.steps, result.loss)
 
 
-def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows]) -> dict[str, float]:
+def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], device="cpu") -> dict[str, float]:
     """The base on the original task, with the sampling seed every variant uses."""
-    model = build_variant("frozen", base, "frame", cfg.cond_frames)
-    return evaluate(model, data["original_test"], Schedule.linear(cfg.diffusion_steps), cfg.samples,
+    model = build_variant("frozen", base, "frame", cfg.cond_frames).to(device)
+    return evaluate(model, data["original_test"].to(device), Schedule.linear(cfg.diffusion_steps), cfg.samples,
                     cfg.seed + 2, original=True, scale=cfg.displacement_scale)

@@ -28,6 +28,10 @@ class Windows:
     def __len__(self) -> int:
         return len(self.cond)
 
+    def to(self, device) -> "Windows":
+        return Windows(self.cond.to(device), self.target.to(device), self.charges.to(device), self.edges.to(device),
+                       None if self.control is None else self.control.to(device))
+
     def take(self, index) -> "Windows":
         return Windows(self.cond[index], self.target[index], self.charges[index], self.edges[index],
                        None if self.control is None else self.control[index])
@@ -56,8 +60,9 @@ class TrainResult:
 def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generator: torch.Generator,
                    scale: float = 1.0) -> torch.Tensor:
     d0 = (batch.target - batch.cond[:, -1:]) * scale  # displacement from the last given frame, scaled
-    t = torch.randint(len(schedule.betas), (len(d0),), generator=generator)
-    eps = torch.randn(d0.shape, generator=generator, dtype=d0.dtype)
+    # drawn on the CPU generator and moved: the same draws on any device (resumable, comparable)
+    t = torch.randint(len(schedule.betas), (len(d0),), generator=generator).to(d0.device)
+    eps = torch.randn(d0.shape, generator=generator, dtype=d0.dtype).to(d0.device)
     noisy = schedule.noise(d0, t, eps)
     return ((model(batch.cond, noisy, t, batch.charges, batch.edges, batch.control) - eps) ** 2).mean()
 
@@ -65,7 +70,8 @@ def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generat
 def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch_size: int, lr: float,
           seed: int, checkpoint_path=None, fingerprint=None, every: int = 200, log_every: int = 10,
           progress: bool = False, scale: float = 1.0) -> TrainResult:
-    """Adam on the parameters that require grad; a killed run resumes from its checkpoint."""
+    """Adam on the parameters that require grad; a killed run resumes from its checkpoint. The model
+    and `data` on one device; the random draws come from a CPU generator (its state checkpointed)."""
     params = [p for p in model.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)
     generator = torch.Generator().manual_seed(seed)
@@ -76,7 +82,7 @@ def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch
     state = run.resume() or {"step": 0, "steps": [], "loss": []}
     model.train()
     while state["step"] < steps:
-        index = torch.randint(len(data), (batch_size,), generator=generator)
+        index = torch.randint(len(data), (batch_size,), generator=generator).to(data.cond.device)
         loss = diffusion_loss(model, data.take(index), schedule, generator, scale)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
