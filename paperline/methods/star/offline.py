@@ -33,8 +33,8 @@ from paperline.methods.star.config import OfflineConfig, StarConfig, TaskConfig
 from paperline.methods.star.envs import EnvInfo, make_env
 from paperline.methods.star.evaluate import discounted_returns, evaluate, rollout
 from paperline.rl.nets import mlp
-from paperline.rl.offline import (PreferenceLabels, Transitions, load_dataset, load_preference_labels, write_d4rl,
-                                  write_preference_labels)
+from paperline.rl.offline import (OfflineDataError, PreferenceLabels, Transitions, load_dataset,
+                                  load_preference_labels, write_d4rl, write_preference_labels)
 from paperline.rl.reward_model import RewardEnsemble
 from paperline.rl.teacher import ScriptedTeacher, rational_labels
 
@@ -156,6 +156,19 @@ def generate(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[
     return data_path, labels_path, returns
 
 
+def read_offline(data_path: Path, labels_path: Path, segment: int, info: EnvInfo
+                 ) -> tuple[Transitions, PreferenceLabels]:
+    """The dataset and its preference labels through the loaders, checked against the task's
+    spaces. The flow's `data` step calls this on configured files before any training, so a
+    missing field, a bad label or a wrong width is named first, not after the online rows."""
+    data = load_dataset(data_path)
+    labels = load_preference_labels(labels_path, data, segment)
+    if data.obs.shape[1] != info.obs_dim or data.act.shape[1] != info.act_dim:
+        raise OfflineDataError(f"{data_path}: observations/actions of width {data.obs.shape[1]}/{data.act.shape[1]}, "
+                               f"but {info.env_id} has {info.obs_dim}/{info.act_dim}")
+    return data, labels
+
+
 # -- training ---------------------------------------------------------------------------------------
 
 def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int) -> np.ndarray:
@@ -234,11 +247,7 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
         data_path, labels_path, behaviour = generate(cfg, task, info, expert, seed, Path(out))
     else:
         data_path, labels_path = Path(off.dataset), Path(off.labels)
-    data = load_dataset(data_path)
-    labels = load_preference_labels(labels_path, data, off.segment)
-    if data.obs.shape[1] != info.obs_dim or data.act.shape[1] != info.act_dim:
-        raise ValueError(f"{data_path}: observations/actions of width {data.obs.shape[1]}/{data.act.shape[1]}, "
-                         f"but {task.env_id} has {info.obs_dim}/{info.act_dim}")
+    data, labels = read_offline(data_path, labels_path, off.segment, info)
     generator = torch.Generator().manual_seed(seed)
     model, accuracy = fit_reward(cfg, info, data, labels, seed, generator)
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
