@@ -79,7 +79,7 @@ def train_offline(cfg: StarConfig, ctx: track.RunContext) -> list[dict]:
             seed = cfg.seed + s
             agent, info = load_agent(cfg, t, "oracle", None, seed, models_dir(METHOD) / oracle / f"seed{seed}.pt")
             result = run_offline(cfg, t, info, lambda obs: agent.act(obs, deterministic=True), seed,
-                                 models_dir(METHOD) / "offline" / f"seed{seed}")
+                                 models_dir(METHOD) / "offline" / f"seed{seed}", progress=sys.stderr.isatty())
             for v, res in result["variants"].items():
                 with ctx.child(f"offline-{v}/seed{seed}", params={"seed": seed}, parent=runs[f"offline-{v}"]) as run:
                     run.log_metrics({"return": res["return"], "expert_return": result["expert_return"],

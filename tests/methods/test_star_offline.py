@@ -203,3 +203,36 @@ def test_configured_offline_files_are_refused_by_the_data_step_before_any_traini
         del f["terminals"]
     with pytest.raises(OfflineDataError, match=r"d\.hdf5: field 'terminals' is missing"):
         data(cfg)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_offline_run_resumes_variant_by_variant_to_the_same_result(tmp_path, monkeypatch):
+    from flows.launch import resolve
+    from paperline.methods.star import offline
+    from paperline.methods.star.envs import check_env
+
+    _, cfg = resolve("star", "tiny")
+    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
+
+    def expert(obs):  # a fixed deterministic behaviour policy stands in for the oracle's SAC
+        return np.clip(-obs[:1] * obs[2:3], info.low, info.high).astype(np.float32)
+
+    whole = offline.run_offline(cfg, task, info, expert, 0, tmp_path / "whole")
+    trained, train = [], offline.train_variant
+
+    def kill_at_iql(variant, *args, **kwargs):
+        trained.append(variant)
+        if variant == "iql" and trained.count("iql") == 1:
+            raise Killed
+        return train(variant, *args, **kwargs)
+
+    monkeypatch.setattr(offline, "train_variant", kill_at_iql)
+    with pytest.raises(Killed):
+        offline.run_offline(cfg, task, info, expert, 0, tmp_path / "killed")
+    resumed = offline.run_offline(cfg, task, info, expert, 0, tmp_path / "killed")
+    assert trained == ["star", "iql", "iql", "awr"]  # star was recorded before the kill, not retrained
+    assert resumed == whole
