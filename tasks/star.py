@@ -5,6 +5,7 @@ per extraction, a nested run per seed), then the report."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -13,7 +14,7 @@ from paperline.methods.star import plots
 from paperline.methods.star.config import StarConfig, row_name
 from paperline.methods.star.envs import check_env
 from paperline.methods.star.summary import method_metrics
-from paperline.methods.star.offline import run_offline
+from paperline.methods.star.offline import read_offline, run_offline
 from paperline.methods.star.train import load_agent, train_run
 from tasks import track
 from tasks.paths import models_dir, plots_dir
@@ -24,10 +25,13 @@ METHOD = "star"
 
 
 def data(cfg: StarConfig) -> str:
-    """No data files: the environments are made once here, so an unknown id, a missing package or
-    a space the agent cannot take fails before the run starts."""
-    for t in cfg.tasks:
-        check_env(t.env_id, t.kind, t.env_kwargs)
+    """No data files by default: the environments are made once here, so an unknown id, a missing
+    package or a space the agent cannot take fails before the run starts; so do configured offline
+    files (`offline.dataset`, `offline.labels`) that miss a field or do not fit their task."""
+    infos = {t.name: check_env(t.env_id, t.kind, t.env_kwargs) for t in cfg.tasks}
+    off = cfg.offline
+    if off is not None and off.dataset is not None:
+        read_offline(Path(off.dataset), Path(off.labels), off.segment, infos[off.task])
     return track.data_version()
 
 
@@ -75,7 +79,7 @@ def train_offline(cfg: StarConfig, ctx: track.RunContext) -> list[dict]:
             seed = cfg.seed + s
             agent, info = load_agent(cfg, t, "oracle", None, seed, models_dir(METHOD) / oracle / f"seed{seed}.pt")
             result = run_offline(cfg, t, info, lambda obs: agent.act(obs, deterministic=True), seed,
-                                 models_dir(METHOD) / "offline" / f"seed{seed}")
+                                 models_dir(METHOD) / "offline" / f"seed{seed}", progress=sys.stderr.isatty())
             for v, res in result["variants"].items():
                 with ctx.child(f"offline-{v}/seed{seed}", params={"seed": seed}, parent=runs[f"offline-{v}"]) as run:
                     run.log_metrics({"return": res["return"], "expert_return": result["expert_return"],

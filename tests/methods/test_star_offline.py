@@ -16,6 +16,7 @@ from paperline.methods.star.offline import (ExpectileQ, GaussianPolicy, awr_loss
                                             mc_returns)
 from paperline.rl.offline import (OfflineDataError, load_dataset, load_preference_labels, write_d4rl,
                                   write_preference_labels)
+from tests.methods.star_helpers import lbfgs_minimise
 
 
 def _d4rl(path, n=7):
@@ -151,17 +152,8 @@ def test_the_awr_loss_is_the_weighted_negative_log_likelihood():
 def test_the_expectile_loss_is_minimised_at_the_expectile(tau):
     q = torch.tensor([0.0, 1.0, 4.0])
     v = torch.zeros((), requires_grad=True)
-    opt = torch.optim.LBFGS([v], lr=1, max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-14)
-
-    def closure():
-        opt.zero_grad()
-        loss = expectile_loss(q, v.expand_as(q), tau)
-        loss.backward()
-        return loss
-
-    opt.step(closure)
     # the τ-expectile m solves τ Σ_{q>m}(q − m) = (1 − τ) Σ_{q<m}(m − q)
-    m = v.item()
+    m = lbfgs_minimise(v, lambda: expectile_loss(q, v.expand_as(q), tau)).item()
     assert tau * (q[q > m] - m).sum().item() == pytest.approx((1 - tau) * (m - q[q < m]).sum().item(), abs=1e-5)
     if tau == 0.5:
         assert m == pytest.approx(q.mean().item(), abs=1e-5)
@@ -194,3 +186,53 @@ def test_the_offline_settings_are_checked_before_any_work():
         resolve("star", "tiny", ["offline.dataset=data.hdf5"])
     with pytest.raises(ParamsError, match=r"offline.segment 50 must be below task pendulum's episode_steps 50"):
         resolve("star", "tiny", ["offline.segment=50"])
+
+
+def test_configured_offline_files_are_refused_by_the_data_step_before_any_training(tmp_path):
+    """`offline.dataset`/`offline.labels` given: the flow's `data` step (run before any training
+    row) reads them, so a bad file is named first, not after the online rows."""
+    from flows.launch import resolve
+    from tasks.star import data
+
+    path = _d4rl(tmp_path / "d.hdf5")  # 2-wide observations, 1-wide actions
+    folder = write_preference_labels(tmp_path / "labels", np.array([0, 3]), np.array([1, 0]), np.array([1.0, 0.0]))
+    _, cfg = resolve("star", "tiny", [f"offline.dataset={path}", f"offline.labels={folder}", "offline.segment=2"])
+    with pytest.raises(OfflineDataError, match=r"d\.hdf5: observations/actions of width 2/1, but Pendulum-v1 has 3/1"):
+        data(cfg)
+    with h5py.File(path, "a") as f:
+        del f["terminals"]
+    with pytest.raises(OfflineDataError, match=r"d\.hdf5: field 'terminals' is missing"):
+        data(cfg)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_offline_run_resumes_variant_by_variant_to_the_same_result(tmp_path, monkeypatch):
+    from flows.launch import resolve
+    from paperline.methods.star import offline
+    from paperline.methods.star.envs import check_env
+
+    _, cfg = resolve("star", "tiny")
+    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
+
+    def expert(obs):  # a fixed deterministic behaviour policy stands in for the oracle's SAC
+        return np.clip(-obs[:1] * obs[2:3], info.low, info.high).astype(np.float32)
+
+    whole = offline.run_offline(cfg, task, info, expert, 0, tmp_path / "whole")
+    trained, train = [], offline.train_variant
+
+    def kill_at_iql(variant, *args, **kwargs):
+        trained.append(variant)
+        if variant == "iql" and trained.count("iql") == 1:
+            raise Killed
+        return train(variant, *args, **kwargs)
+
+    monkeypatch.setattr(offline, "train_variant", kill_at_iql)
+    with pytest.raises(Killed):
+        offline.run_offline(cfg, task, info, expert, 0, tmp_path / "killed")
+    resumed = offline.run_offline(cfg, task, info, expert, 0, tmp_path / "killed")
+    assert trained == ["star", "iql", "iql", "awr"]  # star was recorded before the kill, not retrained
+    assert resumed == whole

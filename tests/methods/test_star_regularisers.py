@@ -10,6 +10,7 @@ import torch
 
 from paperline.methods.star.conservative import ConservativeQ, gumbel_loss, soft_in_sample_value
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
+from tests.methods.star_helpers import lbfgs_minimise
 
 
 @pytest.mark.parametrize("beta", [0.5, 2.0, 6.0])
@@ -18,16 +19,8 @@ def test_gumbel_regression_is_minimised_at_the_in_sample_log_mean_exp(beta):
     closed = soft_in_sample_value(q, beta)
     assert closed.item() == pytest.approx(beta * math.log(np.mean(np.exp(q.numpy() / beta))), rel=1e-6)
     v = torch.zeros((), requires_grad=True)
-    opt = torch.optim.LBFGS([v], lr=1, max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-14)
-
-    def closure():
-        opt.zero_grad()
-        loss = gumbel_loss(q, v.expand_as(q), beta)
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    assert v.item() == pytest.approx(closed.item(), abs=1e-5)
+    assert lbfgs_minimise(v, lambda: gumbel_loss(q, v.expand_as(q), beta)).item() == pytest.approx(closed.item(),
+                                                                                                  abs=1e-5)
 
 
 def test_the_soft_value_runs_from_the_in_sample_max_to_the_mean():

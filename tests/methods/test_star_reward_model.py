@@ -11,6 +11,7 @@ import torch
 from paperline.rl.reward_model import (RewardEnsemble, RewardSettings, SURFSettings, _crop, bradley_terry_loss,
                                        pmr_gap, smoothed_targets)
 from paperline.rl.teacher import ScriptedTeacher, TeacherSettings, rational_labels, segment_returns
+from tests.methods.star_helpers import lbfgs_minimise
 
 
 def test_bradley_terry_loss_is_the_cross_entropy_of_the_softmax_of_returns():
@@ -34,16 +35,8 @@ def test_pmr_bounds_the_return_gap_on_separable_pairs(eps):
 
     def fit(targets: torch.Tensor) -> torch.Tensor:
         r = torch.zeros(2, 8, requires_grad=True)  # the two segments' returns of 8 separable pairs
-        opt = torch.optim.LBFGS([r], lr=1, max_iter=100, tolerance_grad=1e-12, tolerance_change=1e-14)
-
-        def closure():
-            opt.zero_grad()
-            loss = bradley_terry_loss(r[0], r[1], targets)
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        return (r[0] - r[1]).detach()
+        fitted = lbfgs_minimise(r, lambda: bradley_terry_loss(r[0], r[1], targets), max_iter=100)
+        return fitted[0] - fitted[1]
 
     assert fit(smoothed_targets(y, eps)).numpy() == pytest.approx(np.full(8, pmr_gap(eps)), abs=1e-4)
     assert (fit(y) > pmr_gap(eps) + 1.0).all()

@@ -30,7 +30,6 @@ def _cfg(**over) -> StarConfig:
 
 @pytest.mark.parametrize("env_id, kind, message", [
     ("NoSuchEnv-v0", "continuous", r"'NoSuchEnv-v0': not a registered gymnasium environment"),
-    ("dm_control/cheetah-run-v0", "continuous", r"registered by shimmy\[dm-control\]"),
     ("CartPole-v1", "continuous", r"'CartPole-v1': action space Discrete\(2\) is not one the continuous"),
     ("Pendulum-v1", "discrete", r"'Pendulum-v1': observation space Box.* is not one the discrete"),
     ("Blackjack-v1", "discrete", r"'Blackjack-v1': observation space Tuple"),

@@ -10,6 +10,8 @@ informative everywhere; trap cells (a wall with one gap) end the episode with re
 the rest of it. Reaching the goal through the gap and staying there is optimal."""
 from __future__ import annotations
 
+import importlib
+import os
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -20,8 +22,10 @@ from paperline.io import DataError
 
 GRID_ID = "paperline/GridWorld-v0"
 
-# a gymnasium id's prefix -> the package that registers or runs it (the paper profile's suites)
-NEEDS = {"dm_control/": "shimmy[dm-control] with dm_control", "Meta-World/": "metaworld (with mujoco==3.3.0)"}
+# the paper profile's suites: a gymnasium id's prefix -> (the module whose import registers its ids,
+# the package that brings it); gymnasium 1.x finds neither by itself
+SUITES = {"dm_control/": ("shimmy", "shimmy[dm-control] with dm_control"),
+          "Meta-World/": ("metaworld", "metaworld (with mujoco==3.3.0)")}
 
 
 class EnvError(DataError):
@@ -91,17 +95,42 @@ class EnvInfo:
         return np.concatenate([s, a], -1)
 
 
-def make_env(env_id: str, max_episode_steps: int, kwargs: dict | None = None) -> gym.Env:
-    """gym.make with errors that name the id and the missing package."""
+def _register_suite(env_id: str) -> None:
+    """Import the package that registers a paper-suite id (DMControl through shimmy, Meta-World)."""
+    prefix = next((p for p in SUITES if env_id.startswith(p)), None)
+    if prefix is None:
+        return
+    module, package = SUITES[prefix]
+    if prefix == "dm_control/":
+        # no rendering is needed: without this dm_control probes GLFW, which warns on a headless machine
+        os.environ.setdefault("MUJOCO_GL", "disable")
+        # dm_control 1.0.28 (the last one that takes metaworld's mujoco==3.3.0) calls np.in1d in its
+        # quadruped task, which numpy 2.4 removed; 1.0.52 replaced it by this same isin(...).ravel()
+        if not hasattr(np, "in1d"):
+            np.in1d = lambda ar1, ar2, assume_unique=False, invert=False: np.isin(
+                ar1, ar2, assume_unique=assume_unique, invert=invert).ravel()
     try:
-        return gym.make(env_id, max_episode_steps=max_episode_steps, **(kwargs or {}))
+        importlib.import_module(module)
+    except ImportError as err:
+        raise EnvError(f"environment {env_id!r} is registered by {package}, which is not installed "
+                       f"({err}); `make install` installs it") from None
+
+
+def make_env(env_id: str, max_episode_steps: int, kwargs: dict | None = None) -> gym.Env:
+    """gym.make with errors that name the id and the missing package. DMControl's dict observations
+    are flattened into one vector (the agents take a 1-D Box). Meta-World ends its episodes at its own
+    500 steps whatever max_episode_steps asks (its TimeLimit inside the one gymnasium adds)."""
+    _register_suite(env_id)
+    try:
+        env = gym.make(env_id, max_episode_steps=max_episode_steps, **(kwargs or {}))
+        if isinstance(env.observation_space, spaces.Dict) and env_id.startswith("dm_control/"):
+            env = gym.wrappers.FlattenObservation(env)
+        return env
     except gym.error.DependencyNotInstalled as err:
         raise EnvError(f"environment {env_id!r} needs a package that is not installed: {err}") from None
     except (gym.error.NameNotFound, gym.error.NamespaceNotFound, gym.error.VersionNotFound,
             gym.error.UnregisteredEnv) as err:
-        need = next((pkg for prefix, pkg in NEEDS.items() if env_id.startswith(prefix)), None)
-        hint = f" (it is registered by {need}, which is not installed)" if need else ""
-        raise EnvError(f"environment {env_id!r}: not a registered gymnasium environment{hint}: {err}") from None
+        raise EnvError(f"environment {env_id!r}: not a registered gymnasium environment: {err}") from None
     except TypeError as err:
         raise EnvError(f"environment {env_id!r}: bad env_kwargs {kwargs}: {err}") from None
 

@@ -19,6 +19,7 @@ files (scripted-teacher labels), then read back through `paperline.rl.offline`'s
 path a real D4RL/Minari file and PT's human labels take."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Callable
@@ -28,13 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from paperline.io import read_json, write_json
 from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.config import OfflineConfig, StarConfig, TaskConfig
 from paperline.methods.star.envs import EnvInfo, make_env
 from paperline.methods.star.evaluate import discounted_returns, evaluate, rollout
 from paperline.rl.nets import mlp
-from paperline.rl.offline import (PreferenceLabels, Transitions, load_dataset, load_preference_labels, write_d4rl,
-                                  write_preference_labels)
+from paperline.rl.offline import (OfflineDataError, PreferenceLabels, Transitions, load_dataset,
+                                  load_preference_labels, write_d4rl, write_preference_labels)
 from paperline.rl.reward_model import RewardEnsemble
 from paperline.rl.teacher import ScriptedTeacher, rational_labels
 
@@ -156,6 +158,19 @@ def generate(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[
     return data_path, labels_path, returns
 
 
+def read_offline(data_path: Path, labels_path: Path, segment: int, info: EnvInfo
+                 ) -> tuple[Transitions, PreferenceLabels]:
+    """The dataset and its preference labels through the loaders, checked against the task's
+    spaces. The flow's `data` step calls this on configured files before any training, so a
+    missing field, a bad label or a wrong width is named first, not after the online rows."""
+    data = load_dataset(data_path)
+    labels = load_preference_labels(labels_path, data, segment)
+    if data.obs.shape[1] != info.obs_dim or data.act.shape[1] != info.act_dim:
+        raise OfflineDataError(f"{data_path}: observations/actions of width {data.obs.shape[1]}/{data.act.shape[1]}, "
+                               f"but {info.env_id} has {info.obs_dim}/{info.act_dim}")
+    return data, labels
+
+
 # -- training ---------------------------------------------------------------------------------------
 
 def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int) -> np.ndarray:
@@ -190,9 +205,11 @@ def mc_returns(data: Transitions, reward: np.ndarray, gamma: float) -> np.ndarra
 
 
 def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, tau: float, target_every: int,
-                  info: EnvInfo, data: Transitions, reward: np.ndarray, seed: int) -> GaussianPolicy:
+                  info: EnvInfo, data: Transitions, reward: np.ndarray, seed: int, progress: bool = False
+                  ) -> GaussianPolicy:
     """The value of `variant` and the AWR policy, trained side by side for `off.steps` steps on
-    batches of the data (rewards: r̂)."""
+    batches of the data (rewards: r̂). Its own random streams (from `seed`): the same policy
+    whichever variants ran before it, which the variant-level resume of `run_offline` relies on."""
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng([seed, 13])
     policy = GaussianPolicy(info.obs_dim, info.act_dim, off.hidden, off.layers, info.low, info.high, g)
@@ -205,7 +222,12 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
                   target_every=target_every, generator=g)
         value = (ConservativeQ(info.obs_dim, info.act_dim, **kw) if variant == "star"
                  else ExpectileQ(info.obs_dim, info.act_dim, expectile=off.expectile, **kw))
-    for _ in range(off.steps):
+    steps = range(off.steps)
+    if progress:
+        from tqdm import tqdm
+
+        steps = tqdm(steps, desc=f"offline-{variant}-s{seed}", leave=False)
+    for _ in steps:
         idx = rng.integers(0, len(data), off.batch)
         batch = data.batch(idx) | {"reward": reward[idx]}
         obs, act = torch.as_tensor(batch["obs"]), torch.as_tensor(batch["act"])
@@ -224,21 +246,22 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
 
 
 def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray],
-                seed: int, out: Path) -> dict:
+                seed: int, out: Path, progress: bool = False) -> dict:
     """One seed of the offline comparison: the data (generated or the configured files), the
     reward model once, every variant, each evaluated with the true reward against the expert
-    (the oracle's SAC) and a random policy on the same episodes."""
+    (the oracle's SAC) and a random policy on the same episodes.
+
+    A killed run resumes variant by variant: each finished variant's evaluation is recorded in
+    `out/variants.json` with the settings that produced it; a rerun regenerates the data and
+    refits the reward model (both deterministic in the seed, and cheap beside the extractions)
+    and trains only the variants not recorded, to the same results."""
     off = cfg.offline
     behaviour = None
     if off.dataset is None:
         data_path, labels_path, behaviour = generate(cfg, task, info, expert, seed, Path(out))
     else:
         data_path, labels_path = Path(off.dataset), Path(off.labels)
-    data = load_dataset(data_path)
-    labels = load_preference_labels(labels_path, data, off.segment)
-    if data.obs.shape[1] != info.obs_dim or data.act.shape[1] != info.act_dim:
-        raise ValueError(f"{data_path}: observations/actions of width {data.obs.shape[1]}/{data.act.shape[1]}, "
-                         f"but {task.env_id} has {info.obs_dim}/{info.act_dim}")
+    data, labels = read_offline(data_path, labels_path, off.segment, info)
     generator = torch.Generator().manual_seed(seed)
     model, accuracy = fit_reward(cfg, info, data, labels, seed, generator)
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
@@ -249,10 +272,20 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     random_return = evaluate(eval_env, lambda obs: rng.uniform(info.low, info.high).astype(np.float32), seeds,
                              task.episode_steps)["return"]
     s = cfg.sac
+    record = Path(out) / "variants.json"
+    fingerprint = json.loads(json.dumps({"seed": seed, "task": task.model_dump(), "offline": off.model_dump(),
+                                         "sac": s.model_dump(), "reward": cfg.reward.model_dump(),
+                                         "star": cfg.star.model_dump(), "teacher": cfg.teacher.model_dump()}))
+    saved = read_json(record) if record.exists() else {}
+    done = saved.get("variants", {}) if saved.get("fingerprint") == fingerprint else {}
     variants = {}
     for v in off.variants:
-        policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, reward, seed)
-        variants[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
+        if v not in done:
+            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, reward, seed,
+                                   progress)
+            done[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
+            write_json(record, {"fingerprint": fingerprint, "variants": done})
+        variants[v] = done[v]
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
             "pref_accuracy": accuracy, "labels": len(labels.y), "transitions": len(data),
