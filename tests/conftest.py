@@ -419,6 +419,20 @@ def report_rows(project: Path, method: str) -> list[str]:
     return rows
 
 
+def two_play_slice(dest: Path) -> Path:
+    """A hash-checked slice of two committed Shakespeare plays (macbeth, tempest) in `dest`, the
+    layout `paperline.data.text_corpus.read_slice` reads: the LM tests' small corpus."""
+    import hashlib
+
+    dest.mkdir(parents=True)
+    sums = []
+    for name in ("macbeth.txt", "tempest.txt"):
+        shutil.copy(CHECKOUT / "data" / "raw" / "shakespeare" / name, dest / name)
+        sums.append(f"{hashlib.sha256((dest / name).read_bytes()).hexdigest()}  {name}")
+    (dest / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    return dest
+
+
 def vit_source_copy(project: Path, tmp_path: Path, profile: str = "tiny"):
     """The vit_source config at `profile` pointing at a copy of the project's vit-source folder (a
     test may break the copy's files: the refused-input tests of the vision methods)."""

@@ -4,7 +4,6 @@ trains through peft's LoRA on q/k/v/o and lowers the held-out target loss; the i
 before training, each refusal naming the path or key."""
 from __future__ import annotations
 
-import hashlib
 import shutil
 
 import pytest
@@ -14,7 +13,7 @@ from paperline.methods.altlora.adapters import AdapterError
 from paperline.methods.altlora.config import AltLoRAConfig
 from paperline.methods.altlora.lm import adapt_lm, lm_data_version
 from paperline.train.lm_base import ModelDirError
-from tests.conftest import CHECKOUT
+from tests.conftest import CHECKOUT, two_play_slice
 
 GRID = {"lora_adamw": [3e-3], "lora_sgdm": [0.1], "scaledgd": [0.1], "altlora": [0.1], "altlora_plus": [0.03],
         "lora_pro": [3e-3], "full_ft": [3e-3]}
@@ -26,13 +25,7 @@ def inputs(tmp_path_factory):
     from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 
     root = tmp_path_factory.mktemp("altlora_lm")
-    plays = root / "plays"
-    plays.mkdir()
-    lines = []
-    for name in ("macbeth.txt", "tempest.txt"):
-        shutil.copy(CHECKOUT / "data" / "raw" / "shakespeare" / name, plays / name)
-        lines.append(f"{hashlib.sha256((plays / name).read_bytes()).hexdigest()}  {name}")
-    (plays / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    plays = two_play_slice(root / "plays")
     prepare_corpus(read_slice(plays, 6), root / "corpus", kind="byte", vocab_size=256, val_fraction=0.2, seed=0,
                    source={"kind": "test"})
     config = CausalLMConfig(vocab_size=256, hidden_size=32, num_layers=2, num_heads=2, head_dim=16,

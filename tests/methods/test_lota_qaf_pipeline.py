@@ -107,21 +107,12 @@ def test_a_llama_folder_with_its_own_tokenizer_reads_the_slice_in_its_vocabulary
     """The paper profile's format with a vocabulary (300) that is not the corpus's (64): refused
     without the model's tokenizer.json, naming it; with it, the committed Shakespeare slice (two
     plays copied here) is encoded by that tokenizer and the group runs."""
-    import hashlib
-    import shutil
-
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from paperline.data.text_corpus import CorpusError, read_slice, train_tokenizer
-    from tests.conftest import CHECKOUT
+    from tests.conftest import two_play_slice
 
-    plays = tmp_path / "plays"
-    plays.mkdir()
-    sums = []
-    for name in ("macbeth.txt", "tempest.txt"):
-        shutil.copy(CHECKOUT / "data" / "raw" / "shakespeare" / name, plays / name)
-        sums.append(f"{hashlib.sha256((plays / name).read_bytes()).hexdigest()}  {name}")
-    (plays / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    plays = two_play_slice(tmp_path / "plays")
     folder = tmp_path / "llama"
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=1,

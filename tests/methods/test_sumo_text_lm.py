@@ -5,9 +5,7 @@ finished run is read back, not retrained; the summary says whether SUMO's held-o
 each baseline's; bad text_lm parameters name the key."""
 from __future__ import annotations
 
-import hashlib
 import math
-import shutil
 
 import pytest
 import torch
@@ -19,7 +17,7 @@ from paperline.methods.sumo.config import SumoConfig
 from paperline.methods.sumo.summary import method_metrics, summarize, text_lm_summary
 from paperline.methods.sumo.text_lm import condition_number, moment_condition_numbers, train_text_lm
 from paperline.optim.sumo import SUMO
-from tests.conftest import CHECKOUT
+from tests.conftest import two_play_slice
 
 CPU = torch.device("cpu")
 
@@ -53,13 +51,7 @@ def test_moment_condition_numbers_read_sumos_moments():
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("sumo_text_lm")
-    plays = root / "plays"
-    plays.mkdir()
-    lines = []
-    for name in ("macbeth.txt", "tempest.txt"):
-        shutil.copy(CHECKOUT / "data" / "raw" / "shakespeare" / name, plays / name)
-        lines.append(f"{hashlib.sha256((plays / name).read_bytes()).hexdigest()}  {name}")
-    (plays / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    plays = two_play_slice(root / "plays")
     prepare_corpus(read_slice(plays, 6), root / "corpus", kind="byte", vocab_size=256, val_fraction=0.2, seed=0,
                    source={"kind": "test"})
     return root / "corpus"
