@@ -31,22 +31,25 @@ def read_tokenizer_json(path: str | Path, *, max_vocab: int | None = None, where
     return tokenizer
 
 
-def model_vocab_size(model_dir: str | Path, *, hint: str = "", error: type[Exception] = DataError) -> int:
-    """`vocab_size` of the transformers model folder `model_dir` (its config.json), without loading it."""
+def model_vocab_size(model_dir: str | Path, *, hint: str = "", where: str = "",
+                     error: type[Exception] = DataError) -> int:
+    """`vocab_size` of the transformers model folder `model_dir` (its config.json), without loading it;
+    `error` names the file (`hint`: what makes it, `where`: the key)."""
     config = Path(model_dir) / "config.json"
+    key = f" ({where})" if where else ""
     if not config.is_file():
-        raise error(f"{config} missing" + (f" ({hint})" if hint else ""))
+        raise error(f"{config} missing" + (f" ({hint})" if hint else "") + key)
     try:
         return int(json.loads(config.read_text())["vocab_size"])
     except (ValueError, KeyError, TypeError) as err:
-        raise error(f"{config}: no integer vocab_size ({err})") from None
+        raise error(f"{config}: no integer vocab_size ({err})" + key) from None
 
 
 def shared_lm_tokenizer(model_dir: str | Path, tokenizer_path: str | Path, *, where: str = "",
                         error: type[Exception] = DataError):
     """The tokenizer of a model trained on it (the shared lm-base and the corpus's BPE): the model's
     vocabulary must be exactly the tokenizer's, else `error` names both files (`where`: the keys)."""
-    vocab = model_vocab_size(model_dir, hint="run the lm-base stage: dvc repro lm-base", error=error)
+    vocab = model_vocab_size(model_dir, hint="run the lm-base stage: dvc repro lm-base", where=where, error=error)
     tokenizer = read_tokenizer_json(tokenizer_path, error=error)
     if tokenizer.get_vocab_size() != vocab:
         raise error(f"{Path(model_dir) / 'config.json'} has vocab_size {vocab} but {tokenizer_path} "

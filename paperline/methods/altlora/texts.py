@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paperline.data.local_tokenizer import read_tokenizer_json
 from paperline.data.text_corpus import CorpusError, Document, encode, load_corpus, read_slice, split_documents
 from paperline.io import sha256_file
 from paperline.methods.altlora.config import LMAdaptConfig
@@ -43,15 +44,7 @@ def lm_texts(lm: LMAdaptConfig, vocab_size: int, seed: int) -> LMTexts:
         read_slice(lm.target_text, speeches_per_document=1), lm.val_fraction, seed)
     own = Path(lm.base) / MODEL_TOKENIZER
     if own.is_file():
-        from tokenizers import Tokenizer
-
-        try:
-            tokenizer = Tokenizer.from_file(str(own))
-        except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-            raise CorpusError(f"{own}: not a tokenizers file ({err})") from None
-        if tokenizer.get_vocab_size() > vocab_size:
-            raise CorpusError(f"{own}: {tokenizer.get_vocab_size()} tokens, more than the model's vocab_size "
-                              f"{vocab_size} (lm.base)")
+        tokenizer = read_tokenizer_json(own, max_vocab=vocab_size, where="lm.base", error=CorpusError)
         _, source_val_docs = split_documents(read_slice(lm.source_text, speeches_per_document=1),
                                              lm.val_fraction, seed)
         return LMTexts(_encode_wide(tokenizer, target_train_docs), _encode_wide(tokenizer, target_val_docs),

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from paperline.data.local_tokenizer import read_tokenizer_json
 from paperline.data.text_corpus import load_corpus, read_slice
 from paperline.io import DataError, json_digest, read_json, sha256_file
 from paperline.methods.fvae_lora.data import SpuriousTask, spurious_groups
@@ -94,15 +95,7 @@ def prepare_text(cfg, seed: int) -> TextData:
         raise DataError(f"text.length: {cfg.length} tokens exceed {cfg.base}'s context of {context}")
     own = Path(cfg.base) / "tokenizer.json"
     if own.is_file():  # a local model with its own vocabulary (a paper profile's): its tokenizer reads the speeches
-        from tokenizers import Tokenizer
-
-        try:
-            tokenizer = Tokenizer.from_file(str(own))
-        except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-            raise DataError(f"{own}: not a tokenizers file ({err})") from None
-        if tokenizer.get_vocab_size() > vocab:
-            raise DataError(f"{own}: {tokenizer.get_vocab_size()} tokens, more than the model's vocab_size {vocab} "
-                            "(text.base)")
+        tokenizer = read_tokenizer_json(own, max_vocab=vocab, where="text.base", error=DataError)
         tokens_of = {"tokenizer": sha256_file(own)}
     else:
         corpus = load_corpus(cfg.corpus, 2, vocab)

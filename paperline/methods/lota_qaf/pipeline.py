@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from paperline.data.local_tokenizer import read_tokenizer_json
 from paperline.methods.lota_qaf.config import LotaQafConfig
 from paperline.methods.lota_qaf.quant import QuantError
 
@@ -90,15 +91,7 @@ def lm_tokens(cfg: LotaQafConfig, lm_dir: str, vocab_size: int | None) -> tuple[
 
     own = Path(lm_dir) / "tokenizer.json"
     if own.is_file():
-        from tokenizers import Tokenizer
-
-        try:
-            tokenizer = Tokenizer.from_file(str(own))
-        except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-            raise CorpusError(f"{own}: not a tokenizers file ({err})") from None
-        if vocab_size is not None and tokenizer.get_vocab_size() > vocab_size:
-            raise CorpusError(f"{own}: {tokenizer.get_vocab_size()} tokens, more than the model's vocab_size "
-                              f"{vocab_size} (lm.model_dir)")
+        tokenizer = read_tokenizer_json(own, max_vocab=vocab_size, where="lm.model_dir", error=CorpusError)
         train_docs, val_docs = split_documents(read_slice(cfg.lm.source_text), cfg.lm.val_fraction, cfg.seed)
         # int32: a real vocabulary (128k for Llama 3) does not fit the corpus's uint16 files
         train, val = (np.asarray([i for d in docs for i in tokenizer.encode(d.text).ids], dtype=np.int32)

@@ -20,6 +20,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from paperline.data.local_tokenizer import read_tokenizer_json
+
 IGNORE = -100
 
 
@@ -102,12 +104,7 @@ class BPETokenizer:
     (byte-level); decoding drops the special tokens."""
 
     def __init__(self, path: str | Path):
-        from tokenizers import Tokenizer
-
-        try:
-            self.tok = Tokenizer.from_file(str(path))
-        except Exception as err:  # tokenizers raises a bare Exception on a missing or malformed file
-            raise QFFTDataError(f"{path}: not a tokenizers tokenizer.json ({err})") from None
+        self.tok = read_tokenizer_json(path, error=QFFTDataError)
         self.bpe_size = self.tok.get_vocab_size()
         self.pad_id, self.bos_id, self.eos_id = self.bpe_size, self.bpe_size + 1, self.bpe_size + 2
         self.path = Path(path)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from paperline.data.local_tokenizer import shared_lm_tokenizer
 from paperline.io import atomic_path
 from paperline.methods.qfft.config import QFFTConfig
 
@@ -116,18 +117,11 @@ def tokenizer(cfg: QFFTConfig):
 
 def check_lm_base(cfg: QFFTConfig) -> None:
     """`base_init: lm_base`: the shared LM's folder is a model whose vocabulary is its tokenizer's
-    (QFFTDataError naming the path otherwise)."""
+    (QFFTDataError naming the path and the keys otherwise)."""
     from paperline.methods.qfft.data import QFFTDataError
 
-    config = Path(cfg.lm_base_path) / "config.json"
-    if not config.is_file():
-        raise QFFTDataError(f"base_init: lm_base: {config} missing (run the lm-base stage: dvc repro lm-base, "
-                            "or set lm_base_path)")
-    vocab = json.loads(config.read_text()).get("vocab_size")
-    bpe = tokenizer(cfg).bpe_size
-    if vocab != bpe:
-        raise QFFTDataError(f"base_init: lm_base: {config} has vocab_size {vocab} but {cfg.lm_base_tokenizer} "
-                            f"{bpe} tokens: lm_base_tokenizer is not this model's tokenizer")
+    shared_lm_tokenizer(cfg.lm_base_path, cfg.lm_base_tokenizer,
+                        where="base_init: lm_base; lm_base_path, lm_base_tokenizer", error=QFFTDataError)
 
 
 def base_model(cfg: QFFTConfig, tok):
