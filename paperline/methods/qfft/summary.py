@@ -2,11 +2,12 @@
 length and long-CoT rate on all/easy/hard questions, RAK and AES against the base; easy = the base
 answers correctly (in at least half its samples). With several training seeds every seed is scored
 against its own base (its own easy/hard split), a row holds the mean over seeds of each figure and
-its spread (`<figure>_std`, the population standard deviation), the table `seeds` each seed's row,
-and the headline's comparisons are of the means."""
+its spread (`<figure>_std`, the sample standard deviation: paperline.seeds), the table `seeds` each
+seed's row, and the headline's comparisons are of the means."""
 from __future__ import annotations
 
 from paperline.metrics import MethodMetrics
+from paperline.seeds import mean_over_seeds
 
 # The paper's comparison is QFFT against SFT on the same long-CoT data (SFT is the method QFFT
 # replaces); the short-CoT base is the reference inside RAK and AES, not a competitor. So SFT is
@@ -35,23 +36,14 @@ def seed_rows(base: dict, variants: dict[str, dict]) -> dict[str, dict]:
 
 
 def mean_rows(by_seed: dict[int, dict[str, dict]]) -> dict[str, dict]:
-    """Per model: the mean over seeds of every figure and its spread `<figure>_std` (a figure some
-    seed lacks, e.g. hard-question figures where a base solves every question, over the seeds that
-    have it), and `seeds` (how many)."""
-    import numpy as np
-
+    """Per model: the mean over seeds of every figure and its spread `<figure>_std`, the sample std
+    (a figure some seed lacks, e.g. hard-question figures where a base solves every question, over
+    the seeds that have it; no spread for the question counts and the fit's figures), and `seeds`
+    (how many)."""
     first = next(iter(by_seed.values()))
-    rows: dict = {}
-    for name in first:
-        keys = list(dict.fromkeys(k for rows_ in by_seed.values() for k in rows_[name]))
-        row: dict = {}
-        for k in keys:
-            values = [rows_[name][k] for rows_ in by_seed.values() if k in rows_[name]]
-            row[k] = float(np.mean(values))
-        row |= {f"{k}_std": float(np.std([rows_[name][k] for rows_ in by_seed.values() if k in rows_[name]]))
-                for k in keys if not k.startswith(("questions_", "fit_"))}
-        rows[name] = row | {"seeds": len(by_seed)}
-    return rows
+    return {name: mean_over_seeds([rows_[name] for rows_ in by_seed.values()],
+                                  spread=lambda k: not k.startswith(("questions_", "fit_"))) | {"seeds": len(by_seed)}
+            for name in first}
 
 
 def method_metrics(by_seed: dict[int, dict], profile: str) -> MethodMetrics:

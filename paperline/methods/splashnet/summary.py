@@ -7,10 +7,10 @@ A smoke-sized CTC fit is chaotic in its seed (issue 25: one variant's zero-shot 
 66% at three seeds), so the claims are stated on the means over seeds, with how many seeds agree."""
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from paperline.metrics import MethodMetrics
+from paperline.seeds import mean_over_seeds
 
 PRIMARY_METRIC = "zero_shot_cer"  # CER (%) on users the generic model never saw
 # columns given as a difference from the baseline's (CER points, CTC loss per label) where present
@@ -23,17 +23,11 @@ CLAIMS = (("splashnet_mini", "zero_shot_cer"), ("splashnet_mini", "finetuned_cer
           ("splashnet", "zero_shot_cer"), ("splashnet", "finetuned_cer"))
 
 
-def _std(values: list[float]) -> float:
-    """The sample standard deviation over seeds (0 for one seed)."""
-    return statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Column by column, the mean over seeds of the columns every seed has (numbers only)."""
+def _mean_rows(rows: list[dict[str, Any]], spread: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Column by column, the mean over seeds of the columns every seed has (numbers only), a column
+    the seeds share (parameters, steps) as it is, and `<column>_std` (sample std) for `spread`'s."""
     keys = [k for k in rows[0] if all(isinstance(r.get(k), (int, float)) for r in rows)]
-    # a column the seeds share (parameters, steps) stays as it is
-    return {k: rows[0][k] if all(r[k] == rows[0][k] for r in rows) else statistics.fmean(r[k] for r in rows)
-            for k in keys}
+    return mean_over_seeds([{k: r[k] for k in keys} for r in rows], spread=spread.__contains__, keep_shared=True)
 
 
 def variant_rows(results: list[dict]) -> tuple[dict[str, dict], dict[str, dict], dict[str, dict]]:
@@ -55,9 +49,7 @@ def variant_rows(results: list[dict]) -> tuple[dict[str, dict], dict[str, dict],
                 row |= {f"{m}_minus_baseline": row[m] - base[seed][m] for m in MINUS_BASELINE if m in row}
     rows = {}
     for variant, seeds in per_seed.items():
-        row = _mean_rows(list(seeds.values()))
-        row |= {f"{k}_std": _std([r[k] for r in seeds.values()]) for k in SPREAD if k in row}
-        rows[variant] = row | {"seeds": len(seeds)}
+        rows[variant] = _mean_rows(list(seeds.values()), SPREAD) | {"seeds": len(seeds)}
     per_user = {v: _mean_rows(users) for v, users in per_user_seed.items()}
     return rows, per_user, per_seed
 
