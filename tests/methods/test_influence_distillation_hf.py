@@ -56,3 +56,62 @@ def test_a_local_transformers_model_runs_the_pipeline(tmp_path):
                                             None, "id")
     assert set(result["eval"]) == {"gsm8k_like", "mmlu_like", "squad_like"}
     assert 0 <= result["eval"]["mmlu_like"]["choice_accuracy"] <= 1
+
+
+def _write_mini_lm_base(tmp_path):
+    """A miniature of data/lm_base: the corpus's kind of BPE (no special tokens) and a 2-layer
+    CausalLM of its vocabulary with 32 positions (the pipeline raises it to max_length)."""
+    from paperline.data.text_corpus import train_tokenizer
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    bpe = train_tokenizer(["<|user|>\nWhat is 2 times 3?\n<|assistant|>\nThe answer is 6."] * 4, "bpe", 280)
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    torch.manual_seed(0)
+    CausalLM(CausalLMConfig(vocab_size=bpe.get_vocab_size(), hidden_size=16, num_layers=2, num_heads=2,
+                            head_dim=8, max_position_embeddings=32)).save_pretrained(tmp_path / "lm_base")
+    return tmp_path / "lm_base", tmp_path / "tokenizer.json", bpe.get_vocab_size()
+
+
+def test_the_shared_lm_base_runs_the_pipeline_through_its_bpe_with_eos_and_pad_appended(tmp_path):
+    folder, bpe_path, bpe_size = _write_mini_lm_base(tmp_path)
+    write_pool(TuluPoolConfig(pool_size=40, target_size=2, eval_size=3), tmp_path / "tulu")
+    cfg = InfluenceDistillationConfig(model="lm_base", lm_base_path=str(folder), lm_base_tokenizer=str(bpe_path),
+                                      max_length=256, warmup_samples=16, warmup_steps=2, batch_size=4,
+                                      num_landmarks=8, grad_proj_dim=256, jvp_proj_dim=64, select_k=10)
+    prep = pipeline.prepare(cfg, tmp_path / "tulu")
+    tok = prep.tokenizer
+    assert (tok.eos_id, tok.pad_id, tok.vocab_size) == (bpe_size, bpe_size + 1, bpe_size + 2)
+    assert prep.model.net.config.vocab_size == bpe_size + 2 and prep.model.net.config.max_position_embeddings == 256
+    # every sample not cut to max_length ends on the eos read out of `</s>`; the BPE's ids, no BOS, first
+    whole = prep.pool.lengths < 256
+    ends = prep.pool.tokens[torch.arange(len(prep.pool)), prep.pool.lengths - 1]
+    assert whole.sum() >= 10 and (ends[whole] == tok.eos_id).all() and (prep.pool.tokens[:, 0] < bpe_size).all()
+    assert prep.pool.tokens.max() == tok.pad_id and prep.pool.mask.any(1).all()
+    again = pipeline.prepare(cfg, tmp_path / "tulu").model.net.lm_head.weight
+    assert torch.equal(again, prep.model.net.lm_head.weight)  # the appended rows are seeded
+    optimizer, _ = pipeline.warm_up(cfg, prep, None)
+    out = pipeline.select_all(cfg, prep, optimizer)
+    assert out["selections"]["influence_distillation"]["gradient_evaluations"] == 8 + len(prep.targets)
+    assert pipeline.selection_fingerprint(cfg)["lm_base_path"] == str(folder)
+    assert "lm_base_path" not in pipeline.selection_fingerprint(InfluenceDistillationConfig())
+
+
+def test_an_lm_base_that_is_missing_or_not_the_tokenizers_is_named(tmp_path):
+    from paperline.io import DataError
+
+    folder, bpe_path, bpe_size = _write_mini_lm_base(tmp_path)
+    missing = InfluenceDistillationConfig(model="lm_base", lm_base_path=str(tmp_path / "nowhere"),
+                                          lm_base_tokenizer=str(bpe_path))
+    with pytest.raises(DataError, match=r"nowhere/config.json missing \(run the lm-base stage"):
+        pipeline.build_model(missing, 0)
+    from paperline.data.text_corpus import train_tokenizer
+
+    train_tokenizer(["something else entirely"] * 4, "bpe", 262).save(str(tmp_path / "other.json"))
+    other = InfluenceDistillationConfig(model="lm_base", lm_base_path=str(folder),
+                                        lm_base_tokenizer=str(tmp_path / "other.json"))
+    with pytest.raises(DataError, match=rf"vocab_size {bpe_size} but .*other.json .*lm_base_tokenizer"):
+        pipeline.build_model(other, 0)
+    deep = InfluenceDistillationConfig(model="lm_base", lm_base_path=str(folder), lm_base_tokenizer=str(bpe_path),
+                                       jvp_blocks=3)
+    with pytest.raises(DataError, match="jvp_blocks 3 exceeds the 2 layers"):
+        pipeline.build_model(deep, 0)

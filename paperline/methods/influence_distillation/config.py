@@ -2,8 +2,9 @@
 
 The pool and target sets come from the `tulu-pool` stage (`pool_dir`, Tulu V2 JSONL). The model is
 the shared `paperline.nn.causal_lm.CausalLM` shaped as a small LLaMA (`llama_config`) with a
-byte-level tokenizer (`model: llama`), or any transformers causal LM by local path (`model: hf`,
-the paper profile)."""
+byte-level tokenizer (`model: llama`), the shared Shakespeare-pretrained LM with its byte-level BPE
+(`model: lm_base`, the lm-base stage's model: a pretrained start at this scale, issue 25), or any
+transformers causal LM by local path (`model: hf`, the paper profile)."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -36,9 +37,13 @@ class QPCheckConfig(StrictModel):
 
 class InfluenceDistillationConfig(MethodConfig):
     pool_dir: ProjectPath = "data/tulu"  # written by the tulu-pool stage
-    model: Literal["llama", "hf"] = "llama"
+    model: Literal["llama", "lm_base", "hf"] = "llama"
     llama: SmallLlama = SmallLlama()
     hf_model_path: ProjectPath | None = None  # model: hf — a local folder AutoModelForCausalLM reads
+    # model: lm_base — the lm-base stage's folder and the tokenizer it was trained with (the
+    # text-corpus stage's BPE; `</s>` and a pad are appended after its vocabulary)
+    lm_base_path: ProjectPath = "data/lm_base"
+    lm_base_tokenizer: ProjectPath = "data/text/shakespeare/tokenizer.json"
     max_length: PositiveInt = 256  # tokens per sample after the Tulu template
     dtype: Literal["float32", "bfloat16"] = "float32"
     # ---- warm-up (spec §b.1): AdamW on a random subset; its moments are kept for the Adam influence

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.data.tulu import ByteTokenizer, TuluRecord, encode_tulu
+from paperline.data.local_tokenizer import shared_lm_tokenizer
+from paperline.data.tulu import ByteTokenizer, HFTokenizer, TuluRecord, encode_tulu
 from paperline.nn.causal_lm import CausalLM, llama_config
 
 
@@ -125,7 +126,10 @@ class InfluenceLM(nn.Module):
 
 def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
     """(model, tokenizer) of `cfg.model`: the small LLaMA from a seeded init with the byte
-    tokenizer, or a transformers causal LM and its tokenizer from `cfg.hf_model_path`."""
+    tokenizer, the shared lm-base model with its BPE, or a transformers causal LM and its tokenizer
+    from `cfg.hf_model_path`."""
+    if cfg.model == "lm_base":
+        return lm_base_model(cfg, seed)
     if cfg.model == "llama":
         tok = ByteTokenizer()
         size = cfg.llama
@@ -134,10 +138,33 @@ def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
         return InfluenceLM(CausalLM.seeded(config, torch.Generator().manual_seed(seed)), "llama"), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from paperline.data.tulu import HFTokenizer
-
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     net = AutoModelForCausalLM.from_pretrained(cfg.hf_model_path, dtype=dtype, local_files_only=True,
                                                attn_implementation="eager")
     tok = HFTokenizer(AutoTokenizer.from_pretrained(cfg.hf_model_path, local_files_only=True))
     return InfluenceLM(net, "hf"), tok
+
+
+def lm_base_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
+    """The shared Shakespeare-pretrained CausalLM (`cfg.lm_base_path`) and the BPE it was trained with
+    (`cfg.lm_base_tokenizer`, no special tokens of its own) with `</s>` and a pad appended after its
+    vocabulary, as a transformers tokenizer: it reads `</s>` out of the Tulu text as open-instruct's
+    tokenizers do, and adds no BOS (it has none). The tied embedding grows by those two rows
+    (transformers draws them from the old rows' mean and covariance, here under `seed`), and the
+    position limit becomes `max_length` (RoPE: positions past the pretraining block are computed,
+    untrained)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from paperline.io import DataError
+
+    bpe = shared_lm_tokenizer(cfg.lm_base_path, cfg.lm_base_tokenizer, where="influence_distillation.lm_base_path, "
+                              "lm_base_tokenizer")
+    tok = HFTokenizer(PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", pad_token="<pad>"))
+    net = CausalLM.from_pretrained(cfg.lm_base_path, max_position_embeddings=cfg.max_length)
+    if cfg.jvp_blocks > net.config.num_layers:
+        raise DataError(f"jvp_blocks {cfg.jvp_blocks} exceeds the {net.config.num_layers} layers of "
+                        f"{cfg.lm_base_path} (influence_distillation.jvp_blocks)")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        net.resize_token_embeddings(tok.vocab_size)
+    return InfluenceLM(net, "llama"), tok

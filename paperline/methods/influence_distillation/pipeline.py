@@ -84,7 +84,7 @@ def prepare_finetune(cfg: InfluenceDistillationConfig, pool_dir: str | Path, ids
 
 
 def warmup_fingerprint(cfg: InfluenceDistillationConfig, prep: Prepared) -> dict:
-    keys = ("model", "llama", "hf_model_path", "max_length", "warmup_samples", "warmup_steps", "lr", "betas",
+    keys = ("model", "llama", "hf_model_path", *_lm_base_keys(cfg), "max_length", "warmup_samples", "warmup_steps", "lr", "betas",
             "eps", "weight_decay", "batch_size", "seed")
     return {**{k: getattr(cfg, k) for k in keys}, "pool": prep.pool.ids[:50], "n": len(prep.pool)}
 
@@ -253,8 +253,15 @@ def write_selection(path: Path, ids: Sequence[str], datasets: Sequence[str], ind
     return path
 
 
+def _lm_base_keys(cfg: InfluenceDistillationConfig) -> tuple[str, ...]:
+    # the shared LM's paths (absolute once validated) only where they are the model: a record of
+    # the default model names no machine's checkout
+    return ("lm_base_path", "lm_base_tokenizer") if cfg.model == "lm_base" else ()
+
+
 def selection_fingerprint(cfg: InfluenceDistillationConfig) -> dict:
-    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in NOT_SELECTION_KEYS}
+    skip = set(NOT_SELECTION_KEYS) | ({"lm_base_path", "lm_base_tokenizer"} - set(_lm_base_keys(cfg)))
+    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in skip}
 
 
 def start_selection(out_dir: Path) -> Path:
