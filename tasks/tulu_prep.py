@@ -91,7 +91,8 @@ def warm_up(cfg, out_dir: str) -> dict:
     with gpu_slot() as device:
         prep, _, history = selection_state(cfg, out_dir, device)
         return {"history": history, "before_finetune": pipeline.evaluate_targets(cfg, prep),
-                "pool_ids": prep.pool.ids, "pool_datasets": prep.pool.datasets, "targets": sorted(prep.evals)}
+                "pool_ids": prep.pool.ids, "pool_datasets": prep.pool.datasets, "targets": sorted(prep.evals),
+                "target_rows": prep.target_names}
 
 
 @task(name="tulu-select-method", tags=[GPU_TAG], cache_policy=NO_CACHE, task_run_name="tulu-select-{method}")

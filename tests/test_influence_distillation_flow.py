@@ -47,6 +47,7 @@ def test_tiny_dag_outputs(dag):
     assert sorted(qp) == sorted(f"lr={lr:g}" for lr in tiny["qp"]["lrs"])
     assert qp["lr=0.001"]["relative_weight_difference"] == headline["qp_relative_weight_difference_smallest_lr"]
     assert set(metrics.tables["before_finetune"]["warmup_only"]) >= {"gsm8k_like_loss", "mmlu_like_choice_accuracy"}
+    assert sorted(metrics.tables["propagation_by_target"]) == ["gsm8k_like", "mmlu_like", "squad_like"]
     curve = metrics.tables["landmark_curve"]  # the landmark-count curve, one row per count
     assert [r["num_landmarks"] for r in curve.values()] == tiny["landmark_curve"]
     assert all(-1 <= r["spearman_of_target_mean"] <= 1 for r in curve.values())

@@ -48,6 +48,12 @@ def test_costs_selections_and_comparison(pool_dir):
         random_share["share_mmlu_like"] + random_share["share_squad_like"] + 0.2
     assert comparison["id_vs_exact_spearman_of_target_mean"] > 0.3
     assert -1 <= comparison["plain_vs_adam_exact_spearman_mean_over_targets"] <= 1
+    # per target set: the mean over its examples, so with sets of equal size their mean is the overall one
+    by_target = out["propagation_by_target"]
+    assert sorted(by_target) == ["mmlu_like", "squad_like"] and prep.target_names.count("mmlu_like") == 4
+    for key in ("id_vs_exact", "rds_vs_exact"):
+        assert sum(r[key] for r in by_target.values()) / 2 == pytest.approx(
+            comparison[f"{key}_spearman_mean_over_targets"], abs=1e-12)
     # the landmark-count curve: counts below the pool, its point at the run's count is the run's own
     assert [r["num_landmarks"] for r in out["landmark_curve"]] == [16, 20, 64]  # sorted, below the pool size
     own = out["landmark_curve"][1]

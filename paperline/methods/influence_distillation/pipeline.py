@@ -175,6 +175,26 @@ def compare_selections(results: dict[str, dict], pool_size: int, k: int) -> dict
                          "selection_overlap_id_exact": len(set(id_["indices"]) & set(ref["indices"])) / k}
 
 
+def spearman_by_target(results: dict[str, dict], target_rows: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per target set (`target_rows`: the set of each target example, the scores' columns): the
+    propagated (and RDS+-like) influence's Spearman against the exact influence, averaged over that
+    set's examples, on the non-landmark samples: which target the propagation loses the exact
+    ranking for (a selection is made per target example, round-robin). Empty without both methods."""
+    if "exact_first_order" not in results or "influence_distillation" not in results:
+        return {}
+    exact, id_ = results["exact_first_order"]["score"], results["influence_distillation"]
+    others = np.setdiff1d(np.arange(len(exact)), id_["landmarks"].numpy())
+    out = {}
+    for name in sorted(set(target_rows)):
+        cols = [j for j, t in enumerate(target_rows) if t == name]
+        row = {"id_vs_exact": _spearman(id_["score"][:, cols], exact[:, cols], others)["spearman_mean_over_targets"]}
+        if "rds_plus" in results:
+            row["rds_vs_exact"] = _spearman(results["rds_plus"]["score"][:, cols], exact[:, cols],
+                                            others)["spearman_mean_over_targets"]
+        out[name] = row
+    return out
+
+
 def landmark_curve(cfg: InfluenceDistillationConfig, results: dict[str, dict]) -> list[dict]:
     """Propagation fidelity against the number of landmarks (the paper's landmark-count ablation):
     for each count of `cfg.landmark_curve` below the pool size, landmarks drawn as Influence
@@ -206,6 +226,7 @@ def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torc
     results = {method: select_method(cfg, prep, adam, method) for method in cfg.methods}
     return {"selections": {m: {key: r[key] for key in SELECTION_KEYS} for m, r in results.items()},
             "comparison": compare_selections(results, len(prep.pool), cfg.select_k),
+            "propagation_by_target": spearman_by_target(results, prep.target_names),
             "landmark_curve": landmark_curve(cfg, results),
             "scores": {m: r["score"] for m, r in results.items() if r["score"] is not None}}
 
@@ -286,13 +307,14 @@ def prepare_selection(cfg: InfluenceDistillationConfig, out_dir: Path, device: s
 
 def finish_selection(cfg: InfluenceDistillationConfig, out_dir: Path, warm: dict, results: dict[str, dict]) -> dict:
     """The tulu-select stage's outputs from the warm-up (`warm`: history, before_finetune, the
-    pool's ids and datasets, the target names) and `select_method`'s results: out_dir/<method>.jsonl,
+    pool's ids and datasets, the target names and each target example's set) and `select_method`'s results: out_dir/<method>.jsonl,
     scores.npz (the target-mean exact and propagated influence) and, last, selection.json."""
     out_dir = Path(out_dir)
     ids, datasets = warm["pool_ids"], warm["pool_datasets"]
     summary = {"config": selection_fingerprint(cfg), "pool_size": len(ids), "warmup_history": warm["history"],
                "before_finetune": warm["before_finetune"],
                "comparison": compare_selections(results, len(ids), cfg.select_k),
+               "propagation_by_target": spearman_by_target(results, warm["target_rows"]),
                "landmark_curve": landmark_curve(cfg, results), "selections": {}}
     for method, sel in results.items():
         write_selection(out_dir / f"{method}.jsonl", ids, datasets, sel["indices"], sel["score"])

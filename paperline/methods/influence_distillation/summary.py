@@ -1,8 +1,8 @@
 """metrics/influence_distillation.json: one row per selection method (fine-tuned with the same
 budget from the same warm-up), against random selection (the paper's baseline); the cost and
 fidelity of Influence Distillation against the exact first-order reference and the convex QP check
-as headline figures; the warm-up-only model, the QP check per learning rate and the
-propagation fidelity per landmark count as tables."""
+as headline figures; the warm-up-only model, the QP check per learning rate, the propagation
+fidelity per target set and per landmark count as tables."""
 from __future__ import annotations
 
 from paperline.metrics import MethodMetrics
@@ -35,6 +35,8 @@ def method_metrics(selection: dict, rows: dict[str, dict], qp: dict, profile: st
     warmup = {f"{t}_{k}": v for t, e in selection["before_finetune"].items() for k, v in e.items()}
     tables = {"before_finetune": {"warmup_only": warmup},
               "qp_check": {f"lr={r['lr']:g}": r for r in qp["rows"]}}
+    if selection.get("propagation_by_target"):  # which target set the propagation loses the exact ranking for
+        tables["propagation_by_target"] = selection["propagation_by_target"]
     if selection.get("landmark_curve"):  # propagation Spearman against the exact influence per landmark count
         tables["landmark_curve"] = {f"landmarks={r['num_landmarks']}": r for r in selection["landmark_curve"]}
     return MethodMetrics(method="influence_distillation", profile=profile, headline=headline,
