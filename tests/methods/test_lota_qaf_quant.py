@@ -153,3 +153,20 @@ def test_gptq_is_sequential_each_layer_from_the_already_quantised_layers_inputs(
     h_float = layer_hessian(mlp, "2", batches)
     assert not torch.allclose(h_float, h_seq)
     assert torch.allclose(layer_hessian(got, "2", batches), h_seq)
+
+
+def test_every_adapter_init_comes_from_the_run_generator_not_the_global_stream():
+    # peft draws lora_A from the global RNG, whose state depends on what ran before in the process
+    # (the order in which the flow's groups get the slot): seeded from the run's generator instead
+    from paperline.methods.lota_qaf.experiment import wrap
+
+    quantized = nn.Sequential(QuantLinear(quantize_rtn(_weight(8, 16), 4, 16)), nn.ReLU(),
+                              QuantLinear(quantize_rtn(_weight(4, 8, seed=1), 4, 8)))
+    for method in ("lora", "lota", "qalora"):
+        inits = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            model, _ = wrap(quantized, method, LotaSettings(rank=4, omega=3), AdapterSettings(rank=2),
+                            torch.Generator().manual_seed(0))
+            inits.append([p.detach().clone() for p in model.parameters() if p.requires_grad])
+        assert inits[0] and all(torch.equal(a, b) for a, b in zip(*inits)), method

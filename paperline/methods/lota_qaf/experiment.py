@@ -8,6 +8,7 @@ scores test accuracy (higher is better), `LMTask` held-out perplexity (lower is 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -87,9 +88,18 @@ def lm_task(train_tokens: np.ndarray, val_tokens: np.ndarray, block_size: int, b
                 lambda m: m(windows[0][:4]).logits, [calib[i:i + batch_size] for i in range(0, len(calib), batch_size)])
 
 
-def make_mlp(hidden: int, generator: torch.Generator) -> nn.Sequential:
+@contextlib.contextmanager
+def global_stream_from(generator: torch.Generator):
+    """The global torch RNG seeded from `generator` inside the block and restored after it: for
+    inits that draw from the global stream (nn.Linear's, peft's lora_A), whose state otherwise
+    depends on what ran before in the process (the order in which the flow's groups got the slot)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(torch.randint(2 ** 31, (1,), generator=generator)))
+        yield
+
+
+def make_mlp(hidden: int, generator: torch.Generator) -> nn.Sequential:
+    with global_stream_from(generator):
         return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                              nn.Linear(hidden, 10))
 
@@ -231,7 +241,8 @@ def wrap(quantized: nn.Module, method: str, lota: LotaSettings, adapter: Adapter
             if adapter.rank > min(layer.in_features, layer.out_features):
                 raise QuantError(f"lora.rank: rank {adapter.rank} above the width of {name} "
                                  f"({layer.in_features} → {layer.out_features})")
-        model = peft_lora(dequantized_float_model(quantized), names, adapter)
+        with global_stream_from(generator):
+            model = peft_lora(dequantized_float_model(quantized), names, adapter)
         return model, lambda params, steps: torch.optim.AdamW(params, lr=adapter.lr, weight_decay=0.0)
     model = copy.deepcopy(quantized).requires_grad_(False)
     for name in names:
