@@ -110,7 +110,7 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
     import torch
 
     from paperline.methods.fvae_lora.data import spurious_task
-    from paperline.methods.fvae_lora.train import adapt, load_backbone
+    from paperline.methods.fvae_lora.train import INIT_LOCK, adapt, load_backbone
 
     torch.set_num_threads(cfg.threads)
     if variant.startswith(TEXT_PREFIX):
@@ -118,13 +118,19 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
         from paperline.train.lm_base import load_causal_lm
 
         t, text, folder = cfg.text, source.text, models_dir(METHOD) / "text"
-        run_cfg, own, model = cfg.text_config(), variant[len(TEXT_PREFIX):], LMFeatures(load_causal_lm(t.base))
+        run_cfg, own = cfg.text_config(), variant[len(TEXT_PREFIX):]
+        # building a model draws from the global RNG (its init, then the saved weights): under the
+        # lock, or it consumes draws of another variant's seeded init running in a sibling thread
+        with INIT_LOCK:
+            model = LMFeatures(load_causal_lm(t.base))
         fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version)
 
         def task_of(seed):
             return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
     else:
-        run_cfg, own, model, folder = cfg, variant, load_backbone(backbone_info["path"]), models_dir(METHOD)
+        run_cfg, own, folder = cfg, variant, models_dir(METHOD)
+        with INIT_LOCK:  # as above
+            model = load_backbone(backbone_info["path"])
         fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "confidence", "text"}), variant,
                                    source.version, backbone_info.get("clean_test_accuracy"))
 
