@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from paperline.data.local_tokenizer import model_vocab_size, read_tokenizer_json, shared_lm_tokenizer
+from paperline.data.local_tokenizer import encode_documents, model_vocab_size, read_tokenizer_json, shared_lm_tokenizer
 from paperline.io import DataError
 
 
@@ -47,3 +47,10 @@ def test_shared_lm_tokenizer_checks_the_model_vocabulary(tokenizer_file, tmp_pat
     (model / "config.json").write_text(json.dumps({"vocab_size": size + 3}))
     with pytest.raises(DataError, match=rf"vocab_size {size + 3} but .*tokenizer.json {size} tokens.*\(lm_base_path\)"):
         shared_lm_tokenizer(model, path, where="lm_base_path")
+
+
+def test_documents_encode_into_one_int32_stream(tokenizer_file):
+    tok = read_tokenizer_json(tokenizer_file[0])
+    stream = encode_documents(tok, iter(["to be", "or not"]))
+    assert stream.dtype.name == "int32"
+    assert stream.tolist() == tok.encode("to be").ids + tok.encode("or not").ids

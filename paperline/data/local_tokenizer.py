@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterable
+
+import numpy as np
 
 from paperline.io import DataError
 
@@ -29,6 +32,12 @@ def read_tokenizer_json(path: str | Path, *, max_vocab: int | None = None, where
         raise error(f"{path}: {size} tokens, more than the model's vocab_size {max_vocab}"
                     + (f" ({where})" if where else ""))
     return tokenizer
+
+
+def encode_documents(tokenizer, texts: Iterable[str]) -> np.ndarray:
+    """The texts' token ids, one stream, as int32: a real model's vocabulary (128k for Llama 3) does
+    not fit the text-corpus folder's uint16 files."""
+    return np.asarray([i for text in texts for i in tokenizer.encode(text).ids], dtype=np.int32)
 
 
 def model_vocab_size(model_dir: str | Path, *, hint: str = "", where: str = "",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from paperline.data.local_tokenizer import read_tokenizer_json
-from paperline.data.text_corpus import CorpusError, Document, encode, load_corpus, read_slice, split_documents
+from paperline.data.local_tokenizer import encode_documents, read_tokenizer_json
+from paperline.data.text_corpus import CorpusError, encode, load_corpus, read_slice, split_documents
 from paperline.io import sha256_file
 from paperline.methods.altlora.config import LMAdaptConfig
 
@@ -32,11 +32,6 @@ class LMTexts:
     fingerprint: dict  # what the data version hashes
 
 
-def _encode_wide(tokenizer, docs: list[Document]) -> np.ndarray:
-    """Token ids as int32: a real model's vocabulary (128k for Llama 3) does not fit uint16."""
-    return np.asarray([i for doc in docs for i in tokenizer.encode(doc.text).ids], dtype=np.int32)
-
-
 def lm_texts(lm: LMAdaptConfig, vocab_size: int, seed: int) -> LMTexts:
     """(target train, target held-out, Shakespeare held-out) in the model's vocabulary; whole
     chapters / speeches held out, seeded. Errors name the file and the key."""
@@ -47,8 +42,9 @@ def lm_texts(lm: LMAdaptConfig, vocab_size: int, seed: int) -> LMTexts:
         tokenizer = read_tokenizer_json(own, max_vocab=vocab_size, where="lm.base", error=CorpusError)
         _, source_val_docs = split_documents(read_slice(lm.source_text, speeches_per_document=1),
                                              lm.val_fraction, seed)
-        return LMTexts(_encode_wide(tokenizer, target_train_docs), _encode_wide(tokenizer, target_val_docs),
-                       _encode_wide(tokenizer, source_val_docs), str(own),
+        train, val, source = (encode_documents(tokenizer, (d.text for d in docs))
+                              for docs in (target_train_docs, target_val_docs, source_val_docs))
+        return LMTexts(train, val, source, str(own),
                        {"tokenizer": sha256_file(own), "source": sha256_file(Path(lm.source_text) / "SHA256SUMS")})
     try:
         corpus = load_corpus(lm.corpus, lm.block_size, vocab_size)

@@ -38,6 +38,8 @@ WARMUP_CHECKPOINT = "warmup.pt"
 NOT_SELECTION_KEYS = ("pool_dir", "finetune_epochs", "finetune_lr", "qp", "threads",
                       "landmark_curve")  # a figure beside the selection: it changes no selection
 
+LM_BASE_KEYS = ("lm_base_path", "lm_base_tokenizer")  # model: lm_base's paths
+
 # sub-datasets of the embedded pool that match a target set (for the selection composition)
 MATCHING = {"gsm8k_like": "gsm_symbolic", "squad_like": "span_extraction", "mmlu_like": "multiple_choice_facts"}
 
@@ -277,11 +279,11 @@ def write_selection(path: Path, ids: Sequence[str], datasets: Sequence[str], ind
 def _lm_base_keys(cfg: InfluenceDistillationConfig) -> tuple[str, ...]:
     # the shared LM's paths (absolute once validated) only where they are the model: a record of
     # the default model names no machine's checkout
-    return ("lm_base_path", "lm_base_tokenizer") if cfg.model == "lm_base" else ()
+    return LM_BASE_KEYS if cfg.model == "lm_base" else ()
 
 
 def selection_fingerprint(cfg: InfluenceDistillationConfig) -> dict:
-    skip = set(NOT_SELECTION_KEYS) | ({"lm_base_path", "lm_base_tokenizer"} - set(_lm_base_keys(cfg)))
+    skip = NOT_SELECTION_KEYS + tuple(k for k in LM_BASE_KEYS if k not in _lm_base_keys(cfg))
     return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in skip}
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from paperline.data.local_tokenizer import read_tokenizer_json
+from paperline.data.local_tokenizer import encode_documents, read_tokenizer_json
 from paperline.methods.lota_qaf.config import LotaQafConfig
 from paperline.methods.lota_qaf.quant import QuantError
 
@@ -93,9 +93,7 @@ def lm_tokens(cfg: LotaQafConfig, lm_dir: str, vocab_size: int | None) -> tuple[
     if own.is_file():
         tokenizer = read_tokenizer_json(own, max_vocab=vocab_size, where="lm.model_dir", error=CorpusError)
         train_docs, val_docs = split_documents(read_slice(cfg.lm.source_text), cfg.lm.val_fraction, cfg.seed)
-        # int32: a real vocabulary (128k for Llama 3) does not fit the corpus's uint16 files
-        train, val = (np.asarray([i for d in docs for i in tokenizer.encode(d.text).ids], dtype=np.int32)
-                      for docs in (train_docs, val_docs))
+        train, val = (encode_documents(tokenizer, (d.text for d in docs)) for docs in (train_docs, val_docs))
         for name, tokens in (("training", train), ("held-out", val)):
             if len(tokens) <= cfg.lm.block_size + 1:
                 raise CorpusError(f"{cfg.lm.source_text}: {len(tokens)} {name} tokens, too few for lm.block_size "

@@ -64,13 +64,13 @@ class OptimizerFactory:
     are seeded by (seed, parameter, step): every process draws the same ones, and DDP's averaged
     gradient gives every process the same update). `optimizer` is the one built in this process.
 
-    What the run reports from the optimizer's state is kept after every optimizer step (a step
-    post-hook), in `record`: the state's floats and bytes, the limiter's hits, the peak CUDA memory,
-    `sampler`'s state (pickled in the same call as this factory, so in a spawned process it is that
-    process's sampler) and, with `condition_every`, the κ of SUMO's moments at every logged step
-    that is a multiple of it (text_lm; a caller keeps the samples at steps its history logged).
-    With `record_to`, rank 0 rewrites it there too: a spawned process's optimizer does not come
-    back. `record["step"]` counts this process's steps (a resumed run's κ steps would start again
+    After every optimizer step (a step post-hook) `record` keeps, with `condition_every`, the κ of
+    SUMO's moments at every logged step that is a multiple of it (text_lm; a caller keeps the
+    samples at steps its history logged). With `record_to` (a spawned process's optimizer does not
+    come back) rank 0 also keeps there what the caller would otherwise read off `optimizer`: the
+    state's floats and bytes, the limiter's hits, the peak CUDA memory and `sampler`'s state
+    (pickled in the same call as this factory, so in a spawned process it is that process's
+    sampler), rewriting the file at every step: the spread loop has no end-of-run hook. `record["step"]` counts this process's steps (a resumed run's κ steps would start again
     at 1: text_lm checkpoints only at its end, so it never resumes mid-run)."""
 
     def __init__(self, name: str, lr: float, cfg: SumoConfig, seed: int, record_to: str | None = None,
@@ -97,11 +97,13 @@ class OptimizerFactory:
 
         record, optimizer = self.record, self.optimizer
         done = record["step"] = record["step"] + 1
-        device = self.matrices[0].device
-        record.update(state_floats=state_numel(optimizer), state_bytes=state_bytes(optimizer),
-                      limiter_hits=sum(s.get("limiter_hits", 0) for s in optimizer.state.values()),
-                      peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-                      sampler=self.sampler.state_dict() if self.sampler is not None else None)
+        writes = self.record_to is not None and rank() == 0
+        if writes:  # in one process the caller reads these off `optimizer` once, at the end
+            device = self.matrices[0].device
+            record.update(state_floats=state_numel(optimizer), state_bytes=state_bytes(optimizer),
+                          limiter_hits=sum(s.get("limiter_hits", 0) for s in optimizer.state.values()),
+                          peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+                          sampler=self.sampler.state_dict() if self.sampler is not None else None)
         logged = done % self.log_every == 0 or done == self.steps
         # a diverging step (its loss not finite) is never logged: no κ of its (non-finite) moments
         if (self.condition_every and logged and done % self.condition_every == 0
@@ -113,7 +115,7 @@ class OptimizerFactory:
                 kappa["median"].append(float(np.median(values)))
                 kappa["max"].append(max(values))
                 kappa["per_matrix"].append(values)
-        if self.record_to is not None and rank() == 0:
+        if writes:
             with open(self.record_to, "w") as f:
                 json.dump(record, f)
 
