@@ -5,12 +5,16 @@
      "baseline": "mha", "primary_metric": "val_loss", "higher_is_better": false,
      "rows": {"mha": {"val_loss": 4.09, ...}, "tpa": {...}}, # the comparison: one row per variant
      "tables": {"paper_models": {"baseline": {...}}},       # further tables, rendered under a title
-     "details": {...}}                                      # anything else (curves, sweeps, settings)
+     "details": {...},                                      # anything else (curves, sweeps, settings)
+     "claims": [{"name": ..., "verdict": "shown", ...}]}    # the paper's claims (paperline.claims)
 
 Rows are keyed by variant name, the same name the variant's MLflow child run carries, so a row's
 columns land on that run under the same metric names and the MLflow chart view lines variants up.
 With a baseline and a primary metric, every row gets `<primary>_vs_baseline` (its value over the
 baseline's), computed here so no method computes it its own way.
+
+A verdict lives in `claims` only (`paperline.claims.Claim`, its verdict re-derived from its seeds
+and interval when validated): a headline key that names a claim is refused.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from paperline.claims import Claim
 from paperline.config import StrictModel
 
 Scalar = bool | int | float | str | None
@@ -39,6 +44,25 @@ class MethodMetrics(StrictModel):
     rows: dict[str, Row]
     tables: dict[str, dict[str, Row]] = Field(default_factory=dict)
     details: dict[str, Any] = Field(default_factory=dict)
+    claims: list[Claim] = Field(default_factory=list)
+
+    @field_validator("headline")
+    @classmethod
+    def _no_claims_in_the_headline(cls, headline: dict[str, Scalar]) -> dict[str, Scalar]:
+        named = [key for key in headline if "claim" in key]
+        if named:
+            raise ValueError(f"headline keys {named} name claims: a claim is an entry of `claims` "
+                             "(paperline.claims.ClaimSpec), its verdict computed from the seeds")
+        return headline
+
+    @field_validator("claims")
+    @classmethod
+    def _unique_claim_names(cls, claims: list[Claim]) -> list[Claim]:
+        names = [c.name for c in claims]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"claim names {repeated} repeated")
+        return claims
 
     @field_validator("rows")
     @classmethod

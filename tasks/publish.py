@@ -4,6 +4,9 @@ A method's report task returns a `Report` (its validated `MethodMetrics` and the
 drew); `publish` then
 - logs the plots to the parent MLflow run (`plots/`) and the comparison table as a table artifact
   (`comparison.json`, which the MLflow UI shows as a table, and `comparison.csv`);
+- logs each claim's effect and interval on the parent run (`claim.<name>.effect`, `.low`,
+  `.high`, `.seeds`) with its verdict as a tag (`claim.<name>.verdict`, and `verdicts`: the count
+  of each), so the runs table filters by verdict;
 - logs the headline figures on the parent run, and each comparison row's columns (with the
   primary metric's ratio to the baseline) on the child run of that variant, under the same names
   on every child (so the chart view lines the variants up);
@@ -20,6 +23,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from paperline.claims import Claim, verdict_counts
 from paperline.io import write_json
 from paperline.metrics import MethodMetrics, numeric, table_columns
 from tasks import track
@@ -43,6 +47,20 @@ def comparison_csv(metrics: MethodMetrics) -> str:
     return out.getvalue()
 
 
+def claim_metrics(claims: list[Claim]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in claims:
+        values = {"effect": c.effect, "low": c.low, "high": c.high, "seeds": c.seeds}
+        out |= {f"claim.{c.name}.{k}": float(v) for k, v in values.items() if v is not None}
+    return out
+
+
+def claim_tags(claims: list[Claim]) -> dict[str, str]:
+    counts = verdict_counts(claims)
+    return {f"claim.{c.name}.verdict": c.verdict for c in claims} | {
+        "verdicts": ", ".join(f"{v} {n}" for v, n in counts.items() if n)}
+
+
 @task(name="publish", cache_policy=NO_CACHE)
 def publish(ctx: track.RunContext, report: Report) -> dict:
     metrics = report.metrics.with_ratios()
@@ -61,6 +79,8 @@ def publish(ctx: track.RunContext, report: Report) -> dict:
         parent.log_artifact(csv_path)
     # the parent holds the headline figures only: per-variant values live on the variants' runs
     parent.log_metrics(numeric(metrics.headline))
+    parent.log_metrics(claim_metrics(metrics.claims))
+    parent.set_tags(claim_tags(metrics.claims))
     children = track.child_runs(parent)
     for name, row in metrics.rows.items():
         if name in children:

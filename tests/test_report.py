@@ -10,7 +10,7 @@ from paperline.report import method_section, write_report
 
 
 def _record(**changes) -> dict:
-    record = {"method": "tpa", "profile": "tiny", "headline": {"cache_ratio": 3.9, "claim": True},
+    record = {"method": "tpa", "profile": "tiny", "headline": {"cache_ratio": 3.9, "best": True},
               "baseline": "mha", "primary_metric": "val_loss",
               "rows": {"mha": {"val_loss": 4.0, "heads": 4}, "tpa": {"val_loss": 3.0, "heads": 5, "note": "x|y"}},
               "tables": {"paper shapes": {"small": {"mha": 1536, "tpa": 392}}}}
@@ -19,7 +19,7 @@ def _record(**changes) -> dict:
 
 def test_rows_become_the_comparison_table_with_the_ratio_to_the_baseline():
     text = method_section(MethodMetrics.model_validate(_record()))
-    assert "- cache_ratio: 3.9" in text and "- claim: true" in text
+    assert "- cache_ratio: 3.9" in text and "- best: true" in text
     assert "| variant | val_loss | val_loss_vs_baseline | heads | note |" in text
     assert "| mha (baseline) | 4 | 1 | 4 |  |" in text
     assert "| tpa | 3 | 0.75 | 5 | x\\|y |" in text  # a cell's | is escaped

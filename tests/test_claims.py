@@ -1,0 +1,107 @@
+"""The claims engine: paired differences, the t interval, the verdicts, and their validation."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from paperline.claims import Claim, ClaimError, ClaimSpec, t_interval, verdict_counts
+from paperline.metrics import MetricsError, validate_metrics
+from paperline.report import claims_table, method_section, verdict_summary
+
+SPEC = ClaimSpec(name="m_below_b", claim="lower loss than b", metric="loss", method="m", versus="b",
+                 direction="lower")
+
+
+def test_t_interval_by_hand():
+    # differences -1, -2, -3: mean -2, sample std 1, t(0.975, 2) = 4.302653, half = 4.302653 / sqrt(3)
+    mean, low, high = t_interval([-1.0, -2.0, -3.0])
+    half = 4.302652729749464 / math.sqrt(3)
+    assert mean == -2.0 and low == pytest.approx(-2.0 - half, abs=1e-12) and high == pytest.approx(-2.0 + half)
+    assert t_interval([0.5]) == (0.5, None, None)
+
+
+def test_shown_reversed_and_inconclusive():
+    shown = SPEC.paired([1.0, 1.1, 0.9], [2.0, 2.05, 2.1])  # method lower at every seed, small spread
+    assert shown.verdict == "shown" and shown.seeds == 3 and shown.high < 0
+    assert shown.effect == pytest.approx(-1.05) and shown.method_mean == pytest.approx(1.0)
+    reversed_ = SPEC.paired([3.0, 3.1, 2.9], [2.0, 2.05, 2.1])
+    assert reversed_.verdict == "reversed" and reversed_.low > 0
+    noisy = SPEC.paired([1.0, 3.0, 1.0], [2.0, 2.0, 2.0])  # the gap is below the seed spread
+    assert noisy.verdict == "inconclusive" and noisy.low < 0 < noisy.high
+    higher = SPEC.model_copy(update={"direction": "higher"}).paired([3.0, 3.1, 2.9], [2.0, 2.05, 2.1])
+    assert higher.verdict == "shown"
+
+
+def test_fewer_than_three_seeds_is_never_a_verdict():
+    two = SPEC.paired([1.0, 1.0], [5.0, 5.1])
+    assert two.verdict == "inconclusive" and two.seeds == 2 and two.high < 0  # the interval excludes 0
+    one = SPEC.paired([1.0], [5.0])
+    assert one.verdict == "inconclusive" and one.low is None and one.effect == -4.0
+    assert "one seed" in one.effect_text()
+
+
+def test_values_are_paired_by_seed_and_missing_or_nan_seeds_drop_out():
+    claim = SPEC.paired({0: 1.0, 1: 1.1, 2: float("nan"), 3: 0.9}, {0: 2.0, 1: 2.1, 2: 2.0, 3: 2.2, 4: 9.0})
+    assert claim.seeds == 3 and claim.effect == pytest.approx((-1.0 - 1.0 - 1.3) / 3)
+    with pytest.raises(ClaimError, match="m_below_b.*2 method values against 3"):
+        SPEC.paired([1.0, 2.0], [1.0, 2.0, 3.0])
+    assert SPEC.paired([None], [1.0]).verdict == "inconclusive"
+
+
+def test_evaluate_reads_per_seed_tables_and_names_a_missing_variant():
+    seed_rows = {s: {"m": {"loss": 1.0 + s / 10}, "b": {"loss": 2.0}} for s in range(3)}
+    assert SPEC.evaluate(seed_rows).verdict == "shown"
+    with pytest.raises(ClaimError, match="m_below_b.*'b'.*'loss'"):
+        SPEC.evaluate({0: {"m": {"loss": 1.0}}})
+
+
+def test_exact_claims_hold_to_their_tolerance():
+    spec = ClaimSpec(name="equivariant", claim="E(3)-equivariant", metric="equivariance_error", method="geoada",
+                     versus="")
+    assert spec.exact(1.3e-14, 0.0, 1e-6).verdict == "exact"
+    assert spec.exact(0.05, 0.0, 1e-6).verdict == "not_exact"
+    assert spec.exact(float("nan"), 0.0, 1e-6).verdict == "not_exact"
+
+
+def test_a_verdict_the_numbers_do_not_support_is_refused():
+    claim = SPEC.paired([1.0, 1.0], [5.0, 5.1]).model_dump()
+    with pytest.raises(ValueError, match="verdict 'shown' does not follow.*'inconclusive'"):
+        Claim.model_validate(claim | {"verdict": "shown"})
+    with pytest.raises(ValueError, match="not an interval"):
+        Claim.model_validate(claim | {"low": 1.0, "high": -1.0})
+    with pytest.raises(ValueError, match="string_pattern_mismatch|should match pattern"):
+        ClaimSpec(name="Bad Name", claim="x", metric="y", method="m", versus="b")
+
+
+def _record(**changes) -> dict:
+    claims = [SPEC.paired([1.0, 1.1, 0.9], [2.0, 2.05, 2.1]).model_dump(mode="json")]
+    return {"method": "tpa", "profile": "tiny", "rows": {"m": {"loss": 1.0}, "b": {"loss": 2.0}},
+            "claims": claims} | changes
+
+
+def test_metrics_carry_validated_claims_and_no_claim_keys_in_the_headline():
+    metrics = validate_metrics(_record(), "metrics/tpa.json")
+    assert metrics.claims[0].verdict == "shown"
+    with pytest.raises(MetricsError, match="headline.*claim_fastest.*name claims"):
+        validate_metrics(_record(headline={"claim_fastest": True}), "metrics/tpa.json")
+    with pytest.raises(MetricsError, match="claims: Value error, claim names \\['m_below_b'\\] repeated"):
+        validate_metrics(_record(claims=_record()["claims"] * 2), "metrics/tpa.json")
+    forged = _record()["claims"][0] | {"seeds": 2}
+    with pytest.raises(MetricsError, match="metrics/tpa.json: claims.0: Value error.*does not follow"):
+        validate_metrics(_record(claims=[forged]), "metrics/tpa.json")
+
+
+def test_the_claims_table_and_the_verdict_count():
+    metrics = validate_metrics(_record(), "metrics/tpa.json")
+    one = SPEC.model_copy(update={"name": "one_seed", "trivial": True}).paired([1.0], [2.0])
+    by_method = {"tpa": metrics.claims, "dnc": [one]}
+    table = claims_table(by_method)
+    assert table.splitlines()[0].startswith("| method | claim | the paper says |")
+    assert "| tpa | m_below_b | lower loss than b | `m` vs `b` | loss (lower) | -1.05 [" in table
+    assert "| **shown** |" in table and "(trivial baseline)" in table and "| 1 | **inconclusive** |" in table
+    summary = verdict_summary(by_method)
+    assert summary.startswith("shown 1, reversed 0, inconclusive 1, exact 0, not_exact 0 (2 claims of 2 methods)")
+    assert "at least one claim shown: 1 (tpa)" in summary
+    assert "| m_below_b |" in method_section(metrics)  # the method's own claims open its section
+    assert verdict_counts(metrics.claims)["shown"] == 1
