@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="override a key of the chosen profile (repeatable)")
     sub.add_parser("serve", help="serve every method, and the whole pipeline, as a Prefect deployment "
                                   "that runs it through DVC, with its schedule")
-    sub.add_parser("report", help="gather metrics/*.json into reports/results.md and print it")
+    report = sub.add_parser("report", help="gather metrics/*.json into reports/results.md and print it")
+    report.add_argument("--readme", action="store_true",
+                        help="also rewrite README.md's methods block (verdicts per method) from metrics/*.json")
     args = parser.parse_args(argv)
 
     set_default_env()
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             from tasks.paths import repo_path
 
             print(write_report(repo_path("metrics"), repo_path("reports", "results.md"), METHODS))
+            if args.readme:
+                from paperline.report import readme_methods, update_readme
+
+                update_readme(repo_path("README.md"), readme_methods(repo_path("metrics"), METHODS))
+                print("README.md: methods block rewritten")
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

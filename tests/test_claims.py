@@ -105,3 +105,16 @@ def test_the_claims_table_and_the_verdict_count():
     assert "at least one claim shown: 1 (tpa)" in summary
     assert "| m_below_b |" in method_section(metrics)  # the method's own claims open its section
     assert verdict_counts(metrics.claims)["shown"] == 1
+
+
+@pytest.mark.parametrize("method", sorted(__import__("flows").METHODS))
+def test_every_method_declares_its_claims_with_one_against_the_trivial_baseline(method):
+    """`paperline/methods/<m>/claims.py` lists every claim the method can report (SPECS), at least
+    one of them against the trivial baseline of its setting (doing nothing)."""
+    import importlib
+
+    specs = importlib.import_module(f"paperline.methods.{method}.claims").SPECS
+    assert specs and all(isinstance(s, ClaimSpec) for s in specs)
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names)), f"{method}: repeated claim names"
+    assert any(s.trivial for s in specs), f"{method}: no claim against the trivial baseline"

@@ -2,6 +2,8 @@
 cover the code its flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
 from __future__ import annotations
 
+import importlib
+import json
 import subprocess
 import sys
 import time
@@ -11,6 +13,7 @@ import pytest
 import yaml
 
 from flows import METHODS, PREP_STAGES
+from paperline.metrics import validate_metrics
 from tests.conftest import CHECKOUT, clone_env
 from tests.import_graph import files_loaded_by
 
@@ -109,6 +112,12 @@ def test_dvc_repro_on_a_fresh_clone_then_a_no_op(tiny_dag):
         assert (clone / "runs" / name / "mlflow_run.json").exists()
     report = (clone / "reports" / "results.md").read_text()
     assert all(f"## {name}" in report for name in METHODS) and "_not run yet_" not in report
+    assert report.index("## Claims") < report.index(f"## {next(iter(METHODS))}")  # the claims table first
+    for name in METHODS:  # every method reports claims it declared, one against the trivial baseline
+        claims = validate_metrics(json.loads((clone / "metrics" / f"{name}.json").read_text()), name).claims
+        declared = {s.name for s in importlib.import_module(f"paperline.methods.{name}.claims").SPECS}
+        assert claims and {c.name for c in claims} <= declared, (name, [c.name for c in claims])
+        assert any(c.trivial for c in claims), name
     assert (clone / "mlflow.db").exists()  # the default tracking URI, inside the project
     print(f"tiny dvc repro of the whole DAG: {tiny_dag.seconds:.0f} s")
 
@@ -123,3 +132,20 @@ def test_dvc_repro_on_a_fresh_clone_then_a_no_op(tiny_dag):
                             text=True, timeout=120)
     assert status.returncode == 0 and status.stdout.strip() in ("{}", ""), status.stdout
     print(f"no-op dvc repro: {elapsed:.2f} s")
+
+
+def test_claims_land_on_each_parent_run_for_the_runs_table(dag):
+    """Each claim's effect, interval and seeds on the flow's parent MLflow run, its verdict a tag,
+    so the MLflow runs table filters by verdict."""
+    from tests.conftest import finished_flow_runs
+
+    for name in METHODS:
+        claims = validate_metrics(json.loads((dag / "metrics" / f"{name}.json").read_text()), name).claims
+        parent, _ = finished_flow_runs(dag, name)
+        tags, metrics = parent.data.tags, parent.data.metrics
+        for c in claims:
+            assert tags[f"claim.{c.name}.verdict"] == c.verdict, (name, c.name)
+            assert metrics[f"claim.{c.name}.seeds"] == c.seeds
+            if c.effect is not None:
+                assert metrics[f"claim.{c.name}.effect"] == pytest.approx(c.effect)
+        assert "verdicts" in tags, name
