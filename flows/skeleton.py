@@ -62,6 +62,10 @@ class MethodRun:
     def publish(self, report: Any) -> dict:
         """Publish the method's Report (or a future of one); returns the metrics record."""
         self.published = publish(self.context, report.result() if hasattr(report, "result") else report)
+        from flows import METHODS  # the registry: the paper's title
+
+        track.describe(self.context.parent, METHODS[self.method].title, f"docs/methods/{self.method}.md",
+                       self.published.get("claims", []))
         return self.published
 
 

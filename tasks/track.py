@@ -121,6 +121,27 @@ def experiment_id(method: str) -> str:
     return exp.experiment_id
 
 
+NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
+
+
+def description(title: str, page: str, claims: list[Mapping[str, Any]]) -> str:
+    """Markdown: the paper's title, where its page is, and each claim with this run's verdict."""
+    lines = [f"**{title}**", "", f"Method page: `{page}`; every run's figures: `reports/results.md`.", ""]
+    if claims:
+        lines += ["Claims (verdicts of the latest run):", ""]
+        lines += [f"- `{c['name']}`: {c['claim']} ({c['metric']}, `{c['method']}`"
+                  + (f" vs `{c['versus']}`" if c.get("versus") else "") + f"): **{c['verdict']}**, {c['seeds']} seeds"
+                  for c in claims]
+    return "\n".join(lines)
+
+
+def describe(parent: "Run", title: str, page: str, claims: list[Mapping[str, Any]]) -> None:
+    """Set the experiment's and the parent run's descriptions (the UI's Description column)."""
+    text = description(title, page, claims)
+    client().set_experiment_tag(parent.experiment_id, NOTE_TAG, text)
+    client().set_tag(parent.run_id, NOTE_TAG, text)
+
+
 def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(value, Mapping):
         for k, v in value.items():

@@ -137,6 +137,7 @@ def test_dvc_repro_on_a_fresh_clone_then_a_no_op(tiny_dag):
 def test_claims_land_on_each_parent_run_for_the_runs_table(dag):
     """Each claim's effect, interval and seeds on the flow's parent MLflow run, its verdict a tag,
     so the MLflow runs table filters by verdict."""
+    from tasks import track
     from tests.conftest import finished_flow_runs
 
     for name in METHODS:
@@ -149,3 +150,7 @@ def test_claims_land_on_each_parent_run_for_the_runs_table(dag):
             if c.effect is not None:
                 assert metrics[f"claim.{c.name}.effect"] == pytest.approx(c.effect)
         assert "verdicts" in tags, name
+        experiment = track.client().get_experiment(parent.info.experiment_id)
+        for described in (experiment.tags[track.NOTE_TAG], tags[track.NOTE_TAG]):  # the UI's Description
+            assert f"docs/methods/{name}.md" in described and METHODS[name].title in described
+            assert all(f"`{c.name}`" in described for c in claims)

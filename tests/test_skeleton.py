@@ -10,6 +10,7 @@ from prefect import flow
 from flows.skeleton import method_run
 from paperline.metrics import MethodMetrics
 from tasks import track
+from paperline.claims import ClaimSpec
 from tasks.publish import Report
 
 
@@ -21,12 +22,12 @@ def forgets_to_publish():
 
 
 @flow
-def publishes(headline: dict):
+def publishes(headline: dict, claims: list | None = None):
     with method_run("dnc", "tiny", []) as run:
         with run.context.child("K4_L1"):
             pass
         metrics = MethodMetrics(method="dnc", profile="tiny", headline=headline, primary_metric="objective",
-                                rows={"K4_L1": {"objective": 0.5, "rank": 3}})
+                                rows={"K4_L1": {"objective": 0.5, "rank": 3}}, claims=claims or [])
         return run.publish(Report(metrics))
 
 
@@ -40,13 +41,22 @@ def test_a_flow_that_ends_without_publishing_fails_and_stays_resumable(project, 
 
 
 def test_publish_writes_the_record_and_puts_each_row_on_its_child_run(project, prefect_server):
-    record = publishes({"claim": True})
+    claim = ClaimSpec(name="below_init", claim="below the initial objective", metric="objective", method="K4_L1",
+                      versus="init", direction="lower", trivial=True).paired([0.5, 0.4, 0.6], [1.0, 1.1, 0.9])
+    record = publishes({"converged": True}, [claim])
     assert json.loads((project / "metrics" / "dnc.json").read_text()) == record
     state = json.loads((project / "models" / "dnc" / "run.json").read_text())
     assert state["complete"]
     c = track.client()
     parent = c.get_run(state["parent_run"])
-    assert parent.info.status == "FINISHED" and parent.data.metrics == {}  # a bool headline is no metric
+    # a bool headline is no metric; each claim's numbers are, its verdict a tag, and both descriptions name it
+    assert parent.info.status == "FINISHED" and parent.data.metrics == {
+        "claim.below_init.effect": pytest.approx(-0.5), "claim.below_init.low": pytest.approx(claim.low),
+        "claim.below_init.high": pytest.approx(claim.high), "claim.below_init.seeds": 3.0}
+    assert parent.data.tags["claim.below_init.verdict"] == "shown" and parent.data.tags["verdicts"] == "shown 1"
+    described = c.get_experiment(parent.info.experiment_id).tags[track.NOTE_TAG]
+    assert described == parent.data.tags[track.NOTE_TAG]
+    assert "docs/methods/dnc.md" in described and "`below_init`" in described and "**shown**, 3 seeds" in described
     child = c.get_run(track.child_runs(track.Run(parent.info.run_id, parent.info.experiment_id))["K4_L1"])
     assert child.data.metrics == {"objective": 0.5, "rank": 3.0}
     table = json.loads((project / "mlartifacts" / "dnc" / parent.info.run_id / "artifacts" / "comparison.json").read_text())
