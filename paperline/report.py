@@ -134,6 +134,7 @@ def write_report(metrics_dir: Path, out_path: Path, methods: Mapping[str, Any]) 
              "anything else is `inconclusive`; `exact` is a deterministic identity checked to its "
              "tolerance (`paperline/claims.py`).", "",
              f"Verdicts: {verdict_summary(claims)}.", "",
+             "![every paired claim: effect and 95% interval, coloured by verdict](verdicts.png)", "",
              claims_table(claims), ""]
     for name, spec in methods.items():
         parts.append(f"## {name}: {spec if isinstance(spec, str) else spec.title}")
@@ -142,6 +143,45 @@ def write_report(metrics_dir: Path, out_path: Path, methods: Mapping[str, Any]) 
             continue
         parts += ["", method_section(records[name]), ""]
     text = "\n".join(parts)
+    write_verdicts_figure(claims, Path(out_path).parent / "verdicts.png")
     with atomic_path(out_path) as tmp:
         tmp.write_text(text)
     return text
+
+
+VERDICT_COLOURS = {"shown": "#1a9850", "reversed": "#d73027", "inconclusive": "#878787", "exact": "#4575b4",
+                   "not_exact": "#f46d43"}
+
+
+def relative_effect(claim: Claim) -> tuple[float, float | None, float | None] | None:
+    """The effect and its interval in % of the compared variant's mean (claims in different units on
+    one axis); None for an exact claim or one without a usable compared mean."""
+    if claim.kind != "paired" or claim.effect is None or not claim.versus_mean:
+        return None
+    scale = 100.0 / abs(claim.versus_mean)
+    return (claim.effect * scale, None if claim.low is None else claim.low * scale,
+            None if claim.high is None else claim.high * scale)
+
+
+def write_verdicts_figure(claims_by_method: Mapping[str, list[Claim]], path: Path) -> Path:
+    """A forest plot of every paired claim: its effect with its 95% interval in % of the compared
+    variant, zero marked, coloured by verdict, grouped by method (a one-seed effect hollow, no bar)."""
+    from paperline.plots import plt, save_figure
+
+    rows = [(method, c, rel) for method, claims in claims_by_method.items() for c in claims
+            if (rel := relative_effect(c)) is not None]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.28 * max(len(rows), 1)))
+    for y, (method, claim, (effect, low, high)) in enumerate(reversed(rows)):
+        colour = VERDICT_COLOURS[claim.verdict]
+        if low is not None:
+            ax.plot([low, high], [y, y], color=colour, lw=2)
+        ax.plot([effect], [y], "o", color=colour, mfc=colour if low is not None else "white")
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(range(len(rows)), [f"{m}: {c.name}" for m, c, _ in reversed(rows)], fontsize=7)
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("effect (method − versus) in % of the compared variant's mean, 95% t interval")
+    for verdict, colour in VERDICT_COLOURS.items():
+        ax.plot([], [], "o", color=colour, label=verdict)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+    ax.set_title("Every paired claim of the run (exact identities are in the claims table)")
+    return save_figure(fig, path)

@@ -118,3 +118,15 @@ def test_every_method_declares_its_claims_with_one_against_the_trivial_baseline(
     names = [s.name for s in specs]
     assert len(names) == len(set(names)), f"{method}: repeated claim names"
     assert any(s.trivial for s in specs), f"{method}: no claim against the trivial baseline"
+
+
+def test_the_verdicts_figure_places_every_paired_claim(tmp_path):
+    from paperline.report import relative_effect, write_verdicts_figure
+
+    shown = SPEC.paired([1.0, 1.1, 0.9], [2.0, 2.05, 2.1])
+    effect, low, high = relative_effect(shown)
+    assert effect == pytest.approx(-1.05 / 2.05 * 100) and low < effect < high < 0
+    exact = ClaimSpec(name="lossless", claim="x", metric="y", method="m", versus="").exact(0.0, 0.0, 0.0)
+    assert relative_effect(exact) is None
+    path = write_verdicts_figure({"tpa": [shown, exact], "dnc": [SPEC.paired([1.0], [2.0])]}, tmp_path / "v.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
