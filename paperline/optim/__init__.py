@@ -1,0 +1,1 @@
+"""Optimizers shared by the methods (GaLore, SUMO, NGN-M, AltLoRA, ...), pure torch."""

@@ -1,0 +1,1 @@
+"""Shared training pieces: the LM loop, checkpoint/resume, distributed settings."""
