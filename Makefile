@@ -38,9 +38,10 @@ install: $(STAMP)
 
 # The embedded default of every method, versioned by DVC; ends with the results table. The stages'
 # flows share one Prefect server (`make ui`'s when it is up, else one started for this run and
-# stopped after it) instead of starting a temporary one each.
+# stopped after it) instead of starting a temporary one each. One line per stage as it starts and ends
+# (flows/progress.py); every flow's own output goes to .ui/make-run.log.
 run: install
-	$(PY) -m flows.prefect_server --port $(PREFECT_PORT) -- $(VENV)/bin/dvc repro
+	$(PY) -m flows.prefect_server --port $(PREFECT_PORT) -- $(PY) -m flows.progress -- $(VENV)/bin/dvc repro
 	@cat reports/results.md
 
 test: install
