@@ -154,3 +154,16 @@ def test_claims_land_on_each_parent_run_for_the_runs_table(dag):
         for described in (experiment.tags[track.NOTE_TAG], tags[track.NOTE_TAG]):  # the UI's Description
             assert f"docs/methods/{name}.md" in described and METHODS[name].title in described
             assert all(f"`{c.name}`" in described for c in claims)
+
+
+def test_dvc_plots_show_writes_a_page_that_renders_offline(dag, tmp_path):
+    """The project's DVC config points `dvc plots show` at a template with vega, vega-lite and
+    vega-embed inline (vendor/vega/): the page loads no remote script."""
+    dvc = str(Path(sys.executable).parent / "dvc")
+    out = tmp_path / "plots"
+    shown = subprocess.run([dvc, "plots", "show", "-o", str(out)], cwd=dag, env=clone_env(dag),
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    page = (out / "index.html").read_text()
+    assert "vegaEmbed(" in page and "<script src=" not in page and "cdn.jsdelivr" not in page
+    assert page.count("<script>") >= 3  # the three libraries inline, then the plots' own calls
