@@ -7,7 +7,6 @@ Imports nothing heavy: it runs before every `make run`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from flows.env import DATABASE_URL, TASK_RUN_RECORDER, TEMPORARY_SERVER_DB
+from tasks.prefect_api import api as _api, release_orphaned_slots  # noqa: F401 (_api: the tests call the API)
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 120.0  # ~12 s on a quiet 2-core machine, far more when it is loaded
@@ -77,30 +77,6 @@ def server_env(env: dict[str, str]) -> dict[str, str]:
     if env.get(DATABASE_URL, "").endswith(TEMPORARY_SERVER_DB):
         del env[DATABASE_URL]
     return env
-
-
-def _api(url: str, method: str, path: str, body: dict | None = None) -> object:
-    request = urllib.request.Request(f"{url}{path}", method=method, data=None if body is None else
-                                     json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        text = response.read()
-    return json.loads(text) if text else None
-
-
-def release_orphaned_slots(url: str) -> list[str]:
-    """Free every slot that the database of a server that has just started still counts as taken;
-    returns the names of the limits it freed. A server keeps its slot leases in its memory
-    (Prefect's default lease storage) and its limits in its database: a slot held when the
-    previous server process stopped (a `make run` interrupted while a task held `gpu`) had its
-    lease die with that process, so nothing would ever free it, and every GPU task of the next
-    run waited forever (measured: `gpu` left at 1 of 1, the next `make run` hung in its first
-    task). A server that has just started holds no lease, so every taken slot is such a slot."""
-    freed = []
-    for limit in _api(url, "POST", "/v2/concurrency_limits/filter", {}):
-        if limit.get("active_slots"):
-            _api(url, "PATCH", f"/v2/concurrency_limits/{limit['id']}", {"active_slots": 0})
-            freed.append(limit["name"])
-    return freed
 
 
 def _default_server_command(port: int) -> list[str]:

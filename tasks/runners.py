@@ -14,9 +14,9 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field
 
-from flows.prefect_server import release_orphaned_slots
 from paperline.config import StrictModel, validate
 from paperline.train.distributed import DistributedConfig, DistributedError
+from tasks.prefect_api import release_orphaned_slots
 
 GPU_TAG = "gpu"
 GPU_LIMIT = "gpu"
