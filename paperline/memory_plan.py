@@ -77,18 +77,16 @@ def plan(w: Workload, device_bytes: float = H200_BYTES, usable: float = USABLE) 
         micro //= 2
     activations = micro * w.activation_bytes_per_sample
     if states + activations <= budget:
-        strategy, devices = "single", 1
-        note = "DDP over more devices only for speed"
+        strategy, devices = "single", 1  # DDP over more devices only for speed
     else:
         micro = 1
         activations = w.activation_bytes_per_sample
         room = budget - activations
         if room <= 0:
+            # one sample's activations exceed a device: checkpointing or sequence parallelism needed
             strategy, devices = "infeasible", 0
-            note = "one sample's activations exceed a device: checkpointing or sequence parallelism needed"
         else:
-            strategy, devices = "fsdp", max(2, math.ceil(states / room))
-            note = f"FULL_SHARD over {devices} devices (a node of 8 leaves room for larger micro-batches)"
+            strategy, devices = "fsdp", max(2, math.ceil(states / room))  # FULL_SHARD over `devices`
     per_step = micro * (devices if strategy == "fsdp" else 1)  # samples one forward/backward covers
     accumulation = max(1, math.ceil(w.global_batch / per_step))
     return Plan(w.name, w.trainable + w.frozen + w.quantized, weights / GIB, grads / GIB, optimizer / GIB, states / GIB,

@@ -96,7 +96,8 @@ def _spawning_strategy(name: str):
 
     if name in ("ddp", "ddp_spawn", "auto"):
         return DDPStrategy(start_method="spawn")
-    return SpawnedFSDP(state_dict_type="full")  # `spread`'s callers load the gathered state dict
+    # the module's __getattr__ builds the class on first use (a bare name here would not reach it)
+    return __getattr__("SpawnedFSDP")(state_dict_type="full")  # `spread`'s callers load the gathered state dict
 
 
 def __getattr__(name: str):
