@@ -79,3 +79,12 @@ def test_shard_rows_and_refused_strategies():
         with pytest.raises(DistributedError, match="devices a node asked"):
             make_fabric(DistributedConfig(strategy="ddp", accelerator="cuda", devices=torch.cuda.device_count() + 1))
     assert make_fabric(DistributedConfig(accelerator="cpu"))._precision.__class__.__name__ == "Precision"  # fp32 on CPU
+
+
+def test_the_spawning_fsdp_strategy_is_built_on_first_use():
+    """The FSDP launcher swapped for the spawn launcher: the class exists only once the module's
+    __getattr__ has built it, and `_spawning_strategy` must reach it that way (a NameError before)."""
+    from paperline.train import distributed
+
+    strategy = distributed._spawning_strategy("fsdp")
+    assert type(strategy).__name__ == "SpawnedFSDP" and isinstance(strategy, distributed.SpawnedFSDP)
