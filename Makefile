@@ -45,6 +45,7 @@ run: install
 	@cat reports/results.md
 
 test: install
+	$(VENV)/bin/ruff check paperline tasks flows tests benchmarks
 	$(PY) -m pytest
 
 # Prefect and MLflow servers on 127.0.0.1 (logs in .ui/). Flows report to this Prefect server

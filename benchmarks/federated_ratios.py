@@ -3,7 +3,7 @@
 - LEFF: per-client compute (FLOPs by torch's FlopCounterMode, and wall seconds of the ClientApp's
   train step) against FedAvg full fine-tuning, from one Flower simulation of the two methods at the
   smoke profile (fewer rounds), through the stage's own ServerApp/ClientApp (fed.run_federated) and
-  its summary (summary.row / summary.claims).
+  its summary (summary.row / summary.headline).
 - PubSub-VFL: per-worker waiting time (seconds and fraction of the worker's wall) against
   synchronous VFL (and VFL-PS), over the stage's zmq channels and party processes
   (train.run_variant), the smoke data, the same workers and batch size for both PS variants,
@@ -30,19 +30,19 @@ def leff_ratios(rounds: int, log) -> dict:
     from paperline.config import load_method_config, read_params
     from paperline.methods.leff.config import LEFFConfig
     from paperline.methods.leff.fed import run_federated
-    from paperline.methods.leff.summary import claims, row
+    from paperline.methods.leff.summary import _table, headline, row
     from paperline.train.lm_base import load_causal_lm
 
     _, cfg = load_method_config(LEFFConfig, read_params(ROOT / "params.yaml"), "leff", "smoke",
-                                ["methods=[fedavg, leff_importance]", f"rounds={rounds}"], root=ROOT)
+                                ["methods=[fedavg, leff_importance]", f"rounds={rounds}", "seeds=[0]"], root=ROOT)
     cfg = cfg.model_copy(update={"alphas": cfg.alphas[:1]})  # the ratios at the profile's first α
     import logging
 
     logging.getLogger("flwr").setLevel(logging.WARNING)  # the simulation's per-round INFO lines
     runs = run_federated(cfg, load_causal_lm(cfg.model), log=lambda _: None)
     alpha = cfg.alphas[0]
-    rows = {m: row(runs[(m, alpha)]) for m in cfg.methods}
-    head = claims(cfg, runs)
+    rows = {m: row(runs[(m, alpha, 0)]) for m in cfg.methods}
+    head = headline(cfg, _table(cfg, runs), runs)  # one seed: the ratios of that run
     log(f"LEFF vs FedAvg full fine-tuning: smoke profile, {cfg.clients} clients, L_i in {cfg.capacities}, "
         f"{rounds} rounds, {cfg.local_steps} local steps, alpha {alpha:g}")
     log(f"{'method':18s} {'GFLOPs/client':>14s} {'straggler GFLOPs':>17s} {'client s':>9s} {'straggler s':>12s} "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import statistics
 import sys
@@ -65,11 +64,12 @@ class Prepared:
 
 def paper_config(method: str):
     """The method's validated `paper` profile from params.yaml."""
+    import importlib
+
     import yaml
 
     from flows import METHODS
     from paperline.config import load_method_config
-    import importlib
 
     spec = METHODS[method]
     module, attribute = spec.config.split(":")

@@ -27,8 +27,14 @@ from paperline.config import load_method_config, read_params  # noqa: E402
 from paperline.methods.splashnet.config import VARIANT_CHANGES, SplashNetConfig  # noqa: E402
 from paperline.methods.splashnet.data import WindowDataset, collate  # noqa: E402
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer  # noqa: E402
-from paperline.methods.splashnet.pipeline import (_steps, augmentation, load_split, model_spec,  # noqa: E402
-                                                  schedule_horizon, window_frames)
+from paperline.methods.splashnet.pipeline import (  # noqa: E402
+    _steps,
+    augmentation,
+    load_split,
+    model_spec,
+    schedule_horizon,
+    window_frames,
+)
 from tasks.paths import params_path, repo_path  # noqa: E402
 
 

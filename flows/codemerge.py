@@ -1,13 +1,13 @@
 """CodeMerge: test-time model merging by fingerprints and ridge leverage scores, on a small ViT over
 a stream of changing corruptions, against source-only, TENT, pseudo-labelling, an EMA teacher and
-a MOS-like merge (one MLflow child each), with merge cost measured in the same run. The source ViT
-comes from the vit-source prep stage."""
+a MOS-like merge (one MLflow child each, a run per seed nested under it), with merge cost measured
+in the same run. The source ViT comes from the vit-source prep stage."""
 from __future__ import annotations
 
 from prefect import flow
 
 from flows.skeleton import method_run
-from tasks.codemerge import METHOD, data, report, run_variant, source_config
+from tasks.codemerge import METHOD, data, report, run_variant, source_config, variant_runs
 from tasks.runners import submit_gpu
 
 
@@ -16,5 +16,9 @@ def codemerge_flow(profile: str | None = None, overrides: list[str] | None = Non
     source = source_config(profile)  # the source model's parameters are part of the run's identity
     with method_run(METHOD, profile, overrides, data=lambda cfg: data(cfg, source),
                     run_config=lambda cfg: cfg.model_dump() | {"vit_source": source.model_dump()}) as run:
-        futures = {v: submit_gpu(run_variant, run.cfg, v, run.data, run.context) for v in run.cfg.variants}
-        return run.publish(report.submit(run.cfg, {v: f.result() for v, f in futures.items()}, run.data, run.context))
+        cfg = run.cfg
+        with variant_runs(cfg, run.context) as children:
+            futures = {v: {s: submit_gpu(run_variant, cfg, v, s, run.data, run.context, children[v])
+                           for s in cfg.run_seeds()} for v in cfg.variants}
+            results = {v: {s: f.result() for s, f in by.items()} for v, by in futures.items()}
+            return run.publish(report.submit(cfg, results, run.data, run.context))

@@ -2,14 +2,14 @@
 EGTN is pretrained on frame-conditioned N-body forecasting, then fine-tuned to frame, global and
 subgraph control by GeoAda and by the paper's baselines (full fine-tuning, PARTIAL-k, MLP-k, GPF,
 GPF-plus, Prompt-Template where it fits), against
-the frozen base and a non-equivariant ControlNet (one MLflow child each). The trajectories come
-from the nbody prep stage."""
+the frozen base and a non-equivariant ControlNet, at every fine-tuning seed (an MLflow child per
+row, a run per seed nested under it). The trajectories come from the nbody prep stage."""
 from __future__ import annotations
 
 from prefect import flow
 
 from flows.skeleton import method_run
-from tasks.geoada import METHOD, data, data_config, finetune, pretrain, report
+from tasks.geoada import METHOD, data, data_config, finetune, pretrain, report, variant_runs
 from tasks.runners import submit_gpu
 
 
@@ -19,6 +19,9 @@ def geoada_flow(profile: str | None = None, overrides: list[str] | None = None) 
     with method_run(METHOD, profile, overrides, data=lambda cfg: data(cfg, source),
                     run_config=lambda cfg: cfg.model_dump() | {"nbody": source.model_dump()}) as run:
         base = submit_gpu(pretrain, run.cfg, run.data, run.context).result()
-        futures = [submit_gpu(finetune, run.cfg, control, run.data, base, run.context) for control in run.cfg.controls]
-        results = [result for future in futures for result in future.result()]
-        return run.publish(report.submit(run.cfg, results, base, run.data, run.context))
+        with variant_runs(run.cfg, run.context) as runs:
+            # seed by seed: where the tasks queue on one device, each seed's comparison lands whole
+            futures = [submit_gpu(finetune, run.cfg, control, seed, run.data, base, run.context, runs)
+                       for seed in run.cfg.run_seeds() for control in run.cfg.controls]
+            results = [result for future in futures for result in future.result()]
+            return run.publish(report.submit(run.cfg, results, base, run.data, run.context))

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from flows.env import DATABASE_URL, TASK_RUN_RECORDER, TEMPORARY_SERVER_DB
-from tasks.prefect_api import api as _api, release_orphaned_slots  # noqa: F401 (_api: the tests call the API)
+from tasks.prefect_api import api as _api  # noqa: F401 (_api: the tests call the API)
+from tasks.prefect_api import release_orphaned_slots
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 120.0  # ~12 s on a quiet 2-core machine, far more when it is loaded

@@ -7,7 +7,14 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.prep import resolve_prep, stage_chunk_mapper
-from tasks.semg_prep import build_features, build_sessions, features_dir, featurize_sessions, sessions_dir, write_sessions
+from tasks.semg_prep import (
+    build_features,
+    build_sessions,
+    features_dir,
+    featurize_sessions,
+    sessions_dir,
+    write_sessions,
+)
 
 
 @flow(name="semg-sessions", log_prints=True)

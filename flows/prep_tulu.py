@@ -12,8 +12,18 @@ from flows.prep import resolve_prep, stage_chunk_mapper
 from paperline.data.tulu_pool import write_pool
 from tasks.paths import repo_path
 from tasks.runners import ensure_gpu_limit, submit_gpu
-from tasks.tulu_prep import (count_valid_lines, data_dir, release_selection_states, require_pool, select_method,
-                             selection_dir, sub_dataset_records, warm_up, with_resolved_paths, write_sampled_lines)
+from tasks.tulu_prep import (
+    count_valid_lines,
+    data_dir,
+    release_selection_states,
+    require_pool,
+    select_method,
+    selection_dir,
+    sub_dataset_records,
+    warm_up,
+    with_resolved_paths,
+    write_sampled_lines,
+)
 
 
 @flow(name="tulu-pool", log_prints=True)

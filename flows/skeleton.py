@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from flows.launch import resolve
-from tasks import track
-from tasks.publish import Report, publish
-from tasks.resume import RunDir, open_run_dir
 from paperline.config import read_params
 from paperline.train.distributed import DistributedConfig
+from tasks import track
 from tasks.paths import params_path
+from tasks.publish import Report, publish
+from tasks.resume import RunDir, open_run_dir
 from tasks.runners import ensure_gpu_limit, runtime_config, training_slots
 
 

@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.io import read_json, write_json
 from paperline.methods.altlora import plots
+from paperline.methods.altlora.claims import NO_ADAPTATION
 from paperline.methods.altlora.config import AltLoRAConfig, OptimizerName
 from paperline.methods.altlora.linear import best_run, make_problem, train_linear
 from paperline.methods.altlora.summary import method_metrics, summarize
@@ -50,38 +51,61 @@ def _cached(path, compute):
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
+def linear_seed(cfg: AltLoRAConfig, s: int) -> int:
+    """The seed of the linear problem's run s (its W₀, Δ, data, initialisation); s = 0 is cfg.seed."""
+    return cfg.seed + 1000 * s
+
+
 @task(name="altlora-linear", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContext,
                    optimizer_run: track.Run) -> list[dict]:
-    """Per rank: the lr grid at c = 1; at the first rank, then the best lr under every other c. One
-    nested MLflow run per rank with each run's curves."""
+    """Seed 0: per rank, the lr grid at c = 1; at the first rank, then the best lr under every other
+    c. Every other seed (its own problem): that best lr at the first rank under every c. One nested
+    MLflow run per (rank, seed) with each run's curves."""
     import torch
 
     torch.set_num_threads(1)  # 64×64 matmuls: threads cost more than they give
-    problem = make_problem(cfg.linear, cfg.seed)
     folder = models_dir(METHOD) / "linear" / name
-    runs = []
+    r0 = cfg.linear.ranks[0]
+    runs, best_lr = [], None
     with gpu_slot():  # CPU work (tiny matrices), but one training at a time like every model task
-        for rank in cfg.linear.ranks:
-            with ctx.child(f"{name}_linear_r{rank}", params={"optimizer": name, "rank": rank},
-                           parent=optimizer_run) as run:
-                def one(c, lr):
-                    record = _cached(folder / f"r{rank}_c{c:g}_lr{lr:g}.json", lambda: train_linear(
-                        name, problem, rank, c, lr, cfg.linear, cfg.settings, cfg.seed))
-                    h = record["history"]
-                    run.log_history(f"error/c{c:g}_lr{lr:g}", h["step"], h["error"])
-                    run.log_history(f"loss/c{c:g}_lr{lr:g}", h["step"], h["loss"])
-                    return record
+        for s in range(cfg.linear.seeds):
+            seed = linear_seed(cfg, s)
+            problem = make_problem(cfg.linear, seed)
+            here = folder if s == 0 else folder / f"seed{s}"  # seed 0 where one seed's records always were
+            for rank in cfg.linear.ranks if s == 0 else [r0]:
+                with ctx.child(f"{name}_linear_r{rank}/seed{s}", params={"optimizer": name, "rank": rank, "seed": s},
+                               parent=optimizer_run) as run:
+                    def one(c, lr):
+                        record = _cached(here / f"r{rank}_c{c:g}_lr{lr:g}.json", lambda: train_linear(
+                            name, problem, rank, c, lr, cfg.linear, cfg.settings, seed))
+                        h = record["history"]
+                        run.log_history(f"error/c{c:g}_lr{lr:g}", h["step"], h["error"])
+                        run.log_history(f"loss/c{c:g}_lr{lr:g}", h["step"], h["loss"])
+                        return record | {"seed": s}
 
-                sweep = [one(1.0, lr) | {"role": "sweep"} for lr in cfg.linear.lr_grid[name]]
-                runs += sweep
-                best = best_run(sweep)
-                if best is None or name == "full_ft":
-                    continue
-                best["role"] = "best"
-                run.log_metrics({"best_lr": best["lr"], "final_error": best["final_error"]})
-                if rank == cfg.linear.ranks[0]:  # the rescalings at the first rank only (what the summary reports)
-                    runs += [one(c, best["lr"]) | {"role": "rescaled"} for c in cfg.linear.scales if c != 1.0]
+                    if s == 0:
+                        sweep = [one(1.0, lr) | {"role": "sweep"} for lr in cfg.linear.lr_grid[name]]
+                        runs += sweep
+                        best = best_run(sweep)
+                        if best is None:
+                            continue
+                        if rank == r0:
+                            best_lr = best["lr"]
+                        if name == "full_ft":
+                            continue
+                        best["role"] = "best"
+                    elif best_lr is None:  # diverged at every lr of seed 0: nothing to repeat
+                        continue
+                    else:
+                        best = one(1.0, best_lr) | {"role": "best" if name != "full_ft" else "sweep"}
+                        runs.append(best)
+                        if name == "full_ft":  # no factors: nothing to rescale
+                            continue
+                    if not best["diverged"]:
+                        run.log_metrics({"best_lr": best["lr"], "final_error": best["final_error"]})
+                    if rank == r0:  # the rescalings at the first rank only (what the summary reports)
+                        runs += [one(c, best["lr"]) | {"role": "rescaled"} for c in cfg.linear.scales if c != 1.0]
     return runs
 
 
@@ -131,5 +155,7 @@ def report(cfg: AltLoRAConfig, linear_runs: list[dict], lm_runs: list[dict], tim
     # the base model's held-out losses, measured by each LM run before it trains (all alike)
     lm_base = {k: lm_runs[0][k] for k in ("base_target_val_loss", "base_source_val_loss")} if lm_runs else None
     rows = summarize(cfg, linear_runs, lm_runs, times)
+    with ctx.child(NO_ADAPTATION, params={"what": "W₀ itself (ΔW = 0) and the LM base, scored as every variant"}):
+        pass  # the trivial baseline's row lands on it when the flow publishes
     return Report(method_metrics(cfg, rows, linear_runs, lm_runs, ctx.profile, lm_base),
                   plots.write_all(cfg, rows, linear_runs, plots_dir(METHOD)))

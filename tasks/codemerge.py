@@ -1,6 +1,7 @@
 """Tasks of the CodeMerge flow: the data (the vit-source stage's folder, built when missing), one
-task per variant running the whole test-time adaptation stream (one MLflow child each, resumable
-from its checkpoint), then the report."""
+task per (variant, seed) running that seed's whole test-time adaptation stream (an MLflow run
+`<variant>/seed<seed>` nested under the variant's child run, resumable from its checkpoint), then
+the report."""
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,7 @@ from paperline.config import read_params
 from paperline.data.vit_source import CLASSIFIER_FILE, RECORD_FILE, SPLIT_FILE, VitSourceConfig
 from paperline.methods.codemerge import plots
 from paperline.methods.codemerge.config import CodeMergeConfig
-from paperline.methods.codemerge.summary import method_metrics, variant_row
+from paperline.methods.codemerge.summary import mean_curves, method_metrics, variant_row
 from paperline.methods.codemerge.tta import StreamResult
 from tasks import track, vit_source
 from tasks.paths import models_dir, params_path, plots_dir
@@ -55,11 +56,20 @@ def data(cfg: CodeMergeConfig, source_cfg: VitSourceConfig) -> SourceData:
     return SourceData(str(folder), fingerprint, record, track.data_version(files))
 
 
+def variant_runs(cfg: CodeMergeConfig, ctx: track.RunContext):
+    """A child run per variant, open while its seeds run (each seed's run nested under it); the
+    variant's row, the mean over seeds, lands on it when the flow publishes."""
+    return ctx.children({v: {"variant": v, "seeds": cfg.run_seeds()} for v in cfg.variants})
+
+
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="codemerge-stream", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def run_variant(cfg: CodeMergeConfig, variant: str, source: SourceData, ctx: track.RunContext) -> StreamResult:
-    """One variant over the seeded corruption stream: its row on its MLflow child run, the per-batch
-    accuracy as a history, its resume checkpoint under models/codemerge/<variant>/."""
+def run_variant(cfg: CodeMergeConfig, variant: str, seed: int, source: SourceData, ctx: track.RunContext,
+                variant_run: track.Run | None = None) -> StreamResult:
+    """One variant over seed `seed`'s corruption stream (the seed draws the stream and the
+    fingerprints' projections): its row on the MLflow run `<variant>/seed<seed>` nested under
+    `variant_run`, the per-batch accuracy as a history, its resume checkpoint under
+    models/codemerge/<variant>/seed<seed>/."""
     import torch
 
     from paperline.methods.codemerge.corruptions import make_stream
@@ -68,12 +78,15 @@ def run_variant(cfg: CodeMergeConfig, variant: str, source: SourceData, ctx: tra
     from paperline.train.vit import read_vit_source
 
     torch.set_num_threads(cfg.threads)  # tiny matmuls; variants run side by side
-    with gpu_slot() as device, ctx.child(variant, params={"variant": variant, "device": str(device)}) as run:
+    cfg = cfg.model_copy(update={"seed": seed})
+    with gpu_slot() as device, ctx.child(f"{variant}/seed{seed}", params={"variant": variant, "seed": seed,
+                                                                          "device": str(device)},
+                                         parent=variant_run) as run:
         split, _ = read_vit_source(source.folder, source.fingerprint)
         model = load_classifier(f"{source.folder}/{CLASSIFIER_FILE}")
-        stream_x, stream_y = make_stream(split["test_x"], split["test_y"], cfg.stream, cfg.seed)
+        stream_x, stream_y = make_stream(split["test_x"], split["test_y"], cfg.stream, seed)
         result = run_stream(model, stream_x, stream_y, cfg, variant,
-                            checkpoint_path=models_dir(METHOD) / variant / "stream.pt",
+                            checkpoint_path=models_dir(METHOD) / variant / f"seed{seed}" / "stream.pt",
                             fingerprint=source.fingerprint, progress=sys.stderr.isatty())
         run.log_history("accuracy_per_batch", range(len(result.accuracy)), result.accuracy)
         run.log_metrics({k: float(v) for k, v in variant_row(cfg, result).items()
@@ -82,6 +95,8 @@ def run_variant(cfg: CodeMergeConfig, variant: str, source: SourceData, ctx: tra
 
 
 @task(name="codemerge-report", cache_policy=NO_CACHE)
-def report(cfg: CodeMergeConfig, results: dict[str, StreamResult], source: SourceData, ctx: track.RunContext) -> Report:
+def report(cfg: CodeMergeConfig, results: dict[str, dict[int, StreamResult]], source: SourceData,
+           ctx: track.RunContext) -> Report:
+    """`results`: variant -> seed -> its stream's result."""
     metrics = method_metrics(cfg, results, source.record, ctx.profile)
-    return Report(metrics, plots.write_all(cfg, results, metrics.rows, plots_dir(METHOD)))
+    return Report(metrics, plots.write_all(cfg, mean_curves(results), metrics.rows, plots_dir(METHOD)))

@@ -52,4 +52,5 @@ def train_group(cfg: DNCConfig, K: int, L: int, ctx: track.RunContext) -> list[U
 def report(cfg: DNCConfig, results: list[UFMGroupResult], ctx: track.RunContext) -> Report:
     """The comparison with the closed forms, and the figures (PNG, and CSV for `dvc plots`)."""
     summary = summarize(cfg, results)
-    return Report(method_metrics(cfg, summary, ctx.profile), plots.write_all(cfg, summary, results, plots_dir(METHOD)))
+    return Report(method_metrics(cfg, summary, results, ctx.profile),
+                  plots.write_all(cfg, summary, results, plots_dir(METHOD)))

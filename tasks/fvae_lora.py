@@ -18,8 +18,8 @@ from paperline.io import write_json
 from paperline.methods.fvae_lora import plots
 from paperline.methods.fvae_lora.config import TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit
-from paperline.methods.fvae_lora.text import TextData
 from paperline.methods.fvae_lora.summary import method_metrics
+from paperline.methods.fvae_lora.text import TextData
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
@@ -104,8 +104,9 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
 @task(name="fvae_lora-variant", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backbone_info: dict,
                   ctx: track.RunContext, parent: track.Run) -> dict[int, dict]:
-    """Every seed of one variant on its MLflow child run (per-seed figures, seed-wise loss curves),
-    each seed's result saved as models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
+    """Every seed of one variant, each on its MLflow run `<variant>/seed<s>` nested under the
+    variant's (its figures and loss curves), each seed's result saved as
+    models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
     A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
     import torch
 
@@ -131,7 +132,7 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
         run_cfg, own, folder = cfg, variant, models_dir(METHOD)
         with INIT_LOCK:  # as above
             model = load_backbone(backbone_info["path"])
-        fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "confidence", "text"}), variant,
+        fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "text"}), variant,
                                    source.version, backbone_info.get("clean_test_accuracy"))
 
         def task_of(seed):
@@ -139,16 +140,19 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
     out = {}
     with gpu_slot() as device:
         for seed in run_cfg.seeds:
-            path = folder / own / f"seed{seed}.json"
-            if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
-                out[seed] = saved["result"]
-                continue
-            result = adapt(run_cfg, own, model, task_of(seed), seed, device)
-            write_json(path, {"fingerprint": fingerprint, "result": result})
-            out[seed] = result
-            parent.log_metrics({f"seed{seed}/{k}": v for k, v in result["metrics"].items()})
-            for name, curve in result["history"].items():
-                parent.log_history(f"{name}/seed{seed}", range(1, len(curve) + 1), curve)
+            # the seed's own run, nested under the variant's (a seed a killed run finished is read
+            # back, and recorded under this run too)
+            with ctx.child(f"{variant}/seed{seed}", params={"seed": seed}, parent=parent) as run:
+                path = folder / own / f"seed{seed}.json"
+                if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
+                    result = saved["result"]
+                else:
+                    result = adapt(run_cfg, own, model, task_of(seed), seed, device)
+                    write_json(path, {"fingerprint": fingerprint, "result": result})
+                out[seed] = result
+                run.log_final(result["metrics"])
+                for name, curve in result["history"].items():
+                    run.log_history(name, range(1, len(curve) + 1), curve)
     parent.log_params({"kind": VARIANT_SPECS[own][0], "device": str(device),
                        "modality": "text" if own != variant else "image",
                        **{f"fvae.{k}": v for k, v in VARIANT_SPECS[own][1].items()}})

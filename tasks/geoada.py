@@ -1,6 +1,8 @@
 """Tasks of the GeoAda flow: the data (the nbody stage's folder, built when missing), the base's
-pretraining (one MLflow child, resumable), one task per control type running every variant
-(fine-tune and measure, one MLflow child each, resumable from its checkpoint), then the report."""
+pretraining (one MLflow child, resumable) and its original-task figures at every seed's sampling
+noise, one task per control type and fine-tuning seed running every variant (fine-tune and measure;
+an MLflow child per row, `<control>_<variant>`, with a run per seed nested under it, resumable from
+its checkpoint), then the report (each row the mean over seeds, the claims from the per-seed rows)."""
 from __future__ import annotations
 
 import sys
@@ -60,7 +62,8 @@ def _fingerprint(cfg: GeoAdaConfig, source: NBodyData, *parts: str) -> str:
 @task(name="geoada-pretrain", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dict:
     """The base EGTN on frame-conditioned forecasting (cond_frames → horizon), saved to
-    models/geoada/base.pt, and its original-task ADE/FDE (child run `base`)."""
+    models/geoada/base.pt, and its original-task ADE/FDE at each fine-tuning seed's sampling noise
+    (child run `base`)."""
     import torch
 
     from paperline.methods.geoada.experiment import evaluate_base, pretrain_base, task_windows
@@ -72,18 +75,28 @@ def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dic
         base, result = pretrain_base(cfg, windows, folder / "base_train.pt", _fingerprint(cfg, source, "base"),
                                      progress=sys.stderr.isatty(), device=device)
         torch.save(base.state_dict(), folder / BASE_FILE)
-        original = evaluate_base(cfg, base, windows, device)
+        original = {seed: evaluate_base(cfg, base, windows, seed, device) for seed in cfg.run_seeds()}
         run.log_history("loss", result.steps, result.loss)
-        run.log_metrics({f"original_{k}": v for k, v in original.items()} | {"train_seconds": result.seconds})
+        run.log_metrics({f"seed{seed}/original_{k}": v for seed, o in original.items() for k, v in o.items()}
+                        | {f"original_{k}": v for k, v in original[cfg.run_seeds()[0]].items()}
+                        | {"train_seconds": result.seconds})
     return {"path": str(folder / BASE_FILE), "original_task": original, "trainable": result.trainable,
             "train_seconds": result.seconds, "final_loss": result.loss[-1] if result.loss else None}
 
 
+def variant_runs(cfg: GeoAdaConfig, ctx: track.RunContext):
+    """A child run per row (control × variant), open while its seeds train (each seed's run nested
+    under it); the row, the mean over seeds, lands on it when the flow publishes."""
+    return ctx.children({row_name(c, v): {"control": c, "variant": v, "seeds": cfg.run_seeds()} for c, v in cfg.pairs})
+
+
 @task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx: track.RunContext) -> list[dict]:
-    """Every variant that fits the control type on it (one task: a `gpu` slot request costs ~1.5 s, a tiny
-    variant less), each fine-tuned from the base and measured on the new and the original task;
-    its row on its own MLflow child run `<control>_<variant>`, the loss as a history."""
+def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base: dict, ctx: track.RunContext,
+             runs: dict[str, track.Run]) -> list[dict]:
+    """Every variant that fits the control type on it at one fine-tuning seed (one task: a `gpu`
+    slot request costs ~1.5 s, a tiny variant less), each fine-tuned from the base and measured on
+    the new and the original task; its figures on the MLflow run `<control>_<variant>/seed<seed>`
+    nested under the row's run, the loss as a history."""
     import torch
 
     from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
@@ -94,14 +107,19 @@ def finetune(cfg: GeoAdaConfig, control: str, source: NBodyData, base: dict, ctx
         windows = task_windows(source.folder, cfg)
         for variant in (v for v in cfg.variants if fits(v, control)):
             name = row_name(control, variant)
-            with ctx.child(name, params={"control": control, "variant": variant, "device": str(device)}) as run:
+            with ctx.child(f"{name}/seed{seed}", params={"control": control, "variant": variant, "seed": seed,
+                                                         "device": str(device)}, parent=runs[name]) as run:
                 model = make_base(cfg)
                 model.load_state_dict(torch.load(base["path"], map_location="cpu", weights_only=True))
-                result = finetune_variant(cfg, model, control, variant, windows, models_dir(METHOD) / name / "train.pt",
-                                          _fingerprint(cfg, source, control, variant), progress=sys.stderr.isatty(),
-                                          device=device)
+                result = finetune_variant(cfg, model, control, variant, windows,
+                                          models_dir(METHOD) / name / f"seed{seed}" / "train.pt",
+                                          _fingerprint(cfg, source, control, variant, str(seed)), seed,
+                                          progress=sys.stderr.isatty(), device=device)
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
+                run.log_final({**result.new_task, "equivariance_error": result.equivariance_error,
+                               "train_seconds": result.train_seconds}
+                              | {f"original_{k}": v for k, v in (result.original_task or {}).items()})
             results.append(result.as_dict())
     return results
 

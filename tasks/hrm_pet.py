@@ -61,11 +61,9 @@ def data(cfg: HrmPetConfig, source_cfg: VitSourceConfig) -> HrmPetData:
     digest = hashlib.sha256(track.data_version(files).encode())
     sequences = {}
     for s in cfg.sequences:
-        x, y, used = load_source(s)
-        if used != s.source:
-            print(f"hrm_pet: sequence {s.name}: {s.source} could not be loaded; using {used}")
+        x, y = load_source(s)
         for seed in cfg.seeds:
-            seq = build_sequence(x, y, s, image_size, seed, used)
+            seq = build_sequence(x, y, s, image_size, seed)
             sequences[f"{s.name}/{seed}"] = seq
             for a in (seq.train_x, seq.train_y, seq.test_x, seq.test_y):
                 digest.update(a.tobytes())

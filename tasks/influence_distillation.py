@@ -1,6 +1,8 @@
 """Tasks of the Influence Distillation flow: one fine-tuning task per selection method of the
-tulu-select stage (an MLflow child run each), the convex QP check, then the report. The
-selections, their timings and the warm-up they start from come from data/tulu/selection."""
+tulu-select stage and fine-tuning seed (an MLflow child run per method, a run per seed under it),
+the convex QP check, then the report. The selections, their timings and the warm-up they start
+from come from data/tulu/selection (random selection at another seed is drawn again, as the stage
+draws it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,33 +46,49 @@ def data(cfg: InfluenceDistillationConfig) -> SelectionData:
     return SelectionData(load_selection(cfg, selection_dir()), version)
 
 
+def variant_runs(cfg: InfluenceDistillationConfig, ctx: track.RunContext):
+    """A child run per selection method, open while its seeds fine-tune (each seed's run nested
+    under it); the method's row, the mean over seeds, lands on it when the flow publishes."""
+    return ctx.children({m: {"method": m, "select_k": cfg.select_k, "seeds": cfg.run_seeds()} for m in cfg.methods})
+
+
 @task(name="influence-distillation-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def finetune_variant(cfg: InfluenceDistillationConfig, method: str, selection: dict, ctx: track.RunContext) -> dict:
-    """Fine-tune on one selection (same budget for all) and evaluate: one MLflow child run."""
+def finetune_variant(cfg: InfluenceDistillationConfig, method: str, seed: int, selection: dict, ctx: track.RunContext,
+                     variant_run: track.Run | None = None) -> dict:
+    """Fine-tune on one selection at one seed (same budget for all) and evaluate: an MLflow run
+    `<method>/seed<seed>` nested under `variant_run`, this seed's row on it."""
     import json
 
     import torch
 
     from paperline.methods.influence_distillation import pipeline
+    from paperline.metrics import numeric
     from paperline.train.checkpoint import load_checkpoint
 
     torch.set_num_threads(cfg.threads)
-    sel = selection["selections"][method]
-    sel_path = selection_dir() / sel["file"]
-    with gpu_slot() as device, ctx.child(method, params={"method": method, "select_k": cfg.select_k,
-                                                         "device": str(device)}) as run:
-        ids = [json.loads(line)["id"] for line in sel_path.read_text().splitlines()]
+    with gpu_slot() as device, ctx.child(f"{method}/seed{seed}", params={"method": method, "seed": seed,
+                                                                         "select_k": cfg.select_k,
+                                                                         "device": str(device)},
+                                         parent=variant_run) as run:
+        ids, sel, sel_path = pipeline.seed_selection(cfg, selection, selection_dir(), method, seed)
+        out = models_dir(METHOD) / "finetune" / method
+        if sel_path is None:  # random selection drawn for this seed: kept beside its fine-tune
+            sel_path = out / f"seed{seed}.selection.jsonl"
+            sel_path.parent.mkdir(parents=True, exist_ok=True)
+            sel_path.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
         prep = pipeline.prepare_finetune(cfg, cfg.pool_dir, ids).to(device)
         warm_path = selection_dir() / pipeline.WARMUP_CHECKPOINT
         warm = load_checkpoint(warm_path)
         if warm is None:
             raise FileNotFoundError(f"{warm_path}: no warm-up checkpoint; run the tulu-select stage")
-        checkpoint = models_dir(METHOD) / "finetune" / f"{method}.pt"
-        result = pipeline.finetune_and_evaluate(cfg, prep, warm, list(range(len(ids))), checkpoint, method)
+        checkpoint = out / f"seed{seed}.pt"
+        result = pipeline.finetune_and_evaluate(cfg, prep, warm, list(range(len(ids))), checkpoint, method, seed)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         run.log_artifact(sel_path, "selection")
         run.log_artifact(checkpoint, "checkpoints")
-    return row_of(result["eval"], sel)
+        row = row_of(result["eval"], sel)
+        run.log_final(numeric(row))  # this seed's figures
+    return row
 
 
 @task(name="influence-distillation-qp-check", cache_policy=NO_CACHE)
@@ -87,15 +105,16 @@ def qp_check(cfg: InfluenceDistillationConfig, ctx: track.RunContext) -> dict:
 
 
 @task(name="influence-distillation-report", cache_policy=NO_CACHE)
-def report(selection: dict, rows: dict[str, dict], qp: dict, ctx: track.RunContext) -> Report:
-    """The comparison against random selection, and the figures (PNG, and CSV for `dvc plots`)."""
+def report(selection: dict, per_seed: dict[str, dict[str, dict]], qp: dict, ctx: track.RunContext) -> Report:
+    """The comparison against random selection (`per_seed`: {method: {seed: row}}, the rows the
+    means over seeds), and the figures (PNG, and CSV for `dvc plots`)."""
     import numpy as np
 
     from paperline.methods.influence_distillation import plots
 
     history = selection["warmup_history"]  # the start every fine-tune shares, on the flow's run
     ctx.parent.log_history("warmup/train_loss", history["step"], history["train_loss"])
-    metrics = method_metrics(selection, rows, qp, ctx.profile)
+    metrics = method_metrics(selection, per_seed, qp, ctx.profile)
     scores_path = selection_dir() / "scores.npz"
     scores = dict(np.load(scores_path)) if scores_path.exists() else None
     return Report(metrics, plots.write_all(metrics, sorted(selection["before_finetune"]), qp, scores,

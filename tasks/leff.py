@@ -1,6 +1,7 @@
-"""Tasks of the LEFF flow: every (α, method) in one Flower simulation (one task: the clients'
-wall times mean something only when nothing runs beside them), a child run per (α, method), each
-finished run saved so a killed flow resumes at the next; then the report."""
+"""Tasks of the LEFF flow: every (α, method, seed) in one Flower simulation (one task: the clients'
+wall times mean something only when nothing runs beside them), a child run per (α, method) with a
+run per seed nested under it, each finished run saved so a killed flow resumes at the next; then
+the report."""
 from __future__ import annotations
 
 import json
@@ -11,9 +12,10 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.io import atomic_path
 from paperline.methods.leff import plots
+from paperline.methods.leff.claims import PRETRAINED
 from paperline.methods.leff.config import LEFFConfig, runs_planned
 from paperline.methods.leff.fed import MethodRun, run_federated
-from paperline.methods.leff.summary import METHOD, method_metrics, row, row_name
+from paperline.methods.leff.summary import METHOD, Runs, method_metrics, row, row_name, seed_name
 from paperline.train.lm_base import load_causal_lm
 from tasks import track
 from tasks.paths import models_dir, plots_dir, repo_path
@@ -26,31 +28,40 @@ def data_version(cfg: LEFFConfig) -> str:
     return track.data_version([cfg.corpus, cfg.model])
 
 
-def _saved(cfg: LEFFConfig) -> dict[tuple[str, float], MethodRun]:
+def run_path(cfg: LEFFConfig, method: str, alpha: float, seed: int):
+    return models_dir(METHOD) / seed_name(method, alpha, seed, cfg.alphas) / "run.json"
+
+
+def _saved(cfg: LEFFConfig) -> Runs:
     done = {}
-    for method, alpha in runs_planned(cfg):
-        path = models_dir(METHOD) / row_name(method, alpha, cfg.alphas) / "run.json"
+    for method, alpha, seed in runs_planned(cfg):
+        path = run_path(cfg, method, alpha, seed)
         if path.is_file():
             run = MethodRun.from_dict(json.loads(path.read_text()))
             if len(run.rounds) == cfg.rounds:
-                done[(method, alpha)] = run
+                done[(method, alpha, seed)] = run
     return done
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="leff-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_all(cfg: LEFFConfig, ctx: track.RunContext) -> dict[tuple[str, float], MethodRun]:
-    """CPU only: the slot keeps the simulation alone."""
+def train_all(cfg: LEFFConfig, ctx: track.RunContext) -> Runs:
+    """CPU only: the slot keeps the simulation alone. A child run per (method, α), open while its
+    seeds train; its row, the mean over seeds, lands on it when the flow publishes."""
     os.environ.setdefault("FLWR_HOME", str(repo_path(".flwr")))  # project-local, offline
     base = load_causal_lm(cfg.model)
+    # the pretrained model (the trivial baseline, every run's round 0) is a variant of its own
+    variants = {row_name(m, a, cfg.alphas): {"method": m, "alpha": a, "seeds": cfg.run_seeds()}
+                for m, a in [(PRETRAINED, a) for a in cfg.alphas] + [(m, a) for m, a, _ in runs_planned(cfg)]}
 
-    def save(run: MethodRun) -> None:
-        name = row_name(run.method, run.alpha, cfg.alphas)
-        path = models_dir(METHOD) / name / "run.json"
+    def save(run: MethodRun, variant_runs: dict[str, track.Run]) -> None:
+        path = run_path(cfg, run.method, run.alpha, run.seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(run.to_dict()) + "\n")
-        with ctx.child(name, params={"method": run.method, "alpha": run.alpha}) as child:
+        with ctx.child(seed_name(run.method, run.alpha, run.seed, cfg.alphas),
+                       params={"method": run.method, "alpha": run.alpha, "seed": run.seed},
+                       parent=variant_runs[row_name(run.method, run.alpha, cfg.alphas)]) as child:
             child.log_history("test_loss", [r["round"] for r in run.rounds], [r["test_loss"] for r in run.rounds])
             child.log_history("straggler_s", [r["round"] for r in run.rounds], [r["straggler_s"] for r in run.rounds])
             child.log_metrics({k: v for k, v in row(run).items() if isinstance(v, (int, float))})
@@ -58,11 +69,11 @@ def train_all(cfg: LEFFConfig, ctx: track.RunContext) -> dict[tuple[str, float],
 
     done = _saved(cfg)
     if done:
-        print(f"leff: resuming; {len(done)} finished run(s) kept: {sorted(row_name(m, a, cfg.alphas) for m, a in done)}")
-    with gpu_slot():
-        return run_federated(cfg, base, done=done, on_result=save, log=print)
+        print(f"leff: resuming; {len(done)} finished run(s) kept: {sorted(seed_name(*k, cfg.alphas) for k in done)}")
+    with gpu_slot(), ctx.children(variants) as variant_runs:
+        return run_federated(cfg, base, done=done, on_result=lambda run: save(run, variant_runs), log=print)
 
 
 @task(name="leff-report", cache_policy=NO_CACHE)
-def report(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], ctx: track.RunContext) -> Report:
+def report(cfg: LEFFConfig, runs: Runs, ctx: track.RunContext) -> Report:
     return Report(method_metrics(cfg, runs, ctx.profile), plots.write_all(cfg, runs, plots_dir(METHOD)))

@@ -16,10 +16,10 @@ from paperline.methods.memory_decoder import pipeline, plots
 from paperline.methods.memory_decoder.config import MemoryDecoderConfig, TrainConfig
 from paperline.methods.memory_decoder.data import MemDecData, check_corpora, write_domain_corpus
 from paperline.methods.memory_decoder.summary import method_metrics
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from paperline.train.distributed import DistributedConfig
 from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "memory_decoder"
@@ -105,10 +105,19 @@ def build_datastore(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.RunCo
     return row
 
 
+def memdec_run(cfg: MemoryDecoderConfig, ctx: track.RunContext):
+    """The MemDec's child run, open while its seeds train (each seed's run nested under it)."""
+    return ctx.child("memdec", params={"shape": cfg.memdec.model_dump(), "train": cfg.memdec_train.model_dump(),
+                                       "seeds": cfg.run_seeds()})
+
+
 @task(name="memory_decoder-train-memdec", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.RunContext) -> dict:
-    """The MemDec: a copy of the small base (or fresh weights) trained on the domain training set
-    with α·KL(p_kNN ‖ p_MemDec) + (1 − α)·CE."""
+def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, seed: int, ctx: track.RunContext,
+                      parent: track.Run | None = None) -> dict:
+    """The MemDec of one seed, on its MLflow run `memdec/seed<seed>` (nested under `parent`), saved
+    under models/memory_decoder/memdec/seed<seed>/: a copy of the small base (or fresh weights drawn
+    from the seed) trained on the domain training set, in the seed's batch order, with
+    α·KL(p_kNN ‖ p_MemDec) + (1 − α)·CE."""
     import numpy as np
     import torch
 
@@ -118,21 +127,21 @@ def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.Run
 
     torch.set_num_threads(cfg.threads)
     t = cfg.memdec_train
-    with gpu_slot() as device, ctx.child("memdec", params={"shape": cfg.memdec.model_dump(), "train": t.model_dump(),
-                                                           "device": str(device)}) as run:
+    name = f"memdec/seed{seed}"
+    with gpu_slot() as device, ctx.child(name, params={"seed": seed, "device": str(device)}, parent=parent) as run:
         if t.init_from_small_base:
             model = pipeline.load_lm(_hf_dir("base_small")).train()
         else:
-            torch.manual_seed(cfg.seed)
+            torch.manual_seed(seed)
             model = CausalLM(pipeline.lm_config(cfg.memdec, data.vocab_size, cfg.block_size))
         train, _ = load_domain(data.domain_dir, data.vocab_size, cfg.block_size)
         targets = np.load(models_dir(METHOD) / "datastore" / "knn_targets.npz")
         result = train_memdec(model, train.tokens, targets["values"], targets["weights"],
-                              settings(t, cfg.block_size, cfg.seed), t.alpha, device,
-                              checkpoint_path=models_dir(METHOD) / "memdec" / "checkpoint.pt",
+                              settings(t, cfg.block_size, seed), t.alpha, device,
+                              checkpoint_path=models_dir(METHOD) / name / "checkpoint.pt",
                               fingerprint={"data": data.version, "init": t.init_from_small_base},
                               on_log=lambda step, m: run.log_metrics(m, step))
-        pipeline.save_lm(model.cpu(), _hf_dir("memdec"), data)
+        pipeline.save_lm(model.cpu(), _hf_dir(name), data)
         h = result["history"]
         row = {"final_loss": h["loss"][-1], "final_kl": h["kl"][-1], "final_ce": h["ce"][-1],
                "train_time_s": result["train_time_s"], "params": sum(p.numel() for p in model.parameters())}
@@ -142,35 +151,50 @@ def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.Run
 
 @task(name="memory_decoder-evaluate", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def evaluate(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.RunContext) -> dict:
-    """Per base size and split: perplexity of base, base + kNN-LM and base + MemDec over the λ
-    sweep (and on the fact tokens of the domain text); then inference time per token, all in this
-    one task. For the small base kNN-LM also runs the large model (its queries' keys) — MemDec
-    needs neither. One MLflow child per evaluated variant, `<size>/<variant>`, the sweep as steps."""
+    """Per base size and split: perplexity of base, base + kNN-LM and base + each seed's MemDec over
+    the λ sweep (and on the fact tokens of the domain text); then inference time per token (the
+    first seed's MemDec: time does not depend on the weights), all in this one task. For the small
+    base kNN-LM also runs the large model (its queries' keys) — MemDec needs neither. One MLflow
+    child per evaluated variant, `<size>/<variant>`, the sweep as steps (a MemDec's: the mean over
+    seeds, each seed's on a run nested under it)."""
     import torch
 
     from paperline.methods.memory_decoder.datastore import load_datastore
+    from paperline.methods.memory_decoder.summary import mean_sweep
 
     torch.set_num_threads(cfg.threads)
+    seeds = cfg.run_seeds()
     with gpu_slot() as device:
         bases = {size: pipeline.load_lm(_hf_dir(f"base_{size}")).to(device) for size in BASES}
-        memdec = pipeline.load_lm(_hf_dir("memdec")).to(device)
+        memdecs = {seed: pipeline.load_lm(_hf_dir(f"memdec/seed{seed}")).to(device) for seed in seeds}
         store, _ = load_datastore(models_dir(METHOD) / "datastore")
         splits = pipeline.eval_splits(cfg, data)
-        log_p = pipeline.split_log_probs(cfg, bases, memdec, store, splits, device)
-        results = pipeline.perplexity_sweeps(log_p, cfg.lambdas)
-        timing = pipeline.inference_times(bases, memdec, store, splits["domain"][0][:cfg.timing_windows].to(device),
+        log_p = pipeline.split_log_probs(cfg, bases, memdecs, store, splits, device)
+        results = {seed: pipeline.perplexity_sweeps(log_p, cfg.lambdas, seed) for seed in seeds}
+        timing = pipeline.inference_times(bases, memdecs[seeds[0]], store,
+                                          splits["domain"][0][:cfg.timing_windows].to(device),
                                           data.vocab_size, cfg.knn.k, cfg.knn.temperature)
-    for name, entry in results.items():
+
+    def log_sweeps(run: track.Run, entry: dict) -> None:
+        for split, sweep in entry.items():
+            run.log_history(f"{split}_perplexity_by_lambda_index", range(len(sweep)), list(sweep.values()))
+
+    for name in results[seeds[0]]:
         size, variant = name.split("/")
+        entries = {seed: results[seed][name] for seed in seeds}
         with ctx.child(name, params={"base": size, "variant": variant, "lambdas": cfg.lambdas}) as run:
-            for split, sweep in entry.items():
-                run.log_history(f"{split}_perplexity_by_lambda_index", range(len(sweep)), list(sweep.values()))
+            log_sweeps(run, mean_sweep(list(entries.values())))
+            if variant == "memdec":
+                for seed, entry in entries.items():
+                    with ctx.child(f"{name}/seed{seed}", params={"seed": seed}, parent=run) as seed_run:
+                        log_sweeps(seed_run, entry)
     return {"results": results, "timing": timing}
 
 
 @task(name="memory_decoder-report", cache_policy=NO_CACHE)
-def report(cfg: MemoryDecoderConfig, bases: dict, datastore: dict, memdec: dict, evaluation: dict,
+def report(cfg: MemoryDecoderConfig, bases: dict, datastore: dict, memdecs: dict[int, dict], evaluation: dict,
            ctx: track.RunContext) -> Report:
-    """The comparison per base size, the λ sweeps, and the figures (PNG, and CSV for `dvc plots`)."""
-    metrics = method_metrics(cfg, bases, datastore, memdec, evaluation, ctx.profile)
+    """The comparison per base size (a MemDec's row the mean over its seeds) with the claims, the
+    λ sweeps, and the figures (PNG, and CSV for `dvc plots`)."""
+    metrics = method_metrics(cfg, bases, datastore, memdecs, evaluation, ctx.profile)
     return Report(metrics, plots.write_all(metrics, plots_dir(METHOD)))

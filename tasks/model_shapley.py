@@ -1,7 +1,8 @@
 """Tasks of the Model Shapley flow: the data (scikit-learn's digits and the Shakespeare corpus,
-built when missing), the digits MLP and the causal LM (side by side), the permutation-sampling
-ground truth and the estimators' scores of the MLP, one evaluation task per ranking (its MLflow
-child run carries its row), then the report."""
+built when missing), then for each seed the digits MLP and the causal LM (side by side), the
+permutation-sampling ground truth and the estimators' scores of the MLP, one evaluation task per
+ranking; then the report. Every step of a seed is an MLflow run `<name>/seed<seed>` nested under
+its child run (a ranking's child run carries its row, the mean over seeds)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,11 +16,12 @@ from paperline.config import read_params
 from paperline.methods.model_shapley import pipeline, plots
 from paperline.methods.model_shapley.config import ModelShapleyConfig
 from paperline.methods.model_shapley.pipeline import ShapleyData
-from paperline.methods.model_shapley.summary import method_metrics
+from paperline.methods.model_shapley.summary import method_metrics, rows
+from paperline.metrics import numeric
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from paperline.train.distributed import DistributedConfig
 from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "model_shapley"
@@ -37,42 +39,56 @@ def data(cfg: ModelShapleyConfig) -> ShapleyData:
     return dataclasses.replace(checked, version=track.data_version(checked.files()))
 
 
-def _digits_checkpoint() -> Path:
-    return models_dir(METHOD) / "digits_mlp" / "checkpoint.pt"
+def _checkpoint(name: str, seed: int) -> Path:
+    return models_dir(METHOD) / name / f"seed{seed}" / "checkpoint.pt"
 
 
-def _lm_checkpoint() -> Path:
-    return models_dir(METHOD) / "causal_lm" / "checkpoint.pt"
+STEPS = ("digits_mlp", "causal_lm", "ground_truth")  # the per-seed steps that are not rankings
+
+
+def child_runs(cfg: ModelShapleyConfig, ctx: track.RunContext):
+    """A child run per ranking and per step, open while the seeds run (each seed's run nested
+    under it); a ranking's row, the mean over seeds, lands on it when the flow publishes."""
+    return ctx.children({name: {"variant": name, "seeds": cfg.run_seeds()} for name in (*cfg.variants, *STEPS)})
+
+
+def _at_seed(cfg: ModelShapleyConfig, seed: int) -> ModelShapleyConfig:
+    return cfg.model_copy(update={"seed": seed})
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="model_shapley-train-digits", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_digits(cfg: ModelShapleyConfig, data: ShapleyData, ctx: track.RunContext) -> dict:
-    """The digits MLP (CPU: it is tiny)."""
+def train_digits(cfg: ModelShapleyConfig, seed: int, data: ShapleyData, ctx: track.RunContext,
+                 parent: track.Run | None = None) -> dict:
+    """The digits MLP at `seed` (CPU: it is tiny)."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    with gpu_slot(), ctx.child("digits_mlp", params={"digits": cfg.digits.model_dump()}) as run:
-        result = pipeline.train_digits(cfg, _digits_checkpoint(), progress=sys.stderr.isatty())
+    cfg, ckpt = _at_seed(cfg, seed), _checkpoint("digits_mlp", seed)
+    with gpu_slot(), ctx.child(f"digits_mlp/seed{seed}", params={"digits": cfg.digits.model_dump(), "seed": seed},
+                               parent=parent) as run:
+        result = pipeline.train_digits(cfg, ckpt, progress=sys.stderr.isatty())
         run.log_history("train_loss", result["history"]["epoch"], result["history"]["train_loss"])
         run.log_metrics({k: result[k] for k in ("val_loss", "test_accuracy", "test_loss", "train_time_s")})
-        run.log_artifact(_digits_checkpoint(), "checkpoints")
+        run.log_artifact(ckpt, "checkpoints")
     return {k: v for k, v in result.items() if k != "history"}
 
 
 @task(name="model_shapley-train-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, ctx: track.RunContext,
-             distributed: DistributedConfig = DistributedConfig()) -> dict:
-    """The causal LM trained briefly (over `distributed`'s devices), its neurons/heads/layers
+def train_lm(cfg: ModelShapleyConfig, seed: int, data: ShapleyData, ctx: track.RunContext,
+             distributed: DistributedConfig = DistributedConfig(), parent: track.Run | None = None) -> dict:
+    """The causal LM at `seed` trained briefly (over `distributed`'s devices), its neurons/heads/layers
     scored, the estimator's cost timed."""
     import torch
 
     torch.set_num_threads(cfg.threads)
+    cfg = _at_seed(cfg, seed)
     with gpu_devices(distributed.devices) as devices, ctx.child(
-            "causal_lm", params={"shape": cfg.lm.shape.model_dump(), "train": cfg.lm.train.model_dump(),
-                                 "estimator": cfg.lm.estimator.model_dump(), "device": ",".join(map(str, devices)),
-                                 "distributed": distributed.model_dump()}) as run:
-        result = pipeline.train_lm(cfg, data, _lm_checkpoint(), devices[0], progress=sys.stderr.isatty(),
+            f"causal_lm/seed{seed}", params={"shape": cfg.lm.shape.model_dump(), "train": cfg.lm.train.model_dump(),
+                                             "estimator": cfg.lm.estimator.model_dump(), "seed": seed,
+                                             "device": ",".join(map(str, devices)),
+                                             "distributed": distributed.model_dump()}, parent=parent) as run:
+        result = pipeline.train_lm(cfg, data, _checkpoint("causal_lm", seed), devices[0], progress=sys.stderr.isatty(),
                                    on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
                                    if "val_loss" in m else None, distributed=distributed,
                                    device_indices=[d.index for d in devices])
@@ -83,49 +99,59 @@ def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, ctx: track.RunContext,
 
 
 @task(name="model_shapley-ground-truth", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def ground_truth(cfg: ModelShapleyConfig, trained: dict, ctx: track.RunContext) -> dict:
-    """Permutation-sampling Shapley values of the MLP's neurons (resumes from its chunks)."""
+def ground_truth(cfg: ModelShapleyConfig, seed: int, trained: dict, ctx: track.RunContext,
+                 parent: track.Run | None = None) -> dict:
+    """Permutation-sampling Shapley values of the seed's MLP's neurons (resumes from its chunks)."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    with gpu_slot(), ctx.child("ground_truth", params={"permutations": cfg.permutations}) as run:
-        model = pipeline.load_digits_model(cfg, _digits_checkpoint())
-        gt = pipeline.ground_truth(cfg, model, models_dir(METHOD) / "ground_truth" / "checkpoint.pt",
-                                   progress=sys.stderr.isatty())
+    cfg = _at_seed(cfg, seed)
+    with gpu_slot(), ctx.child(f"ground_truth/seed{seed}", params={"permutations": cfg.permutations, "seed": seed},
+                               parent=parent) as run:
+        model = pipeline.load_digits_model(cfg, _checkpoint("digits_mlp", seed))
+        gt = pipeline.ground_truth(cfg, model, _checkpoint("ground_truth", seed), progress=sys.stderr.isatty())
         run.log_metrics({k: gt[k] for k in ("split_half_spearman", "sum_phi", "value_full_minus_empty", "seconds")})
     return gt
 
 
 @task(name="model_shapley-scores", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def scores(cfg: ModelShapleyConfig, trained: dict) -> dict:
-    """Every estimator's neuron scores of the MLP (validation and shifted task), and the cost."""
+def scores(cfg: ModelShapleyConfig, seed: int, trained: dict) -> dict:
+    """Every estimator's neuron scores of the seed's MLP (validation and shifted task), and the cost."""
     import torch
 
     torch.set_num_threads(cfg.threads)
+    cfg = _at_seed(cfg, seed)
     with gpu_slot():
-        return pipeline.digits_scores(cfg, pipeline.load_digits_model(cfg, _digits_checkpoint()))
+        return pipeline.digits_scores(cfg, pipeline.load_digits_model(cfg, _checkpoint("digits_mlp", seed)))
 
 
 @task(name="model_shapley-evaluate", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def evaluate_variant(cfg: ModelShapleyConfig, variant: str, data: ShapleyData, gt: dict, mlp_scores: dict,
-                     lm_result: dict, ctx: track.RunContext) -> dict:
-    """One ranking: against the ground truth, pruning (MLP and LM), top-neuron fine-tuning."""
+def evaluate_variant(cfg: ModelShapleyConfig, seed: int, variant: str, data: ShapleyData, gt: dict,
+                     mlp_scores: dict, lm_result: dict, ctx: track.RunContext,
+                     variant_run: track.Run | None = None) -> dict:
+    """One ranking at one seed, on its run `<variant>/seed<seed>`: against the ground truth, pruning
+    (MLP and LM), top-neuron fine-tuning."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    with gpu_slot() as device, ctx.child(variant, params={"variant": variant, "device": str(device)}) as run:
-        model = pipeline.load_digits_model(cfg, _digits_checkpoint())
+    cfg = _at_seed(cfg, seed)
+    with gpu_slot() as device, ctx.child(f"{variant}/seed{seed}", params={"variant": variant, "seed": seed,
+                                                                          "device": str(device)},
+                                         parent=variant_run) as run:
+        model = pipeline.load_digits_model(cfg, _checkpoint("digits_mlp", seed))
         result = {"digits": pipeline.evaluate_digits(cfg, variant, model, gt, mlp_scores),
-                  "lm": pipeline.evaluate_lm(cfg, variant, data, _lm_checkpoint(), lm_result, device)}
+                  "lm": pipeline.evaluate_lm(cfg, variant, data, _checkpoint("causal_lm", seed), lm_result, device)}
         for i, f in enumerate(cfg.prune_fractions):  # the curves, step = percent removed
             step = round(100 * f)
             run.log_metrics({"prune_accuracy": result["digits"]["curve"]["accuracy"][i],
                              "lm_prune_perplexity": result["lm"]["perplexity"][i]}, step)
+        run.log_final(numeric(rows({variant: result})[variant]))  # this seed's row
     return result
 
 
 @task(name="model_shapley-report", cache_policy=NO_CACHE)
-def report(cfg: ModelShapleyConfig, gt: dict, mlp_scores: dict, lm_result: dict, results: dict[str, dict],
-           ctx: track.RunContext) -> Report:
-    metrics = method_metrics(cfg, gt, mlp_scores, lm_result, results, ctx.profile)
-    return Report(metrics, plots.write_all(metrics, mlp_scores, plots_dir(METHOD)))
+def report(cfg: ModelShapleyConfig, per_seed: dict[int, dict], ctx: track.RunContext) -> Report:
+    """`per_seed`: seed -> {"gt", "scores", "lm", "results": {ranking: evaluation}}."""
+    metrics = method_metrics(cfg, per_seed, ctx.profile)
+    first = per_seed[cfg.run_seeds()[0]]
+    return Report(metrics, plots.write_all(metrics, first["scores"], plots_dir(METHOD)))

@@ -7,7 +7,7 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.methods.ngn_m import plots
+from paperline.methods.ngn_m import claims, plots
 from paperline.methods.ngn_m.config import NGNMConfig
 from paperline.methods.ngn_m.data import check_data, data_inputs
 from paperline.methods.ngn_m.problems import PRIMARY_METRIC
@@ -84,4 +84,5 @@ def sweep(cfg: NGNMConfig, problem: str, optimizer: str, ctx: track.RunContext,
 def report(cfg: NGNMConfig, variants: list[VariantResult], ctx: track.RunContext) -> Report:
     """The comparison and the plots (PNG for MLflow and DVC, CSV for `dvc plots`)."""
     rows = summarize(variants, cfg.band)
-    return Report(method_metrics(rows, variants, cfg.band, ctx.profile), plots.write_all(variants, plots_dir(METHOD)))
+    return Report(method_metrics(rows, variants, cfg.band, ctx.profile, claims.evaluate(variants, cfg.band)),
+                  plots.write_all(variants, plots_dir(METHOD)))

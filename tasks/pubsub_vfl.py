@@ -1,6 +1,7 @@
-"""Tasks of the PubSub-VFL flow: the whole comparison (planner, variants × seeds, DP sweep, grid,
-fault run) as one task, since its timings mean something only when nothing runs beside it; then
-the report."""
+"""Tasks of the PubSub-VFL flow: the whole comparison (planner, variants × seeds, the active party
+alone, DP sweep, grid, fault run) as one task, since its timings mean something only when nothing
+runs beside it; an MLflow child run per variant with a run per seed nested under it; then the
+report."""
 from __future__ import annotations
 
 import pickle
@@ -8,12 +9,13 @@ import pickle
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from paperline.io import atomic_path
 from paperline.methods.pubsub_vfl import plots
+from paperline.methods.pubsub_vfl.claims import ALONE, DP_VARIANT
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import load
-from paperline.methods.pubsub_vfl.experiment import Experiment, run_experiment
-from paperline.methods.pubsub_vfl.summary import METHOD, method_metrics, metric_name
-from paperline.io import atomic_path
+from paperline.methods.pubsub_vfl.experiment import DP_CLAIM_MU, Experiment, run_experiment
+from paperline.methods.pubsub_vfl.summary import METHOD, method_metrics, metric_name, seed_row
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
@@ -28,26 +30,31 @@ def data_version(cfg: PubSubVFLConfig) -> str:
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="pubsub_vfl-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_all(cfg: PubSubVFLConfig, ctx: track.RunContext) -> tuple[Experiment, str]:
-    """Every variant over the same channels, one after another; a child run per variant with its
-    per-seed figures, test-metric curve and final models. CPU only: the slot keeps it alone."""
+    """Every variant over the same channels, one after another; a child run per variant (its row,
+    the mean over seeds, lands on it when the flow publishes) with a run per seed nested under it:
+    the seed's figures, test-metric curve and final models. CPU only: the slot keeps it alone."""
     data = load(cfg.data)
     with gpu_slot():
         exp = run_experiment(cfg, data, log=print)
     name = metric_name(data.task)
-    for variant, runs in exp.runs.items():
+    dp_runs = [r for r in exp.dp if r.dp_mu == DP_CLAIM_MU]
+    for variant, runs in list(exp.runs.items()) + ([(DP_VARIANT, dp_runs)] if dp_runs else []):
         params = {"workers_active": runs[0].workers_active, "workers_passive": runs[0].workers_passive,
-                  "batch_size": runs[0].batch_size}
-        with ctx.child(variant, params=params) as run:
+                  "batch_size": runs[0].batch_size, "dp_mu": runs[0].dp_mu}
+        with ctx.child(variant, params=params) as variant_run:
             for r in runs:
-                run.log_metrics({f"seed{r.seed}/{name}": r.metric, f"seed{r.seed}/wall_s": r.wall_s,
-                                 f"seed{r.seed}/idle_active": r.idle_fraction["active"],
-                                 f"seed{r.seed}/idle_passive": r.idle_fraction["passive"],
-                                 f"seed{r.seed}/dropped": r.dropped})
-                run.log_history(f"{name}/seed{r.seed}", range(len(r.curve)), [m for _, m in r.curve])
-                path = models_dir(METHOD) / variant / f"seed{r.seed}.pkl"
-                with atomic_path(path) as tmp:
-                    tmp.write_bytes(pickle.dumps(r.params))
-                run.log_artifact(path, "models")
+                with ctx.child(f"{variant}/seed{r.seed}", params=params | {"seed": r.seed}, parent=variant_run) as run:
+                    run.log_metrics({k: v for k, v in seed_row(r, name).items() if isinstance(v, (int, float))})
+                    # the test metric after each epoch (its own key: the final model's is `name`)
+                    run.log_history(f"{name}_per_epoch", range(len(r.curve)), [m for _, m in r.curve])
+                    path = models_dir(METHOD) / variant / f"seed{r.seed}.pkl"
+                    with atomic_path(path) as tmp:
+                        tmp.write_bytes(pickle.dumps(r.params))
+                    run.log_artifact(path, "models")
+    with ctx.child(ALONE, params={"batch_size": exp.plan["B"]}) as variant_run:  # in process: no model kept
+        for seed, metric in exp.alone.items():
+            with ctx.child(f"{ALONE}/seed{seed}", params={"seed": seed}, parent=variant_run) as run:
+                run.log_metrics({name: metric})
     return exp, data.task
 
 

@@ -17,10 +17,10 @@ from paperline.methods.qfft import pipeline, plots
 from paperline.methods.qfft.config import QFFTConfig
 from paperline.methods.qfft.pipeline import QFFTData
 from paperline.methods.qfft.summary import method_metrics
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
-from paperline.train.distributed import DistributedConfig
 from tasks.runners import GPU_TAG, gpu_devices
 
 METHOD = "qfft"

@@ -12,13 +12,14 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.io import read_json
 from paperline.methods.splashnet import plots
+from paperline.methods.splashnet.claims import blank_rows
 from paperline.methods.splashnet.config import SplashNetConfig
 from paperline.methods.splashnet.summary import NOT_ROW, method_metrics, variant_rows
 from paperline.metrics import numeric
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import committed_data_path, models_dir, plots_dir
 from tasks.publish import Report
-from paperline.train.distributed import DistributedConfig
 from tasks.runners import GPU_TAG, gpu_devices
 from tasks.semg_prep import require_prepared
 
@@ -115,5 +116,5 @@ def report(cfg: SplashNetConfig, results: list[dict], table: dict, char_lm: dict
     histories: dict[str, list] = {}
     for r in results:
         histories.setdefault(r["variant"], []).append(r["history"])
-    return Report(method_metrics(rows, per_user, per_seed, table, stats, ctx.profile, **details),
-                  plots.write_all(rows, per_seed, histories, data.path, plots_dir(METHOD)))
+    metrics = method_metrics(rows, per_user, per_seed, table, stats, ctx.profile, blank_rows(results), **details)
+    return Report(metrics, plots.write_all(rows, per_seed, histories, data.path, plots_dir(METHOD)))

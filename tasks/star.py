@@ -13,8 +13,8 @@ from prefect.cache_policies import NO_CACHE
 from paperline.methods.star import plots
 from paperline.methods.star.config import StarConfig, row_name
 from paperline.methods.star.envs import check_env
-from paperline.methods.star.summary import method_metrics
 from paperline.methods.star.offline import read_offline, run_offline
+from paperline.methods.star.summary import method_metrics
 from paperline.methods.star.train import load_agent, train_run
 from tasks import track
 from tasks.paths import models_dir, plots_dir

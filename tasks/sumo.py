@@ -3,16 +3,19 @@
 measurement, then the report."""
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.methods.sumo import plots
-from paperline.methods.sumo.config import SumoConfig
 from paperline.data.digits import digits_file
+from paperline.methods.sumo import plots
+from paperline.methods.sumo.claims import INITIAL
+from paperline.methods.sumo.config import SumoConfig
 from paperline.methods.sumo.data import c4_version, load_digits_split
-from paperline.methods.sumo.summary import lr_table, method_metrics, summarize, text_lm_summary
+from paperline.methods.sumo.summary import best_lrs, lr_table, method_metrics, summarize, text_lm_summary
 from paperline.methods.sumo.theory import ns_error_vs_condition_number
 from paperline.methods.sumo.train import digits_step_times, train_one
 from paperline.train.distributed import DistributedConfig
@@ -26,6 +29,10 @@ METHOD = "sumo"
 
 def variant_name(optimizer: str, lr: float) -> str:
     return f"{optimizer}_lr{lr:g}"
+
+
+def lm_variant_name(optimizer: str, lr: float) -> str:
+    return f"lm_{variant_name(optimizer, lr)}"
 
 
 def data_version(cfg: SumoConfig) -> str:
@@ -52,8 +59,6 @@ def optimizer_runs(cfg: SumoConfig, ctx: track.RunContext):
 def text_lm_runs(cfg: SumoConfig, ctx: track.RunContext):
     """The causal-LM task's MLflow run (its (optimizer, lr) runs nest under it; its comparison lands
     on it at the report), or nothing when the profile has no text_lm."""
-    import contextlib
-
     if cfg.text_lm is None:
         return contextlib.nullcontext(None)
     t = cfg.text_lm
@@ -62,14 +67,25 @@ def text_lm_runs(cfg: SumoConfig, ctx: track.RunContext):
                                         "rank": t.rank, "update_period": t.update_period})
 
 
-def _log_result(run: track.Run, result: dict, s: int) -> None:
-    """A run's curves (every history it has) and its scalars, under seed<s>."""
+@contextlib.contextmanager
+def text_lm_lr_runs(cfg: SumoConfig, ctx: track.RunContext, lm_run: track.Run | None) -> Iterator[dict[str, track.Run]]:
+    """An MLflow run per (optimizer, lr) of the causal LM, nested under text_lm and open while its
+    seeds' runs nest under it (the grid at seed 0, then the best lr at the others); none without
+    text_lm."""
+    with contextlib.ExitStack() as stack:
+        yield {} if lm_run is None else {
+            lm_variant_name(name, lr): stack.enter_context(
+                ctx.child(lm_variant_name(name, lr), params={"optimizer": name, "lr": lr}, parent=lm_run))
+            for name in cfg.text_lm.optimizers for lr in cfg.text_lm.lr_grid[name]}
+
+
+def _log_result(run: track.Run, result: dict) -> None:
+    """One seed's curves (every history it has) and its scalars, on that seed's run."""
     for history in (result["history"], result.get("eval_history", {})):
         for key, values in history.items():
             if key != "step":
-                run.log_history(f"{key}/seed{s}", history["step"], values)
-    run.log_metrics({f"seed{s}/{k}": v for k, v in result.items()
-                     if isinstance(v, (int, float)) and k not in ("lr", "seed_index")})
+                run.log_history(key, history["step"], values)
+    run.log_metrics({k: v for k, v in result.items() if isinstance(v, (int, float)) and k not in ("lr", "seed_index")})
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
@@ -88,8 +104,9 @@ def training_devices(cfg: SumoConfig, distributed: DistributedConfig) -> int:
 @task(name="sumo-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunContext,
                   optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> list[dict]:
-    """Every seed of one (optimizer, lr): an MLflow run nested under the optimizer's, a checkpoint
-    per seed. `distributed` (params.yaml runtime.distributed) spreads LLaMA-on-C4 over devices."""
+    """Every seed of one (optimizer, lr): an MLflow run nested under the optimizer's, a run per seed
+    nested under it, a checkpoint per seed. `distributed` (params.yaml runtime.distributed) spreads
+    LLaMA-on-C4 over devices."""
     import torch
 
     torch.set_num_threads(1)  # small matmuls; the flow's other task runs beside this one
@@ -112,7 +129,9 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
                 result = pretrain_on_c4(cfg, optimizer, lr, s, device, checkpoint_path=checkpoint,
                                         progress=sys.stderr.isatty(), distributed=distributed,
                                         device_indices=[d.index for d in devices])
-            _log_result(run, result, s)
+            with ctx.child(f"{variant}/seed{s}", params={"optimizer": optimizer, "lr": lr, "seed": s},
+                           parent=run) as seed_run:
+                _log_result(seed_run, result)
             results.append(result)
         run.log_artifact(models_dir(METHOD) / variant / "seed0.pt", "checkpoints")
         entry = lr_table(results)[optimizer][lr]
@@ -121,34 +140,36 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
 
 
 @task(name="sumo-text-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_text_lm_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunContext,
-                          lm_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> list[dict]:
-    """Every seed of one (optimizer, lr) on the causal LM: an MLflow run nested under text_lm with
-    the loss per step and, for SUMO, the moment condition numbers every k steps. `distributed`
-    (params.yaml runtime.distributed) spreads the training over devices."""
+def train_text_lm_seed(cfg: SumoConfig, optimizer: str, lr: float, seed: int, ctx: track.RunContext,
+                       lr_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> dict:
+    """One seed of one (optimizer, lr) on the causal LM: an MLflow run nested under the (optimizer,
+    lr)'s with the loss per step and, for SUMO, the moment condition numbers every k steps.
+    `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
     import torch
 
     from paperline.methods.sumo.text_lm import train_text_lm
 
     torch.set_num_threads(1)
-    variant = f"lm_{variant_name(optimizer, lr)}"
-    results = []
+    variant = lm_variant_name(optimizer, lr)
     with gpu_devices(distributed.devices) as devices, ctx.child(
-            variant, params={"optimizer": optimizer, "lr": lr, "device": ",".join(map(str, devices))},
-            parent=lm_run) as run:
-        for s in range(cfg.text_lm.seeds):
-            result = train_text_lm(cfg, optimizer, lr, s, devices[0], models_dir(METHOD) / variant / f"seed{s}.pt",
-                                   progress=sys.stderr.isatty(), distributed=distributed,
-                                   device_indices=[d.index for d in devices])
-            _log_result(run, result, s)
-            c = result["condition"]
-            for key in ("median", "max"):
-                if c["step"]:
-                    run.log_history(f"moment_condition_{key}/seed{s}", c["step"], c[key])
-            results.append(result)
-        entry = lr_table(results)[optimizer][lr]
-        run.log_metrics({k: v for k, v in entry.items() if isinstance(v, (int, float))})
-    return results
+            f"{variant}/seed{seed}", params={"optimizer": optimizer, "lr": lr, "seed": seed,
+                                             "device": ",".join(map(str, devices))}, parent=lr_run) as run:
+        result = train_text_lm(cfg, optimizer, lr, seed, devices[0], models_dir(METHOD) / variant / f"seed{seed}.pt",
+                               progress=sys.stderr.isatty(), distributed=distributed,
+                               device_indices=[d.index for d in devices])
+        _log_result(run, result)
+        c = result["condition"]
+        for key in ("median", "max"):
+            if c["step"]:
+                run.log_history(f"moment_condition_{key}", c["step"], c[key])
+    return result
+
+
+def text_lm_best_lrs(cfg: SumoConfig, sweep: list[dict]) -> dict[str, float]:
+    """Each optimizer's best lr on the seed-0 grid (the ones that diverged everywhere left out):
+    the lr its other seeds run at."""
+    return {name: lr for name, lr in best_lrs(sweep, list(cfg.text_lm.optimizers), tuning_seeds=1).items()
+            if lr is not None}
 
 
 @task(name="sumo-step-time", tags=[GPU_TAG], cache_policy=NO_CACHE)
@@ -171,11 +192,18 @@ def step_time(cfg: SumoConfig, ctx: track.RunContext) -> dict:
 
 @task(name="sumo-report", cache_policy=NO_CACHE)
 def report(cfg: SumoConfig, runs: list[dict], theory_rows: dict, times: dict, ctx: track.RunContext,
-           lm_runs: list[dict] | None = None, lm_run: track.Run | None = None) -> Report:
+           lm_runs: list[dict] | None = None, lm_run: track.Run | None = None,
+           lm_lr_runs: dict[str, track.Run] | None = None) -> Report:
     """The comparison and the plots (PNG for MLflow and DVC, CSV for `dvc plots`); the causal-LM
     task's rows land on its text_lm run as <optimizer>/<column>."""
     rows = summarize(runs, times, list(cfg.optimizers))
     lm = text_lm_summary(lm_runs, list(cfg.text_lm.optimizers)) if lm_runs else None
+    with ctx.child(INITIAL, params={"what": "each seed's initial model, scored as the trained ones"}):
+        pass  # the trivial baseline's row lands on it when the flow publishes
+    for optimizer, by_lr in (lr_table(lm_runs) if lm_runs else {}).items():  # each (optimizer, lr): its seeds' mean
+        for lr, entry in by_lr.items():
+            if (lr_run := (lm_lr_runs or {}).get(lm_variant_name(optimizer, lr))) is not None:
+                lr_run.log_metrics({k: v for k, v in entry.items() if isinstance(v, (int, float))})
     if lm is not None and lm_run is not None:
         lm_run.log_metrics({f"{name}/{k}": float(v) for name, row in lm["rows"].items() for k, v in row.items()
                             if isinstance(v, (int, float)) and v is not None})

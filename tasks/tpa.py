@@ -1,6 +1,7 @@
 """Tasks of the TPA flow: the data (the prepared Shakespeare corpus, built when missing, or real
-token files, versioned by content), one training task per attention variant (same budget, one
-MLflow child each), the decode-time measurement, then the report."""
+token files, versioned by content), one training task per attention variant and seed (same budget,
+one MLflow child per variant with a nested run per seed), the decode-time measurement, then the
+report."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,11 +17,12 @@ from paperline.methods.tpa import plots
 from paperline.methods.tpa.config import TPAConfig
 from paperline.methods.tpa.data import TokenData, open_data
 from paperline.methods.tpa.formulas import attention_params, balanced_heads, cache_elements_per_token
-from paperline.methods.tpa.summary import method_metrics
+from paperline.methods.tpa.summary import mean_curves, method_metrics
+from paperline.metrics import numeric
+from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from paperline.train.distributed import DistributedConfig
 from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
 
 METHOD = "tpa"
@@ -45,32 +47,46 @@ def train_settings(cfg: TPAConfig, seed: int):
     return LMTrainSettings.from_config(cfg.train, cfg.train.block_size, seed)
 
 
+def variant_runs(cfg: TPAConfig, ctx: track.RunContext):
+    """A child run per variant, open while its seeds train (each seed's run nested under it); the
+    variant's row, the mean over seeds, lands on it when the flow publishes."""
+    return ctx.children({v: {"variant": v, "heads": balanced_heads(v, cfg.shape), "seeds": cfg.run_seeds()}
+                         for v in cfg.variants})
+
+
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="tpa-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_variant(cfg: TPAConfig, variant: str, data: TokenData, ctx: track.RunContext,
-                  distributed: DistributedConfig = DistributedConfig()) -> dict:
-    """One attention variant trained with the run's budget: its row's measurements, with histories.
-    `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
+def train_variant(cfg: TPAConfig, variant: str, seed: int, data: TokenData, ctx: track.RunContext,
+                  variant_run: track.Run | None = None, distributed: DistributedConfig = DistributedConfig()) -> dict:
+    """One attention variant at one seed, trained with the run's budget, on its MLflow run
+    `<variant>/seed<seed>` (nested under `variant_run`), its model under models/tpa/<variant>/seed<seed>/:
+    its measurements (the untrained model's validation loss too), with histories. `distributed`
+    (params.yaml runtime.distributed) spreads the training over devices."""
     import torch
 
     from paperline.methods.tpa.models import build_model
-    from paperline.train.lm import train_lm_spread
+    from paperline.train.lm import evaluate, train_lm_spread, validation_windows
 
     torch.set_num_threads(cfg.threads)
     heads = balanced_heads(variant, cfg.shape)
-    out = models_dir(METHOD) / variant
+    out = models_dir(METHOD) / variant / f"seed{seed}"
     with gpu_devices(distributed.devices) as devices, ctx.child(
-            variant, params={"variant": variant, "heads": heads, "device": ",".join(map(str, devices)),
-                             "shape": cfg.shape.model_dump(), "train": cfg.train.model_dump(),
-                             "distributed": distributed.model_dump()}) as run:
+            f"{variant}/seed{seed}", params={"variant": variant, "seed": seed, "heads": heads,
+                                             "device": ",".join(map(str, devices)), "shape": cfg.shape.model_dump(),
+                                             "train": cfg.train.model_dump(), "distributed": distributed.model_dump()},
+            parent=variant_run) as run:
         device = devices[0]
-        model = build_model(variant, cfg.shape, data.vocab_size, cfg.train.block_size, cfg.seed)
+        model = build_model(variant, cfg.shape, data.vocab_size, cfg.train.block_size, seed)
         train, val = data.tokens(cfg.train.block_size)
-        # the per-eval curve under its own name: the row's final val_loss is published on this run
-        result = train_lm_spread(distributed, model, train, val, train_settings(cfg, cfg.seed), device,
+        # the trivial baseline: this model before training, on the windows every evaluation uses
+        windows = validation_windows(val, cfg.train.block_size, cfg.train.eval_windows)
+        initial_val_loss = evaluate(model.to(device), windows, cfg.train.batch_size, device)
+        model.cpu()  # as before: training (in process or spawned) moves it where it runs
+        # the per-eval curve under its own name: the seed's final val_loss is logged on this run
+        result = train_lm_spread(distributed, model, train, val, train_settings(cfg, seed), device,
                                  device_indices=[d.index for d in devices], checkpoint_path=out / "checkpoint.pt",
                                  fingerprint={"data": data.version}, progress=sys.stderr.isatty(),
-                                 description=variant,
+                                 description=f"{variant}/seed{seed}",
                                  on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
                                  if "val_loss" in m else None)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
@@ -84,14 +100,17 @@ def train_variant(cfg: TPAConfig, variant: str, data: TokenData, ctx: track.RunC
         for name in ("config.json", "model.safetensors"):
             if (out / "hf" / name).exists():
                 run.log_artifact(out / "hf" / name, "model")
-    return {"heads": heads, "val_loss": result["val_loss"], "val_perplexity": result["val_perplexity"],
-            "final_train_loss": result["history"]["train_loss"][-1], "train_time_s": result["train_time_s"],
-            "tokens_seen": result["tokens_seen"], "attention_params": model.attention_parameters(),
-            "attention_params_formula": attention_params(variant, heads, cfg.shape),
-            "kv_cache_elements_per_token_per_layer": measured_cache,
-            "kv_cache_formula": cache_elements_per_token(variant, heads, cfg.shape),
-            "total_params": sum(p.numel() for p in model.parameters()),
-            "history": result["history"], "eval_history": result["eval_history"]}
+        row = {"heads": heads, "val_loss": result["val_loss"], "val_perplexity": result["val_perplexity"],
+               "initial_val_loss": initial_val_loss, "final_train_loss": result["history"]["train_loss"][-1],
+               "train_time_s": result["train_time_s"], "tokens_seen": result["tokens_seen"],
+               "attention_params": model.attention_parameters(),
+               "attention_params_formula": attention_params(variant, heads, cfg.shape),
+               "kv_cache_elements_per_token_per_layer": measured_cache,
+               "kv_cache_formula": cache_elements_per_token(variant, heads, cfg.shape),
+               "total_params": sum(p.numel() for p in model.parameters())}
+        run.log_final(numeric(row))  # this seed's figures
+    return {"variant": variant, "seed": seed, **row, "history": result["history"],
+            "eval_history": result["eval_history"]}
 
 
 @task(name="tpa-decode-time", tags=[GPU_TAG], cache_policy=NO_CACHE)
@@ -116,7 +135,8 @@ def decode_time(cfg: TPAConfig, data: TokenData, ctx: track.RunContext) -> dict:
 
 
 @task(name="tpa-report", cache_policy=NO_CACHE)
-def report(runs: dict[str, dict], times: dict, ctx: track.RunContext) -> Report:
-    """The comparison against MHA, and the figures (PNG, and CSV for `dvc plots`)."""
-    metrics = method_metrics(runs, times, ctx.profile)
-    return Report(metrics, plots.write_all(metrics, runs, times, plots_dir(METHOD)))
+def report(results: list[dict], times: dict, ctx: track.RunContext) -> Report:
+    """The comparison against MHA (each variant's mean over its seeds) with the claims, and the
+    figures (PNG, and CSV for `dvc plots`; validation curves the mean over seeds)."""
+    metrics = method_metrics(results, times, ctx.profile)
+    return Report(metrics, plots.write_all(metrics, mean_curves(results), times, plots_dir(METHOD)))

@@ -25,6 +25,7 @@ from paperline.io import json_digest
 from tasks.paths import project_path, repo_path
 from tasks.runners import GPU_TAG, gpu_slot
 
+
 def data_dir() -> Path:
     return repo_path("data", "tulu")
 

@@ -1,5 +1,6 @@
 """Tasks of the ZTSurv flow: slides -> graphs, compute accounting, cross-validated training of each
-method (an MLflow child run per method, nested runs per fold), the report."""
+method at each seed (an MLflow child run per method, a run per seed nested under it, a run per fold
+under that), the report."""
 from __future__ import annotations
 
 import sys
@@ -13,9 +14,16 @@ from paperline.data.wsi_prep import WSIPrepConfig
 from paperline.methods.ztsurv import plots
 from paperline.methods.ztsurv.config import ZTSurvConfig
 from paperline.methods.ztsurv.pipeline import load_cohort_graphs
-from paperline.methods.ztsurv.summary import generator_truth, method_metrics, method_row
-from paperline.methods.ztsurv.train import (FoldResult, composition_cox_fold, load_fold, make_folds, save_fold,
-                                            train_neural_fold)
+from paperline.methods.ztsurv.summary import generator_truth, mean_rows, method_metrics, seed_rows
+from paperline.methods.ztsurv.train import (
+    FoldResult,
+    composition_cox_fold,
+    load_fold,
+    make_folds,
+    random_risk_fold,
+    save_fold,
+    train_neural_fold,
+)
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
@@ -68,56 +76,73 @@ def compute_accounting(cfg: ZTSurvConfig, wsi: WSIPrepConfig) -> dict | None:
     return compare_pipelines(cohort_slides(data_dir(), cfg.compute_slides), cfg, wsi.downsample, wsi.til_tile_um)
 
 
-def _fold_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext, run: track.Run,
-                  train_one) -> list[FoldResult]:
-    """Each fold: resume its saved result or train it, then log it to a run nested under the method's."""
-    results = []
-    for k, (tr, te) in enumerate(make_folds(cohort.event, cfg.folds, cfg.seed)):
-        path = models_dir(METHOD) / method / f"fold{k}.pt"
-        result = load_fold(path)
-        if result is None:
-            result = train_one(tr, te, k)
-            save_fold(path, result)
-        with ctx.child(f"{method}/fold{k}", params={"fold": k, "train": len(tr), "test": len(te)},
-                       parent=run) as fold_run:
-            fold_run.log_metrics({"c_index": result.c_index})
-            if result.loss_history:
-                fold_run.log_history("train_cox_loss", range(len(result.loss_history)), result.loss_history)
-            if result.state_dict is not None:
-                fold_run.log_artifact(path, "checkpoints")
-        result.state_dict = None  # the checkpoint is on disk; keep task results small
-        results.append(result)
-    return results
+def _seed_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext, run: track.Run,
+                  train_one) -> dict[int, list[FoldResult]]:
+    """Each seed (its own folds) on a run nested under the method's; each fold: resume its saved
+    result or train it (`train_one(train, test, fold, seed)`), then log it to a run nested under the seed's."""
+    out = {}
+    for seed in cfg.run_seeds():
+        results = []
+        with ctx.child(f"{method}/seed{seed}", params={"seed": seed}, parent=run) as seed_run:
+            for k, (tr, te) in enumerate(make_folds(cohort.event, cfg.folds, seed)):
+                path = models_dir(METHOD) / method / f"seed{seed}" / f"fold{k}.pt"
+                result = load_fold(path)
+                if result is None:
+                    result = train_one(tr, te, k, seed)
+                    save_fold(path, result)
+                with ctx.child(f"{method}/seed{seed}/fold{k}", params={"fold": k, "train": len(tr), "test": len(te)},
+                               parent=seed_run) as fold_run:
+                    fold_run.log_metrics({"c_index": result.c_index})
+                    if result.loss_history:
+                        fold_run.log_history("train_cox_loss", range(len(result.loss_history)), result.loss_history)
+                    if result.state_dict is not None:
+                        fold_run.log_artifact(path, "checkpoints")
+                result.state_dict = None  # the checkpoint is on disk; keep task results small
+                results.append(result)
+            seed_run.log_metrics({"c_index_mean": sum(r.c_index for r in results) / len(results)})
+        out[seed] = results
+    return out
 
 
 @task(name="ztsurv-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
-def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> list[FoldResult]:
-    """One neural method over every fold: an MLflow child run, a nested run and checkpoint per fold."""
+def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> dict[int, list[FoldResult]]:
+    """One neural method over every seed and fold: an MLflow child run, nested runs per seed and
+    fold, a checkpoint per fold."""
     import torch
 
     torch.set_num_threads(cfg.threads)
     cohort = load_cohort_graphs(graphs)
     with gpu_slot() as device, ctx.child(method, params={"method": method, "device": str(device)}) as run:
-        train_one = lambda tr, te, k: train_neural_fold(method, cohort.graphs, tr, te, cfg, k, device,
-                                                         progress=sys.stderr.isatty())
-        return _fold_results(method, cfg, cohort, ctx, run, train_one)
+        train_one = lambda tr, te, k, seed: train_neural_fold(method, cohort.graphs, tr, te,
+                                                               cfg.model_copy(update={"seed": seed}), k, device,
+                                                               progress=sys.stderr.isatty())
+        return _seed_results(method, cfg, cohort, ctx, run, train_one)
 
 
-@task(name="ztsurv-composition-cox", cache_policy=NO_CACHE)
-def fit_composition_cox(cfg: ZTSurvConfig, graphs: Path, ctx: track.RunContext) -> list[FoldResult]:
+@task(name="ztsurv-baseline", cache_policy=NO_CACHE)
+def fit_baseline(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> dict[int, list[FoldResult]]:
+    """Composition Cox or the random risk (the trivial baseline), in process, on the same folds."""
     cohort = load_cohort_graphs(graphs)
-    with ctx.child("composition_cox", params={"method": "composition_cox"}) as run:
-        train_one = lambda tr, te, k: composition_cox_fold(cohort.compositions, cohort.time, cohort.event, tr, te, k)
-        return _fold_results("composition_cox", cfg, cohort, ctx, run, train_one)
+    with ctx.child(method, params={"method": method}) as run:
+        if method == "composition_cox":
+            train_one = lambda tr, te, k, seed: composition_cox_fold(cohort.compositions, cohort.time, cohort.event,
+                                                                     tr, te, k)
+        elif method == "random_risk":
+            train_one = lambda tr, te, k, seed: random_risk_fold(cohort.time, cohort.event, te, k, seed)
+        else:
+            raise ValueError(f"ztsurv.methods: {method!r} is not an in-process baseline")
+        return _seed_results(method, cfg, cohort, ctx, run, train_one)
 
 
 @task(name="ztsurv-report", cache_policy=NO_CACHE)
-def report(cfg: ZTSurvConfig, results: dict[str, list[FoldResult]], graphs: Path, compute: dict | None,
+def report(cfg: ZTSurvConfig, results: dict[str, dict[int, list[FoldResult]]], graphs: Path, compute: dict | None,
            ctx: track.RunContext) -> Report:
-    """The comparison (scored against the generator's truth on the embedded cohort) and the plots
-    (PNG for MLflow and DVC, CSV for `dvc plots`)."""
+    """The comparison (each method's row the mean over seeds; the claims from the seeds; scored
+    against the generator's truth on the embedded cohort) and the plots (PNG for MLflow and DVC,
+    CSV for `dvc plots`)."""
     cohort = load_cohort_graphs(graphs)
-    rows = {m: method_row(r, cohort.time, cohort.event) for m, r in results.items()}
+    per_seed = seed_rows(results, cohort.time, cohort.event)
+    rows = mean_rows(per_seed)
     facts, truth = generator_truth(data_dir(), cohort)
-    return Report(method_metrics(rows, cohort, compute, facts, truth, ctx.profile),
-                  plots.write_all(cfg, cohort, results, rows, facts, truth, data_dir(), plots_dir(METHOD)))
+    return Report(method_metrics(rows, cohort, compute, facts, truth, ctx.profile, per_seed),
+                  plots.write_all(cfg, cohort, results, rows, per_seed, facts, truth, data_dir(), plots_dir(METHOD)))

@@ -118,7 +118,8 @@ class _SessionServices:
         return _DAG_CLONE
 
     def _serve(self, log: str, home: Path) -> str:
-        from flows.prefect_server import free_port, prefect_server as serve
+        from flows.prefect_server import free_port
+        from flows.prefect_server import prefect_server as serve
 
         server = serve(free_port(), _SESSION_TMP / log, env=self._env | {"PREFECT_HOME": str(home)})
         url = server.__enter__()

@@ -12,6 +12,7 @@ import yaml
 
 from flows.launch import resolve, run_method
 from paperline.config import ParamsError
+from paperline.methods.altlora.claims import NO_ADAPTATION, SPECS
 from paperline.metrics import validate_metrics
 from paperline.train.lm_base import ModelDirError
 from tasks import track
@@ -32,11 +33,15 @@ def _metrics(project):
 
 def test_tiny_dag_outputs(dag):
     metrics, tiny = _metrics(dag), _tiny(dag)
-    assert sorted(metrics.rows) == sorted(tiny["optimizers"]) == sorted(report_rows(dag, "altlora"))
+    assert sorted(metrics.rows) == sorted([*tiny["optimizers"], NO_ADAPTATION]) == sorted(report_rows(dag, "altlora"))
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("lora_adamw", "final_error", False)
-    rows = metrics.rows
+    seeds = tiny["linear"]["seeds"]
+    untouched = metrics.rows[NO_ADAPTATION]  # W₀ itself: ΔW = 0, scored as every run
+    assert untouched["seeds"] == seeds and untouched["relative_error"] == 1.0
+    rows = {name: row for name, row in metrics.rows.items() if name != NO_ADAPTATION}
     for name, row in rows.items():
-        assert row["best_lr"] in tiny["linear"]["lr_grid"][name]
+        assert row["best_lr"] in tiny["linear"]["lr_grid"][name] and row["seeds"] == seeds
+        assert row["final_error"] < untouched["final_error"], name
         assert row["state_floats"] == row["state_floats_formula"]
         for key in ("final_error", "final_loss", "c_spread", "step_time_vs_lora_adamw"):
             assert isinstance(row[key], float), (name, key)
@@ -50,10 +55,17 @@ def test_tiny_dag_outputs(dag):
     assert rows["scaledgd"]["c_spread"] < 1.05 < rows["lora_adamw"]["c_spread"]
     assert metrics.headline["altlora_over_lora_adamw_final_error"] == pytest.approx(
         rows["altlora"]["final_error"] / rows["lora_adamw"]["final_error"])
+    claims = {c.name: c for c in metrics.claims}
+    assert set(claims) == {s.name for s in SPECS} and claims["altlora_below_no_adaptation_error"].trivial
+    assert all(c.seeds == seeds for name, c in claims.items() if not name.startswith("lm_"))
+    assert claims["altlora_below_lora_adamw_error"].effect == pytest.approx(
+        rows["altlora"]["final_error"] - rows["lora_adamw"]["final_error"])
+    assert claims["lm_altlora_below_base_val_loss"].seeds == 1  # the LM adaptation: one seed
+    assert all(c.verdict == "inconclusive" for c in claims.values())  # fewer than 3 seeds at tiny
     # the LM adaptation of the tiny lm-base: its optimizers only, the base's losses beside them
     for name, row in rows.items():
         assert (row.get("lm_val_loss") is not None) == (name in tiny["lm"]["optimizers"]), name
-    assert rows["altlora"]["lm_val_loss"] < metrics.details["lm_base"]["base_target_val_loss"]
+    assert rows["altlora"]["lm_val_loss"] < metrics.details["lm_base"]["base_target_val_loss"] == untouched["lm_val_loss"]
     assert metrics.headline["altlora_over_lora_adamw_lm_val_loss"] == pytest.approx(
         rows["altlora"]["lm_val_loss"] / rows["lora_adamw"]["lm_val_loss"])
 
@@ -61,7 +73,7 @@ def test_tiny_dag_outputs(dag):
     c = track.client()
     assert parent.data.tags["data_version"].startswith("sha256:")  # the base, the corpus, the KJV slice
     by_variant = {run.data.tags["variant"]: run for run in children}
-    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time"])
+    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time", NO_ADAPTATION])
     lm_runs = c.search_runs([parent.info.experiment_id],
                             filter_string=f"tags.mlflow.parentRunId = '{by_variant['lora_adamw'].info.run_id}'")
     assert "lora_adamw_lm_lr0.01" in {run.data.tags["variant"] for run in lm_runs}
@@ -69,8 +81,9 @@ def test_tiny_dag_outputs(dag):
         assert by_variant[name].data.metrics["final_error"] == row["final_error"]
     nested = c.search_runs([parent.info.experiment_id],
                            filter_string=f"tags.mlflow.parentRunId = '{by_variant['altlora'].info.run_id}'")
-    assert sorted(run.data.tags["variant"] for run in nested) == [f"altlora_linear_r{r}", "altlora_lm_lr0.1"]
-    linear_run = next(run for run in nested if "linear" in run.data.tags["variant"])
+    assert sorted(run.data.tags["variant"] for run in nested) == [
+        *(f"altlora_linear_r{r}/seed{s}" for s in range(seeds)), "altlora_lm_lr0.1"]
+    linear_run = next(run for run in nested if run.data.tags["variant"] == f"altlora_linear_r{r}/seed0")
     curve = c.get_metric_history(linear_run.info.run_id, "error/c1_lr0.1")
     assert len(curve) == tiny["linear"]["steps"] // tiny["linear"]["log_every"] + 1
     assert curve[-1].value < curve[0].value

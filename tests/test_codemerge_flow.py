@@ -1,6 +1,6 @@
 """The CodeMerge flow and its vit-source stage: their outputs in the tiny DAG (the source record,
-metrics, report rows, MLflow runs with a row and a per-batch curve each, plots, resume
-checkpoints), and the refused inputs (an image array of the wrong dtype or shape, a classifier that
+metrics with their claims, report rows, an MLflow child per variant with its row and a run per
+seed nested under it with its per-batch curve, plots, resume checkpoints), and the refused inputs (an image array of the wrong dtype or shape, a classifier that
 does not fit its shape) failing before any run starts, naming the file."""
 from __future__ import annotations
 
@@ -29,14 +29,21 @@ def test_tiny_dag_outputs(dag):
     path = dag / "metrics" / "codemerge.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert list(metrics.rows) == list(VARIANTS) and metrics.profile == "tiny" and metrics.baseline == "source"
+    seeds = _tiny(dag)["seeds"]
     for row in metrics.rows.values():
-        assert 0 <= row["online_accuracy"] <= 1 and isinstance(row["collapsed"], bool)
+        assert 0 <= row["online_accuracy"] <= 1 and 0 <= row["collapsed_seeds"] <= len(seeds) == row["seeds"]
     h = metrics.headline
     assert h["merge_forward_passes_ratio_vs_mos"] < 1  # one fingerprint a checkpoint vs a pass of each
     for key in ("online_gain_vs_pl", "online_gain_vs_tent", "online_gain_vs_ema", "online_gain_vs_mos",
                 "merge_seconds_ratio_vs_mos"):
         assert isinstance(h[key], float), key
-    assert isinstance(h["claim_geq_pl_tent"], bool) and isinstance(h["claim_no_collapse"], bool)
+    assert not any("claim" in k for k in h)
+    from paperline.methods.codemerge.claims import SPECS
+
+    claims = {c.name: c for c in metrics.claims}
+    assert claims and set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
+    assert all(c.seeds == len(seeds) for c in claims.values())
+    assert claims["codemerge_above_source"].effect == pytest.approx(h["online_gain_vs_source"])
     assert sorted(report_rows(dag, "codemerge")) == sorted(VARIANTS)
 
     parent, children = finished_flow_runs(dag, "codemerge")
@@ -46,14 +53,18 @@ def test_tiny_dag_outputs(dag):
     batches = _tiny(dag)["stream"]["batches"]
     for child in children:
         assert child.info.status == "FINISHED"
-        row = metrics.rows[child.data.tags["variant"]]
+        variant = child.data.tags["variant"]
+        row = metrics.rows[variant]
         assert child.data.metrics["online_accuracy"] == pytest.approx(row["online_accuracy"])
-        assert len(c.get_metric_history(child.info.run_id, "accuracy_per_batch")) == batches
+        nested = c.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+        assert sorted(r.data.tags["variant"] for r in nested) == sorted(f"{variant}/seed{s}" for s in seeds)
+        for run in nested:  # each seed's stream on its own run
+            assert len(c.get_metric_history(run.info.run_id, "accuracy_per_batch")) == batches
     pngs = [a.path for a in c.list_artifacts(parent.info.run_id, "plots") if a.path.endswith(".png")]
     assert sorted(p.name for p in (dag / "plots" / "codemerge").glob("*.png")) == sorted(p.rsplit("/", 1)[-1] for p in pngs)
     assert (dag / "plots" / "codemerge" / "online_accuracy.csv").read_text().startswith("batch,source,tent")
     assert json.loads((dag / "models" / "codemerge" / "run.json").read_text())["complete"]
-    assert (dag / "models" / "codemerge" / "codemerge" / "stream.pt").is_file()
+    assert all((dag / "models" / "codemerge" / "codemerge" / f"seed{s}" / "stream.pt").is_file() for s in seeds)
 
 
 def test_refused_inputs_name_the_file(dag, tmp_path):

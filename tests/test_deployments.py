@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_clone, run_git as _git
+from tests.conftest import make_clone
+from tests.conftest import run_git as _git
 
 BIN = Path(sys.executable).parent
 RUN_TIMEOUT_S = 300

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from flows.launch import run_method
+from paperline.methods.dnc.claims import SPECS
 from paperline.metrics import validate_metrics
 from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
@@ -23,7 +24,10 @@ def test_tiny_dag_outputs(dag):
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     variants = _variants(dag)
     assert sorted(metrics.rows) == variants and metrics.profile == "tiny"
-    assert isinstance(metrics.headline["claim_L1_at_dnc"], bool)
+    declared = {s.name for s in SPECS}
+    assert metrics.claims and {c.name for c in metrics.claims} <= declared
+    assert any(c.trivial for c in metrics.claims)
+    assert {"dnc_l1_objective_at_f_dnc", "dnc_l1_rank_k_minus_1"} <= {c.name for c in metrics.claims}  # tiny has L = 1
     for row in metrics.rows.values():
         for key in ("dnc_objective", "cosine_objective", "best_trained_objective", "numerical_rank_best",
                     "dnc_fraction", "dnc_fraction_width_1K", "dnc_fraction_width_2K", "nc1", "nc2", "nc3"):

@@ -1,7 +1,8 @@
 """The Influence Distillation pipeline in the tiny DAG: the tulu-pool stage wrote the pool,
 tulu-select the selected ids of every method, the flow a metrics row per selection method (on its
-MLflow child run) against random selection, with the cost ratio and the Spearman correlation, plots
-as MLflow artifacts and DVC files. A selection made with other parameters is refused; a flow killed
+MLflow child run, a run per fine-tuning seed under it) against random selection, the means over the
+seeds and the claims paired by seed, with the cost ratio and the Spearman correlation, plots as
+MLflow artifacts and DVC files. A selection made with other parameters is refused; a flow killed
 mid-fine-tuning resumes to the DAG's metrics."""
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import yaml
 
 from flows.launch import run_method
 from paperline.methods.influence_distillation import pipeline
+from paperline.methods.influence_distillation.claims import SPECS
 from paperline.metrics import validate_metrics
 from paperline.train.checkpoint import load_checkpoint
 from tasks import track
+from tasks.publish import claim_metrics
 from tests.conftest import finished_flow_runs, report_rows
 
 METHOD = "influence_distillation"
@@ -55,6 +58,25 @@ def test_tiny_dag_outputs(dag):
     assert curve["landmarks=16"]["spearman_of_target_mean"] == pytest.approx(
         headline["id_vs_exact_spearman_of_target_mean"], abs=1e-3)
     assert (dag / "plots" / METHOD / "landmark_curve.png").exists()
+    # each row the mean over the fine-tuning seeds; the claims paired by seed, random selection the
+    # trivial baseline, the convex check exact; two seeds decide nothing
+    seeds = [str(s) for s in tiny["seeds"]]
+    per_seed = metrics.details["per_seed"]
+    for m in methods:
+        assert list(per_seed[m]) == seeds and rows[m]["seeds"] == len(seeds)
+        assert rows[m]["target_loss_mean"] == pytest.approx(
+            sum(per_seed[m][s]["target_loss_mean"] for s in seeds) / len(seeds))
+    # seed 0 fine-tunes the stage's random selection, seed 1 a draw of its own with the same budget
+    stage_draw = (dag / "data" / "tulu" / "selection" / "random.jsonl").read_text().splitlines()
+    own_draw = (dag / "models" / METHOD / "finetune" / "random" / "seed1.selection.jsonl").read_text().splitlines()
+    assert len(own_draw) == len(stage_draw) == tiny["select_k"]
+    assert [json.loads(r)["id"] for r in own_draw] != [json.loads(r)["id"] for r in stage_draw]
+    assert not (dag / "models" / METHOD / "finetune" / "random" / "seed0.selection.jsonl").exists()
+    assert metrics.claims and {c.name for c in metrics.claims} <= {s.name for s in SPECS}
+    assert any(c.trivial and c.versus == "random" for c in metrics.claims)
+    for c in metrics.claims:
+        assert c.verdict in (("exact", "not_exact") if c.kind == "exact" else ("inconclusive",)), c.name
+        assert c.kind == "exact" or c.seeds == len(seeds)
 
     selected = (dag / "data" / "tulu" / "selection" / "influence_distillation.jsonl").read_text().splitlines()
     chosen = [json.loads(line) for line in selected]
@@ -66,13 +88,21 @@ def test_tiny_dag_outputs(dag):
     assert parent.data.tags["data_version"].startswith("sha256:")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(methods + ["qp_check"])
     assert all(r.info.status == "FINISHED" for r in children)
-    # the headline figures and the warm-up's curve (the start of every fine-tune): no per-variant values
-    assert set(parent.data.metrics) == set(headline) | {"warmup/train_loss"}
+    # the headline figures, each claim's effect and interval and the warm-up's curve (the start of
+    # every fine-tune): no per-variant values
+    assert set(parent.data.metrics) == set(headline) | set(claim_metrics(metrics.claims)) | {"warmup/train_loss"}
     for child in children:
         name = child.data.tags["variant"]
         if name in rows:  # each selection's run carries its row, under the same names on every run
             assert {k: child.data.metrics[k] for k in rows[name]} == rows[name]
-            assert len(c.get_metric_history(child.info.run_id, "train_loss")) > 1
+            nested = c.search_runs([parent.info.experiment_id],
+                                   filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+            assert sorted(r.info.run_name for r in nested) == sorted(f"{name}/seed{s}" for s in seeds)
+            for seed_run in nested:  # a run per seed under it: its fine-tune's curve and its own row
+                seed = seed_run.info.run_name.rsplit("/seed", 1)[1]
+                assert seed_run.info.status == "FINISHED" and seed_run.data.params["seed"] == seed
+                assert len(c.get_metric_history(seed_run.info.run_id, "train_loss")) > 1
+                assert seed_run.data.metrics["target_loss_mean"] == per_seed[name][seed]["target_loss_mean"]
         else:
             assert child.data.metrics["relative_weight_difference/lr_0.001"] == qp["lr=0.001"]["relative_weight_difference"]
     pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots") if a.path.endswith(".png")}
@@ -110,7 +140,8 @@ def test_a_mismatched_selection_is_refused_and_a_killed_run_resumes_to_the_dag_m
             run_method(METHOD, "tiny")
     assert not (project / "metrics" / f"{METHOD}.json").exists()
     assert not json.loads((project / "models" / METHOD / "run.json").read_text())["complete"]
-    partial = load_checkpoint(project / "models" / METHOD / "finetune" / "exact_first_order.pt")["progress"]
-    assert partial["step"] == 1 and not partial["done"]
+    partial = [load_checkpoint(p)["progress"] for p in (project / "models" / METHOD / "finetune" /
+                                                         "exact_first_order").glob("seed*.pt")]
+    assert any(p["step"] == 1 and not p["done"] for p in partial)
     run_method(METHOD, "tiny")
     assert json.loads((project / "metrics" / f"{METHOD}.json").read_text()) == expected

@@ -1,6 +1,6 @@
 """The LEFF flow's outputs in the tiny DAG (one Flower simulation: six methods, two clients, one
-round each; client 1's process is killed in the first method's round), and bad input refused
-before any work."""
+round each, one seed; client 1's process is killed in the last method's round), and bad input
+refused before any work."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from paperline.methods.leff.claims import SPECS
 from paperline.metrics import validate_metrics
 from tests.conftest import finished_flow_runs, report_rows
 
@@ -16,13 +17,18 @@ METHODS = ["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "
 
 
 def test_tiny_dag_outputs(dag):
+    from tasks import track
+
     path = dag / "metrics" / "leff.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    assert sorted(metrics.rows) == sorted(report_rows(dag, "leff")) == sorted(METHODS)
+    assert sorted(metrics.rows) == sorted(report_rows(dag, "leff")) == sorted(METHODS + ["pretrained"])
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \
         ("tiny", "fedavg", "test_loss", False)
     for name, row in metrics.rows.items():
-        assert math.isfinite(row["test_loss"]) and 0 <= row["test_accuracy"] <= 1, name
+        assert math.isfinite(row["test_loss"]) and 0 <= row["test_accuracy"] <= 1 and row["seeds"] == 1, name
+        if name == "pretrained":  # the trivial baseline: every run's round 0, scored the same way
+            assert row["test_loss"] == pytest.approx(metrics.rows["fedavg"]["initial_test_loss"])
+            continue
         assert row["client_gflops"] > 0 and row["trained_params"] > 0 and row["mb_per_round"] > 0, name
     # the killed client: the last method's round went on without it; no other run lost a client
     assert (rows := metrics.rows)["leff_round_robin"]["dropped_clients"] == 1
@@ -33,20 +39,30 @@ def test_tiny_dag_outputs(dag):
     assert rows["leff_importance"]["trained_params"] < rows["fedavg"]["trained_params"]
     head = metrics.headline
     assert head["fault_dropped_clients"] == 1 and head["fault_runs_completed"] is True
-    assert isinstance(head["claim_leff_beats_random"], bool)
+    assert not any("claim" in k for k in head)
+    claims = {c.name: c for c in metrics.claims}
+    assert claims and set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
+    assert claims["leff_below_pretrained"].versus == "pretrained" and claims["leff_below_pretrained"].trivial
+    assert all(c.seeds == 1 and c.verdict == "inconclusive" for c in claims.values())  # one seed: no verdict
+    assert claims["importance_below_random"].method_mean == pytest.approx(rows["leff_importance"]["test_loss"])
     assert head["leff_flops_ratio_vs_fedavg"] == pytest.approx(
         rows["leff_importance"]["client_gflops"] / rows["fedavg"]["client_gflops"])
-    blocks = metrics.details["blocks"]["leff_round_robin"]
+    blocks = metrics.details["blocks"]["leff_round_robin/seed0"]
     assert blocks == [[0]]  # client 0 (L_i = 1) starts at (round − 1 + client) mod L = 0
 
     parent, children = finished_flow_runs(dag, "leff")
-    assert sorted(r.data.tags["variant"] for r in children) == sorted(METHODS)
+    assert sorted(r.data.tags["variant"] for r in children) == sorted(METHODS + ["pretrained"])
     for child in children:
         row = rows[child.data.tags["variant"]]
         assert child.data.metrics["test_loss"] == pytest.approx(row["test_loss"])
+        if child.data.tags["variant"] != "pretrained":  # each seed's run nested under its method's
+            seeds = track.client().search_runs([parent.info.experiment_id],
+                                               filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+            assert [r.info.run_name for r in seeds] == [f"{child.data.tags['variant']}/seed0"]
+            assert seeds[0].data.metrics["test_loss"] == pytest.approx(row["test_loss"])
     assert sorted(p.name for p in (dag / "plots" / "leff").glob("*.png")) == ["client_compute.png", "test_loss.png"]
-    saved = json.loads((dag / "models" / "leff" / "leff_round_robin" / "run.json").read_text())
-    assert saved["method"] == "leff_round_robin" and len(saved["rounds"]) == 1
+    saved = json.loads((dag / "models" / "leff" / "leff_round_robin" / "seed0" / "run.json").read_text())
+    assert saved["method"] == "leff_round_robin" and saved["seed"] == 0 and len(saved["rounds"]) == 1
     # the killed client is the one dropped, and the round aggregated the other (it had a live actor:
     # the kill waits until it started, wait_for_round_peers), whatever the machine's load
     assert [d["partition"] for d in saved["rounds"][0]["dropped"]] == [1] and saved["rounds"][0]["dropped"][0]["reason"]
@@ -68,6 +84,8 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         LEFFConfig(methods=["fedavg", "leff_importance"], later_alpha_methods=["fedavg", "fedlora"])
     with pytest.raises(ValueError, match="alphas .* repeat a value"):
         LEFFConfig(alphas=[0.1, 0.1])
+    with pytest.raises(ValueError, match=r"seeds \[0, 0\] repeat a value"):
+        LEFFConfig(seeds=[0, 0])
     with pytest.raises(ValueError, match="fail_method 'fedsgd' is not one of methods"):
         LEFFConfig(clients=2, fail_client=1, fail_method="fedsgd")
     with pytest.raises(Exception, match="no_such_model"):
@@ -76,53 +94,64 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
 
 
 def test_a_killed_flow_keeps_its_finished_runs(tmp_path, monkeypatch):
-    """Each finished (α, method) run is saved; a rerun keeps the complete ones and redoes the rest."""
+    """Each finished (method, α, seed) run is saved; a rerun keeps the complete ones and redoes the rest."""
     from paperline.methods.leff.config import LEFFConfig
     from paperline.methods.leff.fed import MethodRun
     from tasks.leff import _saved
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
-    cfg = LEFFConfig(methods=["fedavg", "leff_importance"], rounds=2)
-    done = MethodRun("fedavg", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}, {"round": 2}], clients=8)
-    partial = MethodRun("leff_importance", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}], clients=8)
+    cfg = LEFFConfig(methods=["fedavg", "leff_importance"], rounds=2, seeds=[3, 4])
+    done = MethodRun("fedavg", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}, {"round": 2}], clients=8, seed=4)
+    partial = MethodRun("leff_importance", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}], clients=8, seed=3)
     for run in (done, partial):
-        path = tmp_path / "models" / "leff" / run.method / "run.json"
+        path = tmp_path / "models" / "leff" / run.method / f"seed{run.seed}" / "run.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(run.to_dict()))
-    assert _saved(cfg) == {("fedavg", 0.1): done}
+    assert _saved(cfg) == {("fedavg", 0.1, 4): done}
 
 
-def test_later_alphas_run_the_named_methods_only_and_report_per_alpha():
-    """Every method at the first α, `later_alpha_methods` at the others: the runs, the rows (one per
-    (method, α)) and the claims per α (the ones the methods run there allow)."""
+def test_later_alphas_and_seeds_run_the_named_methods_and_report_per_alpha():
+    """Every method at the first α, `later_alpha_methods` at the others, every seed: the runs, the
+    rows (one per (method, α), the mean over seeds, with the pretrained model's), the cost ratios per
+    α and the claims at the first α, paired by seed."""
     from paperline.methods.leff.config import LEFFConfig, runs_planned
     from paperline.methods.leff.fed import MethodRun
     from paperline.methods.leff.summary import method_metrics
 
     cfg = LEFFConfig(methods=["fedavg", "fedlora", "leff_importance", "leff_random"], alphas=[0.1, 50.0],
-                     later_alpha_methods=["leff_importance", "fedavg"], rounds=1)
-    assert runs_planned(cfg) == [("fedavg", 0.1), ("fedlora", 0.1), ("leff_importance", 0.1), ("leff_random", 0.1),
-                                 ("fedavg", 50.0), ("leff_importance", 50.0)]
-    assert len(runs_planned(cfg.model_copy(update={"later_alpha_methods": None}))) == 8
+                     later_alpha_methods=["leff_importance", "fedavg"], rounds=1, seeds=[0, 1, 2])
+    first = [("fedavg", 0.1), ("fedlora", 0.1), ("leff_importance", 0.1), ("leff_random", 0.1)]
+    assert runs_planned(cfg) == ([(m, a, s) for s in (0, 1, 2) for m, a in first]
+                                 + [(m, 50.0, s) for s in (0, 1, 2) for m in ("fedavg", "leff_importance")])
+    assert len(runs_planned(cfg.model_copy(update={"later_alpha_methods": None}))) == 24
     loss = {("fedavg", 0.1): 3.0, ("fedlora", 0.1): 3.3, ("leff_importance", 0.1): 3.1, ("leff_random", 0.1): 3.2,
             ("fedavg", 50.0): 2.9, ("leff_importance", 50.0): 2.8}
     runs = {}
-    for (m, a), v in loss.items():
+    for m, a, s in runs_planned(cfg):
         client = {"partition": 0, "flops": 2e9 if m == "fedavg" else 1e9, "trained_params": 10, "held_params": 10,
                   "wall_s": 1.0, "bytes_up": 8}
-        runs[(m, a)] = MethodRun(m, a, {"round": 0, "test_loss": 3.5, "test_accuracy": 0.1},
-                                 [{"round": 1, "test_loss": v, "test_accuracy": 0.2, "straggler_s": 1.0,
-                                   "bytes_down": 8, "bytes_up": 8, "server_s": 0.1, "clients": [client],
-                                   "dropped": []}], clients=1)
+        runs[(m, a, s)] = MethodRun(m, a, {"round": 0, "test_loss": 3.5, "test_accuracy": 0.1},
+                                    [{"round": 1, "test_loss": loss[(m, a)] + 0.01 * s, "test_accuracy": 0.2,
+                                      "straggler_s": 1.0, "bytes_down": 8, "bytes_up": 8, "server_s": 0.1,
+                                      "clients": [client], "dropped": []}], clients=1, seed=s)
     metrics = method_metrics(cfg, runs, "smoke")
-    assert sorted(metrics.rows) == sorted(["fedavg@a0.1", "fedlora@a0.1", "leff_importance@a0.1", "leff_random@a0.1",
-                                           "fedavg@a50", "leff_importance@a50"])
+    assert list(metrics.rows) == ["pretrained@a0.1", "fedavg@a0.1", "fedlora@a0.1", "leff_importance@a0.1",
+                                  "leff_random@a0.1", "pretrained@a50", "fedavg@a50", "leff_importance@a50"]
     assert metrics.baseline == "fedavg@a0.1"
+    fedavg = metrics.rows["fedavg@a0.1"]
+    assert fedavg["test_loss"] == pytest.approx(3.01) and fedavg["test_loss_std"] == pytest.approx(0.01)
+    assert fedavg["seeds"] == 3 and metrics.rows["pretrained@a50"]["test_loss"] == 3.5
     head = metrics.headline
-    assert head["claim_fedavg_at_least_leff_a0.1"] is True and head["claim_fedavg_at_least_leff_a50"] is False
-    assert head["claim_leff_beats_fedlora_a0.1"] is True and head["claim_leff_beats_random_a0.1"] is True
+    assert not any("claim" in k for k in head)
     assert head["leff_flops_ratio_vs_fedavg_a50"] == pytest.approx(0.5)
-    assert not any(k.endswith("_a50") and ("fedlora" in k or "random" in k) for k in head)
+    claims = {c.name: c for c in metrics.claims}  # at the first α; fedbitfit and round-robin did not run
+    assert set(claims) == {"leff_below_pretrained", "leff_not_above_fedavg", "leff_below_fedlora",
+                           "importance_below_random", "leff_client_flops_below_fedavg", "leff_bytes_below_fedavg"}
+    assert claims["leff_below_pretrained"].verdict == "shown" and claims["leff_below_pretrained"].trivial
+    assert claims["leff_below_pretrained"].effect == pytest.approx(3.11 - 3.5)
+    assert claims["leff_below_fedlora"].verdict == "shown" and claims["importance_below_random"].verdict == "shown"
+    assert claims["leff_not_above_fedavg"].verdict == "reversed"  # 0.1 above FedAvg at every seed
+    assert claims["leff_client_flops_below_fedavg"].verdict == "shown" and claims["leff_client_flops_below_fedavg"].seeds == 3
 
 
 def test_the_fault_check_kills_only_after_its_peers_started(tmp_path):

@@ -1,4 +1,4 @@
-"""The LoTA-QAF flow's outputs in the tiny DAG (the record with its claims and tables, a report row
+"""The LoTA-QAF flow's outputs in the tiny DAG (the record with its claims, headline and tables, a report row
 and an MLflow child run per variant, plots, the digits MLP), and a bad bit width or model folder
 refused before any work."""
 from __future__ import annotations
@@ -8,12 +8,17 @@ import json
 import pytest
 import yaml
 
+from paperline.methods.lota_qaf.claims import SPECS
 from paperline.metrics import validate_metrics
 from tests.conftest import finished_flow_runs, report_rows
 
 
+def _tiny(project) -> dict:
+    return yaml.safe_load((project / "params.yaml").read_text())["lota_qaf"]["profiles"]["tiny"]
+
+
 def _variants(project) -> list[str]:
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["lota_qaf"]["profiles"]["tiny"]
+    tiny = _tiny(project)
     names = [f"{t}_float" for t in tiny["tasks"]]
     return sorted(names + [f"{t}_w{b}_{m}" for t in tiny["tasks"] for b in tiny["bits"]
                            for m in ("quantized", "lota", "lora", "qalora")])
@@ -24,10 +29,14 @@ def test_tiny_dag_outputs(dag):
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     variants = _variants(dag)
     assert sorted(metrics.rows) == sorted(report_rows(dag, "lota_qaf")) == variants
-    headline = metrics.headline
+    headline, claims = metrics.headline, {c.name: c for c in metrics.claims}
     # the exact properties hold at any scale: LoTA's merge is lossless and stays on the grid
-    assert headline["lota_merge_bit_identical"] is True and headline["lota_codes_on_grid"] is True
+    assert claims["lota_merge_bit_identical"].verdict == claims["lota_codes_on_grid"].verdict == "exact"
     assert headline["lota_max_merge_loss"] == 0
+    assert set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
+    assert {f"{t}_w{b}_lota_beats_{v}" for t in ("digits", "lm") for b in _tiny(dag)["bits"]
+            for v in ("quantized", "lora", "qalora")} <= set(claims)
+    assert all(c.verdict == "inconclusive" for c in claims.values() if c.kind == "paired")  # one seed
     for name, row in metrics.rows.items():
         if name.endswith("_lota"):
             assert row["merge_gap"] == 0 and row["max_output_diff"] == 0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import track
 from flows.prefect_server import free_port
+from tasks import track
 
 
 @pytest.fixture

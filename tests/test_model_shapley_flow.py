@@ -1,5 +1,6 @@
-"""The Model Shapley flow's outputs in the tiny DAG (the record, a report row and an MLflow child
-run per ranking with its curves, the ground truth's exact efficiency, plots, checkpoints), and a
+"""The Model Shapley flow's outputs in the tiny DAG (the record with its claims, a report row and an
+MLflow child run per ranking and per step with a run per seed nested under it carrying the curves,
+the ground truth's exact efficiency, plots, per-seed checkpoints), and a
 corpus that is missing or does not fit refused before any work, naming the file."""
 from __future__ import annotations
 
@@ -29,10 +30,18 @@ def test_tiny_dag_outputs(dag):
         assert row["lm_prune_loss_auc"] > 0 and row["lm_ppl_at_50pct"] > 1, name
     headline = metrics.headline
     ms = metrics.rows["model_shapley"]
+    seeds = tiny["seeds"]
     assert headline["model_shapley_spearman"] == ms["spearman_vs_shapley"]
-    best = max(("magnitude", "grad_weight", "obd", "random", "model_shapley"),
-               key=lambda v: (metrics.rows[v]["spearman_vs_shapley"], v))
-    assert headline["model_shapley_best_spearman_vs_shapley"] == (best == "model_shapley")
+    best = max(("magnitude", "grad_weight", "obd", "random"), key=lambda v: (metrics.rows[v]["spearman_vs_shapley"], v))
+    assert headline["model_shapley_margin_spearman_vs_shapley"] == pytest.approx(
+        ms["spearman_vs_shapley"] - metrics.rows[best]["spearman_vs_shapley"])
+    assert not any("claim" in k or isinstance(v, bool) for k, v in headline.items())
+    from paperline.methods.model_shapley.claims import SPECS
+
+    claims = {c.name: c for c in metrics.claims}
+    assert set(claims) == {s.name for s in SPECS} and any(c.trivial for c in claims.values())
+    assert all(c.seeds == len(seeds) for c in claims.values())
+    assert claims["model_shapley_spearman_above_random"].method_mean == pytest.approx(ms["spearman_vs_shapley"])
     gt = metrics.details["ground_truth"]
     hidden = tiny["digits"]["hidden"]
     assert len(gt["phi"]) == hidden and gt["permutations"] == tiny["permutations"]
@@ -49,16 +58,23 @@ def test_tiny_dag_outputs(dag):
     assert all(r.info.status == "FINISHED" for r in children)
     for child in children:
         variant = child.data.tags["variant"]
+        nested = c.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+        assert sorted(r.data.tags["variant"] for r in nested) == sorted(f"{variant}/seed{s}" for s in seeds)
+        assert all(r.info.status == "FINISHED" for r in nested)
         if variant in metrics.rows:
             for key in ("spearman_vs_shapley", "prune_accuracy_auc", "lm_prune_loss_auc"):
                 assert child.data.metrics[key] == metrics.rows[variant][key], (variant, key)
-            curve = c.get_metric_history(child.info.run_id, "lm_prune_perplexity")
-            assert [m.step for m in curve] == [round(100 * f) for f in tiny["prune_fractions"]]
+            for run in nested:  # each seed's curve and row on its own run
+                curve = c.get_metric_history(run.info.run_id, "lm_prune_perplexity")
+                assert [m.step for m in curve] == [round(100 * f) for f in tiny["prune_fractions"]]
+                seed = run.data.tags["variant"].rsplit("seed", 1)[1]
+                assert run.data.metrics["spearman_vs_shapley"] == pytest.approx(
+                    metrics.details["seed_rows"][seed][variant]["spearman_vs_shapley"])
     arts = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
     assert {"pruning_digits.png", "pruning_lm.png", "phi_vs_ground_truth.png", "pruning_digits.csv"} <= arts
     assert (dag / "plots" / "model_shapley" / "pruning_lm.csv").read_text().startswith("fraction,magnitude,")
     for ckpt in ("digits_mlp", "causal_lm", "ground_truth"):
-        assert (dag / "models" / "model_shapley" / ckpt / "checkpoint.pt").is_file()
+        assert all((dag / "models" / "model_shapley" / ckpt / f"seed{s}" / "checkpoint.pt").is_file() for s in seeds)
     assert json.loads((dag / "models" / "model_shapley" / "run.json").read_text())["complete"]
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from flows.launch import run_method
 from paperline.config import ParamsError
+from paperline.methods.ngn_m.claims import SPECS
 from paperline.metrics import validate_metrics
 from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
@@ -31,6 +32,12 @@ def test_tiny_dag_outputs(dag):
         assert row["least_squares_best_loss"] > 0 and 0 < row["digits_best_accuracy"] <= 1
     assert metrics.headline["ngn_m_minus_sgdm_mean_decades"] == pytest.approx(
         rows["ngn_m"]["mean_decades"] - rows["sgdm"]["mean_decades"])
+    names = {c.name for c in metrics.claims}
+    assert metrics.claims and names <= {s.name for s in SPECS} and any(c.trivial for c in metrics.claims)
+    assert {"ngn_m_wider_band_than_sgdm", "ngn_m_best_beats_initial_digits"} <= names
+    assert all(c.seeds <= 2 for c in metrics.claims)  # tiny sweeps two seeds
+    assert sorted(metrics.details["decades_by_seed"]["ngn_m"]["digits"]) == ["0", "1"]
+    assert 0 <= metrics.details["initial_model"]["digits"]["accuracy"] <= 1
     variants = sorted(f"{p}-{o}" for p in problems for o in OPTIMIZERS)
     assert sorted(p.name for p in (dag / "models" / "ngn_m").iterdir() if p.is_dir()) == variants
 

@@ -10,8 +10,10 @@ import json
 import numpy as np
 import pytest
 
+from paperline.methods.qfft.claims import SPECS
 from paperline.metrics import validate_metrics
 from tasks import track
+from tasks.publish import claim_metrics
 from tests.conftest import finished_flow_runs, report_rows
 
 MODELS = ["base", "sft", "qfft", "sft_noise_iv", "qfft_noise_iv"]
@@ -49,11 +51,16 @@ def test_tiny_dag_outputs(dag):
         assert base.get("easy_accuracy", 1.0) == 1.0 and base.get("hard_accuracy", 0.0) == 0.0
     assert metrics.headline["base_accuracy"] == metrics.rows["base"]["all_accuracy"]
     assert metrics.headline["qfft_minus_sft_rak"] == pytest.approx(metrics.rows["qfft"]["rak"] - metrics.rows["sft"]["rak"])
+    # the claims, paired by seed: every one declared, one against the base, two seeds decide nothing
+    assert metrics.claims and {c.name for c in metrics.claims} <= {s.name for s in SPECS}
+    assert any(c.trivial and c.versus == "base" for c in metrics.claims)
+    assert all(c.seeds <= len(SEEDS) and c.verdict == "inconclusive" for c in metrics.claims)
 
     parent, children = finished_flow_runs(dag, "qfft")
     assert sorted(r.data.tags["variant"] for r in children) == sorted(MODELS)
     assert all(r.info.status == "FINISHED" for r in children)
-    assert parent.data.metrics == {k: float(v) for k, v in metrics.headline.items()}  # headline figures only
+    # the headline figures and each claim's effect and interval, no per-model values
+    assert parent.data.metrics == {k: float(v) for k, v in metrics.headline.items()} | claim_metrics(metrics.claims)
     client = track.client()
     for child in children:  # the means on each model's run, each seed's own row on a run under it
         name = child.data.tags["variant"]

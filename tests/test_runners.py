@@ -7,8 +7,7 @@ import pytest
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from tasks.runners import (GPU_TAG, RuntimeConfig, ensure_gpu_limit, gpu_slot, gpu_slots,
-                           make_task_runner, submit_gpu)
+from tasks.runners import GPU_TAG, RuntimeConfig, ensure_gpu_limit, gpu_slot, gpu_slots, make_task_runner, submit_gpu
 
 
 @task(tags=[GPU_TAG])

@@ -8,9 +8,9 @@ import pytest
 from prefect import flow
 
 from flows.skeleton import method_run
+from paperline.claims import ClaimSpec
 from paperline.metrics import MethodMetrics
 from tasks import track
-from paperline.claims import ClaimSpec
 from tasks.publish import Report
 
 

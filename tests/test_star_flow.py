@@ -1,12 +1,14 @@
-"""The STAR flow's outputs in the tiny DAG (the record with a row per task, variant and budget, a
-child MLflow run per row carrying it with a nested run per seed and its learning curve, plots,
-checkpoints), and an environment the agents cannot use refused before any work, naming it."""
+"""The STAR flow's outputs in the tiny DAG (the record with a row per task, variant and budget and
+the claims, a child MLflow run per row carrying it with a nested run per seed and its learning curve,
+plots, checkpoints), and an environment the agents cannot use refused before any work, naming it."""
 from __future__ import annotations
 
 import json
+
 import pytest
 import yaml
 
+from paperline.methods.star.claims import SPECS
 from paperline.metrics import validate_metrics
 from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
@@ -35,8 +37,14 @@ def test_tiny_dag_outputs(dag):
     for task in ("pendulum", "grid"):
         gap = metrics.rows[f"{task}-star-4"]["normalized_return"] - metrics.rows[f"{task}-pebble-4"]["normalized_return"]
         assert headline[f"{task}_4_star_minus_pebble"] == pytest.approx(gap)
-        assert headline[f"{task}_4_star_above_pebble"] == (gap > 0)
-    assert isinstance(headline["claim_shown"], bool)
+    assert not any("claim" in k or "_above_" in k for k in headline)
+    claims = {c.name: c for c in metrics.claims}
+    assert set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
+    # every variant ran on both kinds of task, and the offline extractions: every claim is stated
+    assert set(claims) == {s.name for s in SPECS}
+    assert all(c.seeds == 1 and c.verdict == "inconclusive" for c in claims.values())  # one seed: no verdict
+    assert claims["star_above_pebble_continuous"].effect == pytest.approx(
+        metrics.rows["pendulum-star-4"]["normalized_return"] - metrics.rows["pendulum-pebble-4"]["normalized_return"])
     assert set(metrics.details["curves"]) == set(rows)
 
     parent, children = finished_flow_runs(dag, "star")
@@ -80,10 +88,11 @@ def _offline(dag, metrics, c, children, arts):
         assert row["seeds"] == 1 and 0 <= row["pref_accuracy"] <= 1
         assert row["normalized_return"] == pytest.approx(
             normalised(seed["variants"][v]["return"], seed["expert_return"], seed["random_return"]))
-    for base in ("iql", "awr"):
+    for base in ("iql", "awr", "dataset"):
         gap = table["offline-star"]["normalized_return"] - table[f"offline-{base}"]["normalized_return"]
         assert metrics.headline[f"offline_star_minus_{base}"] == pytest.approx(gap)
-        assert metrics.headline[f"offline_star_above_{base}"] == (gap > 0)
+        claim = next(c for c in metrics.claims if c.name == f"offline_star_above_{base}")
+        assert claim.effect == pytest.approx(gap) and claim.seeds == 1
     assert sorted(r.data.tags["variant"] for r in children) == ["offline-awr", "offline-iql", "offline-star"]
     star = next(r for r in children if r.data.tags["variant"] == "offline-star")
     nested = c.search_runs([star.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{star.info.run_id}'")

@@ -1,7 +1,8 @@
 """The SUMO flow: its outputs in the tiny DAG (a row per optimizer at its best lr, on that
-optimizer's MLflow run with its lr runs nested under it, the step-time run, plots as MLflow
-artifacts and DVC files); the same seed gives the DAG's metrics again (one optimizer, timings
-aside); the paper's LLaMA-on-C4 task through the same flow, and a missing C4 folder named first."""
+optimizer's MLflow run with its lr runs and their seed runs nested under it, the initial model's
+row, the step-time run, plots as MLflow artifacts and DVC files, the claims); the same seed gives
+the DAG's metrics again (one optimizer, timings aside); the paper's LLaMA-on-C4 task through the
+same flow, and a missing C4 folder named first."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import yaml
 
 from flows.launch import resolve, run_method
 from paperline.data.text_corpus import CorpusError
+from paperline.methods.sumo.claims import INITIAL, SPECS
 from paperline.metrics import validate_metrics
 from tasks import track
 from tasks.sumo import data_version
@@ -31,16 +33,24 @@ def _metrics(project):
 
 def test_tiny_dag_outputs(dag):
     metrics, tiny = _metrics(dag), _tiny(dag)
-    assert sorted(metrics.rows) == sorted(tiny["optimizers"]) == sorted(report_rows(dag, "sumo"))
+    assert sorted(metrics.rows) == sorted([*tiny["optimizers"], INITIAL]) == sorted(report_rows(dag, "sumo"))
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("galore_adamw", "mean_train_loss",
                                                                                    False)
-    rows = metrics.rows
+    rows = {name: row for name, row in metrics.rows.items() if name != INITIAL}
     for name, row in rows.items():
         assert row["best_lr"] in tiny["lr_grid"][name]
         assert row["state_floats"] == row["state_floats_formula"]
         for key in ("final_train_loss", "mean_train_loss", "test_accuracy", "state_bytes_vs_adamw",
                     "step_time_vs_adamw"):
             assert isinstance(row[key], float), (name, key)
+        assert row["seeds"] == tiny["seeds"] and row["tuning"] == f"lr grid of {len(tiny['lr_grid'][name])} at every seed"
+    # the trivial baseline: each seed's initial model, scored as the trained ones
+    assert metrics.rows[INITIAL]["seeds"] == tiny["seeds"] and metrics.rows[INITIAL]["test_loss"] > rows["sumo"]["test_loss"]
+    claims = {c.name: c for c in metrics.claims}
+    assert set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
+    assert {"sumo_below_galore_train_loss", "sumo_svd_below_ns_train_loss", "sumo_below_initial_test_loss",
+            "lm_sumo_below_adamw_val_loss", "lm_sumo_below_initial_val_loss"} == set(claims)
+    assert all(c.seeds == 2 and c.verdict == "inconclusive" for c in claims.values())  # 2 seeds at tiny
     assert rows["adamw"]["step_time_vs_adamw"] == 1.0
     assert rows["sumo"]["state_bytes"] < rows["galore_adamw"]["state_bytes"] < rows["adamw"]["state_bytes"]
     assert metrics.headline["sumo_over_galore_mean_train_loss"] == pytest.approx(
@@ -54,7 +64,7 @@ def test_tiny_dag_outputs(dag):
     assert parent.data.tags["data_version"].startswith("sha256:")
     assert not any("/" in k for k in parent.data.metrics)  # headline figures only
     by_variant = {r.data.tags["variant"]: r for r in children}
-    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time", "text_lm"])
+    assert sorted(by_variant) == sorted([*tiny["optimizers"], "step_time", "text_lm", INITIAL])
     assert all(r.info.status == "FINISHED" for r in children)
     for name, row in rows.items():  # each optimizer's run carries its row, under the same names
         assert by_variant[name].data.metrics["mean_train_loss"] == row["mean_train_loss"]
@@ -63,7 +73,10 @@ def test_tiny_dag_outputs(dag):
                            filter_string=f"tags.mlflow.parentRunId = '{by_variant['adamw'].info.run_id}'")
     assert sorted(r.data.tags["variant"] for r in nested) == ["adamw_lr0.001", "adamw_lr0.01"]
     lr_run = next(r for r in nested if r.data.tags["variant"] == "adamw_lr0.01")
-    curve = c.get_metric_history(lr_run.info.run_id, "train_loss/seed0")
+    seed_runs = {r.data.tags["variant"]: r for r in c.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{lr_run.info.run_id}'")}
+    assert sorted(seed_runs) == [f"adamw_lr0.01/seed{s}" for s in range(tiny["seeds"])]
+    curve = c.get_metric_history(seed_runs["adamw_lr0.01/seed0"].info.run_id, "train_loss")
     assert len(curve) > 2 and curve[-1].value < curve[0].value
     assert any(a.path.endswith(".pt") for a in c.list_artifacts(lr_run.info.run_id, "checkpoints"))
     pngs = [a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")
@@ -75,18 +88,22 @@ def test_tiny_dag_outputs(dag):
 
 
 def test_tiny_dag_text_lm_rows(dag):
-    """The causal-LM task: a row per optimizer of text_lm at its best lr, held-out loss and state
-    bytes measured = formula, SUMO's moment condition numbers, the headline's comparisons, each
-    (optimizer, lr) run nested under text_lm with its loss per step and κ curves, the plots."""
+    """The causal-LM task: a row per optimizer of text_lm at its best lr (picked at seed 0, the
+    mean over every seed), the initial model's row, held-out loss and state bytes measured =
+    formula, SUMO's moment condition numbers, the headline's ratios, each (optimizer, lr) run nested
+    under text_lm with its seeds' runs (loss per step and κ curves) under it, the plots."""
     metrics, t = _metrics(dag), _tiny(dag)["text_lm"]
     rows = metrics.tables["text_lm"]
-    assert sorted(rows) == sorted(t["optimizers"])
+    assert sorted(rows) == sorted([*t["optimizers"], INITIAL])
+    assert rows[INITIAL]["seeds"] == t["seeds"] and rows[INITIAL]["test_loss"] > rows["sumo"]["test_loss"]
+    rows = {name: row for name, row in rows.items() if name != INITIAL}
     for name, row in rows.items():
         assert row["best_lr"] in t["lr_grid"][name] and isinstance(row["test_loss"], float), name
-        assert row["state_floats"] == row["state_floats_formula"]
+        assert row["state_floats"] == row["state_floats_formula"] and row["seeds"] == t["seeds"]
     assert rows["sumo"]["state_bytes"] < rows["adamw"]["state_bytes"]
     assert 1 <= rows["sumo"]["moment_condition_median"] <= rows["sumo"]["moment_condition_max"]
-    assert metrics.headline["lm_sumo_val_loss_below_adamw"] == (rows["sumo"]["test_loss"] < rows["adamw"]["test_loss"])
+    lm_claim = next(c for c in metrics.claims if c.name == "lm_sumo_below_adamw_val_loss")
+    assert lm_claim.effect == pytest.approx(rows["sumo"]["test_loss"] - rows["adamw"]["test_loss"])
     assert metrics.headline["lm_sumo_over_adamw_val_loss"] == pytest.approx(
         rows["sumo"]["test_loss"] / rows["adamw"]["test_loss"])
 
@@ -97,10 +114,14 @@ def test_tiny_dag_text_lm_rows(dag):
     nested = {r.data.tags["variant"]: r for r in c.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{lm_run.info.run_id}'")}
     assert sorted(nested) == sorted(f"lm_{n}_lr{lr:g}" for n in t["optimizers"] for lr in t["lr_grid"][n])
-    sumo_run = nested[f"lm_sumo_lr{t['lr_grid']['sumo'][0]:g}"]
-    kappa = c.get_metric_history(sumo_run.info.run_id, "moment_condition_max/seed0")
+    sumo_lr = f"lm_sumo_lr{t['lr_grid']['sumo'][0]:g}"
+    seed_runs = {r.data.tags["variant"]: r for r in c.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{nested[sumo_lr].info.run_id}'")}
+    assert sorted(seed_runs) == [f"{sumo_lr}/seed{s}" for s in range(t["seeds"])]
+    sumo_run = seed_runs[f"{sumo_lr}/seed0"]
+    kappa = c.get_metric_history(sumo_run.info.run_id, "moment_condition_max")
     assert [m.step for m in kappa] == list(range(t["condition_every"], t["steps"] + 1, t["condition_every"]))
-    assert len(c.get_metric_history(sumo_run.info.run_id, "train_loss/seed0")) == t["steps"] // t["log_every"]
+    assert len(c.get_metric_history(sumo_run.info.run_id, "train_loss")) == t["steps"] // t["log_every"]
     assert {"lm_loss_curves.png", "lm_lr_sweep.png", "lm_moment_condition.png"} <= {
         p.name for p in (dag / "plots" / "sumo").glob("*.png")}
     assert (dag / "plots" / "sumo" / "lm_loss_curves.csv").read_text().startswith("step,")

@@ -1,6 +1,6 @@
 """The ZTSurv pipeline: the three WSI prep stages and the flow as the tiny DAG ran them (metrics,
-a row per method on that method's MLflow run with its fold runs nested under it, plots,
-checkpoints); and parameter errors."""
+a row per method, the mean over seeds, on that method's MLflow run with a run per seed nested
+under it and the seed's fold runs under that, the claims, plots, checkpoints); and parameter errors."""
 from __future__ import annotations
 
 import json
@@ -11,11 +11,12 @@ import yaml
 from flows.__main__ import main as flows_cli
 from flows.launch import run_method
 from paperline.config import ParamsError, read_params
+from paperline.methods.ztsurv.claims import SPECS
 from paperline.metrics import validate_metrics
 from tasks import track, wsi_prep
 from tests.conftest import finished_flow_runs, report_rows
 
-METHODS = ["composition_cox", "mean_pool", "abmil", "gcn", "ztsurv"]
+METHODS = ["random_risk", "composition_cox", "mean_pool", "abmil", "gcn", "ztsurv"]
 
 
 def test_tiny_dag_outputs(dag):
@@ -26,8 +27,18 @@ def test_tiny_dag_outputs(dag):
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     rows, headline = metrics.rows, metrics.headline
     assert sorted(rows) == sorted(METHODS) == sorted(report_rows(dag, "ztsurv"))
-    for row in rows.values():
+    tiny = yaml.safe_load((dag / "params.yaml").read_text())["ztsurv"]["profiles"]["tiny"]
+    seeds, folds = tiny["seeds"], tiny["folds"]
+    per_seed = metrics.details["c_index_per_seed"]
+    for m, row in rows.items():
         assert 0 <= row["c_index_mean"] <= 1 and 0 <= row["c_index_oof"] <= 1 and row["c_index_std"] >= 0
+        assert row["seeds"] == len(seeds) and list(per_seed[m]) == [str(s) for s in seeds]
+        assert row["c_index_mean"] == pytest.approx(sum(per_seed[m].values()) / len(seeds))  # the mean over seeds
+    assert per_seed["ztsurv"]["0"] != per_seed["ztsurv"]["1"]  # other folds and inits
+    claims = {c.name: c for c in metrics.claims}
+    assert set(claims) == {s.name for s in SPECS} and claims["ztsurv_above_random_risk"].trivial
+    assert all(c.seeds == len(seeds) and c.verdict == "inconclusive" for c in claims.values())  # 2 < 3 seeds
+    assert claims["ztsurv_above_gcn"].method_mean == pytest.approx(rows["ztsurv"]["c_index_mean"])
     best_pooling = max(("mean_pool", "abmil"), key=lambda m: rows[m]["c_index_mean"])
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == (best_pooling, "c_index_mean", True)
     assert metrics.details["cohort"]["patients"] == 16 and metrics.details["cohort"]["failed_slides"] == 0
@@ -45,18 +56,23 @@ def test_tiny_dag_outputs(dag):
     assert not any("/" in k for k in parent.data.metrics)  # headline figures only
     by_variant = {r.data.tags["variant"]: r for r in children}
     assert sorted(by_variant) == sorted(METHODS)
-    folds = yaml.safe_load((dag / "params.yaml").read_text())["ztsurv"]["profiles"]["tiny"]["folds"]
-    for m, run in by_variant.items():  # each method's run carries its row, its folds nested under it
+    for m, run in by_variant.items():  # each method's run carries its row, its seeds nested under it, their folds under those
         assert run.info.status == "FINISHED" and run.data.metrics["c_index_mean"] == rows[m]["c_index_mean"]
         nested = c.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
-        assert sorted(r.data.tags["variant"] for r in nested) == [f"{m}/fold{k}" for k in range(folds)]
-        if m == "ztsurv":
-            fold0 = next(r for r in nested if r.data.tags["variant"] == "ztsurv/fold0")
-            assert c.get_metric_history(fold0.info.run_id, "train_cox_loss")
+        assert sorted(r.data.tags["variant"] for r in nested) == [f"{m}/seed{s}" for s in seeds]
+        for seed_run in nested:
+            seed = seed_run.data.tags["variant"].rsplit("/seed", 1)[1]
+            assert seed_run.data.metrics["c_index_mean"] == pytest.approx(per_seed[m][seed])
+            fold_runs = c.search_runs([parent.info.experiment_id],
+                                      filter_string=f"tags.mlflow.parentRunId = '{seed_run.info.run_id}'")
+            assert sorted(r.data.tags["variant"] for r in fold_runs) == [f"{m}/seed{seed}/fold{k}" for k in range(folds)]
+            if m == "ztsurv":
+                fold0 = next(r for r in fold_runs if r.data.tags["variant"].endswith("/fold0"))
+                assert c.get_metric_history(fold0.info.run_id, "train_cox_loss")
     pngs = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
     assert {"segmentation_overlays.png", "graph_one_slide.png", "km_risk_groups.png"} <= pngs
     assert all((dag / "plots" / "ztsurv" / p).exists() for p in pngs)
-    assert (dag / "models" / "ztsurv" / "ztsurv" / "fold0.pt").exists()
+    assert (dag / "models" / "ztsurv" / "ztsurv" / "seed1" / "fold0.pt").exists()
     assert json.loads((dag / "models" / "ztsurv" / "run.json").read_text())["complete"]
 
 

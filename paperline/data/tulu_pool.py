@@ -34,8 +34,15 @@ from pydantic import Field, model_validator
 
 from paperline.config import StrictModel
 from paperline.data.chunks import ChunkMap, map_serially
-from paperline.data.tulu import (LineRange, SkipStats, TuluRecord, iter_tulu_jsonl, line_ranges, read_tulu_jsonl,
-                                 write_tulu_jsonl)
+from paperline.data.tulu import (
+    LineRange,
+    SkipStats,
+    TuluRecord,
+    iter_tulu_jsonl,
+    line_ranges,
+    read_tulu_jsonl,
+    write_tulu_jsonl,
+)
 from paperline.io import DataError, atomic_dir, write_json
 
 PositiveInt = Annotated[int, Field(ge=1)]

@@ -78,8 +78,9 @@ class TextureBank:
 def texture_bank(svs: str | Path, patch: int = 128, stride: int = 32, share: float = 0.3) -> TextureBank:
     """Cut the slide into patches; tissue patches (Otsu on saturation, >= 70% tissue) are ranked by
     mean red minus blue over tissue: the pinkest `share` is stroma, the most purple `share` tumour."""
-    from paperline.data.wsi import open_slide, otsu_tissue_mask, read_level, slide_mpp
     from skimage.color import rgb2hed
+
+    from paperline.data.wsi import open_slide, otsu_tissue_mask, read_level, slide_mpp
 
     svs = Path(svs)
     slide = open_slide(svs)

@@ -17,7 +17,6 @@ from torch import nn
 
 from paperline.io import DataError, atomic_path
 
-
 # nn.LayerNorm's default; a checkpoint records its eps only where it differs (converted ViT-B/16:
 # 1e-12), so the shapes saved before eps was a parameter keep loading
 NORM_EPS = 1e-5

@@ -12,8 +12,13 @@ import math
 
 import torch
 
-from paperline.optim.hybrid import (adamw_group_step, check_matrix_groups, check_positive,
-                                    check_unit_interval, short_side_first)
+from paperline.optim.hybrid import (
+    adamw_group_step,
+    check_matrix_groups,
+    check_positive,
+    check_unit_interval,
+    short_side_first,
+)
 
 
 class GaLoreAdamW(torch.optim.Optimizer):

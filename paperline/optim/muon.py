@@ -12,8 +12,7 @@ import math
 
 import torch
 
-from paperline.optim.hybrid import (adamw_group_step, check_matrix_groups, check_positive,
-                                    check_unit_interval)
+from paperline.optim.hybrid import adamw_group_step, check_matrix_groups, check_positive, check_unit_interval
 
 # Keller Jordan's coefficients (the spec's 3.4445, −4.7750, 2.0315): they maximize the slope at 0,
 # so singular values end up in roughly [0.7, 1.2] rather than exactly at 1.

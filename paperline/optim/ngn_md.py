@@ -19,8 +19,16 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from paperline.optim.ngn import (Closure, check_positive, check_unit_interval, check_weight_decay,
-                                 closure_loss, grads_of, ngn_step_size, step_cap)
+from paperline.optim.ngn import (
+    Closure,
+    check_positive,
+    check_unit_interval,
+    check_weight_decay,
+    closure_loss,
+    grads_of,
+    ngn_step_size,
+    step_cap,
+)
 
 
 class NGNMD(Optimizer):

@@ -30,8 +30,13 @@ from typing import Literal
 import numpy as np
 import torch
 
-from paperline.optim.hybrid import (adamw_group_step, check_matrix_groups, check_positive,
-                                    check_unit_interval, short_side_first)
+from paperline.optim.hybrid import (
+    adamw_group_step,
+    check_matrix_groups,
+    check_positive,
+    check_unit_interval,
+    short_side_first,
+)
 from paperline.optim.muon import newton_schulz
 
 

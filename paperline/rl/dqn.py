@@ -9,9 +9,8 @@ from typing import Annotated, Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from pydantic import Field
+from torch import nn
 
 from paperline.rl.nets import BackboneSettings, mlp, soft_update
 

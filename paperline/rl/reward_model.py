@@ -111,7 +111,7 @@ class RewardEnsemble(nn.Module):
         s, surf = self.s, self.surf
         seg0_t, seg1_t = self._tensor(seg0), self._tensor(seg1)
         y_t = smoothed_targets(self._tensor(y), self.pmr_eps)
-        n, H = len(y), seg0.shape[1]
+        n = len(y)
         loss_sum = pseudo_sum = 0.0
         for _ in range(s.updates):
             loss = torch.zeros(())

@@ -33,8 +33,9 @@ def causal_lm_skeleton(path: str | Path) -> torch.nn.Module:
     """An empty (meta-device) copy of a local transformers causal-LM directory's model, built from
     its config.json alone: what to check target modules and shapes on before any weight is read.
     ModelDirError naming the path when the folder is not a causal LM."""
-    import paperline.nn.causal_lm  # noqa: F401  registers CausalLM with the Auto classes
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    import paperline.nn.causal_lm  # noqa: F401  registers CausalLM with the Auto classes
 
     path = Path(path)
     if not (path / "config.json").is_file():

@@ -13,8 +13,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from paperline.data.images import check_images, load_images, split_images
-from paperline.data.vit_source import (CLASSIFIER_FILE, RECORD_FILE, SPLIT_FILE, TRAIN_STATE_FILE,
-                                       VitSourceConfig)
+from paperline.data.vit_source import CLASSIFIER_FILE, RECORD_FILE, SPLIT_FILE, TRAIN_STATE_FILE, VitSourceConfig
 from paperline.io import DataError, atomic_path, json_digest, read_json, write_json
 from paperline.nn.vit import ViT, load_classifier, save_classifier
 from paperline.train.checkpoint import Resumable

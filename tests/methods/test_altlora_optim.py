@@ -8,11 +8,18 @@ import pytest
 import torch
 from torch import nn
 
-from paperline.methods.altlora.adapters import (AdapterError, add_lora, expected_state_floats, make_optimizer,
-                                                rescale)
+from paperline.methods.altlora.adapters import AdapterError, add_lora, expected_state_floats, make_optimizer, rescale
 from paperline.methods.altlora.config import OptimizerSettings
-from paperline.optim.altlora import (AltLoRA, LoRAProLike, count_state_floats, lora_pairs, phase_of,
-                                     projected_gradient, scaled_gd, transport)
+from paperline.optim.altlora import (
+    AltLoRA,
+    LoRAProLike,
+    count_state_floats,
+    lora_pairs,
+    phase_of,
+    projected_gradient,
+    scaled_gd,
+    transport,
+)
 
 
 class TwoLayers(nn.Module):

@@ -79,16 +79,21 @@ def test_digits_load_and_split_seeded():
         load_images("cifar")  # type: ignore[arg-type]
 
 
-def test_fashion_mnist_idx_files_are_read_and_a_missing_package_is_named(tmp_path):
+def test_fashion_mnist_is_read_from_the_committed_npz_and_a_missing_or_changed_file_is_named(tmp_path):
     from paperline.data import images
 
     x = (np.arange(2 * 28 * 28) % 256).astype(np.uint8).reshape(2, 28, 28)
     y = np.array([3, 7], np.uint8)
-    header = lambda code, shape: bytes([0, 0, 8, code]) + b"".join(n.to_bytes(4, "big") for n in shape)  # noqa: E731
-    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(header(3, x.shape) + x.tobytes())
-    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(header(1, y.shape) + y.tobytes())
-    got_x, got_y = images._fashion_mnist(tmp_path)
+    np.savez_compressed(tmp_path / "f.npz", images=x, labels=y)
+    got_x, got_y = images._fashion_mnist(tmp_path / "f.npz", sha256=None)
     np.testing.assert_allclose(got_x, x / 255.0, rtol=1e-6)
     assert got_y.tolist() == [3, 7] and got_y.dtype == np.int64
-    with pytest.raises(ImageDataError, match="no t10k-images-idx3-ubyte\\* under .*dataset-fashion-mnist"):
-        images._fashion_mnist(tmp_path / "nowhere" / "dataset-fashion-mnist")
+    with pytest.raises(ImageDataError, match=r"f\.npz: arrays' sha256 [0-9a-f]+ is not the pinned"):
+        images._fashion_mnist(tmp_path / "f.npz")  # the committed arrays' pin
+    with pytest.raises(ImageDataError, match=r"nowhere\.npz: missing \(committed with the repository"):
+        images._fashion_mnist(tmp_path / "nowhere.npz")
+    np.savez_compressed(tmp_path / "g.npz", images=x.astype(np.float32), labels=y)
+    with pytest.raises(ImageDataError, match=r"g\.npz: expected uint8 images"):
+        images._fashion_mnist(tmp_path / "g.npz", sha256=None)
+    x, y = load_images("fashion_mnist")  # the committed file, checked against its pin
+    assert x.shape == (5000, 28, 28) and np.bincount(y).tolist() == [500] * 10

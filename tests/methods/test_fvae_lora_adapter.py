@@ -8,8 +8,15 @@ import torch
 from torch import nn
 from torch.distributions import Normal, kl_divergence
 
-from paperline.methods.fvae_lora.adapter import (FvaeSettings, check_targets, fvae_layer_loss, fvae_layers,
-                                                 fvae_loss, inject, set_generator)
+from paperline.methods.fvae_lora.adapter import (
+    FvaeSettings,
+    check_targets,
+    fvae_layer_loss,
+    fvae_layers,
+    fvae_loss,
+    inject,
+    set_generator,
+)
 
 
 class TwoLayer(nn.Module):

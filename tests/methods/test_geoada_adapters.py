@@ -10,8 +10,14 @@ import copy
 import pytest
 import torch
 
-from paperline.methods.geoada.adapters import (GeoAda, GPFPlus, build_variant, couple_subgraph, equivariance_error,
-                                               trainable_parameters)
+from paperline.methods.geoada.adapters import (
+    GeoAda,
+    GPFPlus,
+    build_variant,
+    couple_subgraph,
+    equivariance_error,
+    trainable_parameters,
+)
 from paperline.methods.geoada.config import VARIANTS, fits
 from paperline.methods.geoada.egtn import EGTN, Schedule, sample
 from paperline.methods.geoada.train import Windows, evaluate, train

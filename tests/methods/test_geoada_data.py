@@ -7,8 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from paperline.data.nbody import (GLOBAL_SUFFIX, PRETRAIN_SUFFIX, RECORD_FILE, NBodyConfig, NBodyError,
-                                  build_nbody, load_md17_npz, load_split, simulate_charged, write_split)
+from paperline.data.nbody import (
+    GLOBAL_SUFFIX,
+    PRETRAIN_SUFFIX,
+    RECORD_FILE,
+    NBodyConfig,
+    NBodyError,
+    build_nbody,
+    load_md17_npz,
+    load_split,
+    simulate_charged,
+    write_split,
+)
 
 
 def _cfg(**kw) -> NBodyConfig:

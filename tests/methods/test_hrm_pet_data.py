@@ -57,11 +57,14 @@ def test_refused_inputs_are_named():
 
 def test_config_refuses_a_run_without_its_baseline_or_with_repeats():
     seq = {"name": "s", "source": "digits"}
-    with pytest.raises(ValueError, match="must include 'hide_lora'"):
-        HrmPetConfig(sequences=[seq], variants=["hrm_pet"])
+    with pytest.raises(ValueError, match="must include 'frozen_head'.*'hide_lora'"):
+        HrmPetConfig(sequences=[seq], variants=["frozen_head", "hrm_pet"])
+    with pytest.raises(ValueError, match="must include 'frozen_head'"):
+        HrmPetConfig(sequences=[seq], variants=["hide_lora", "hrm_pet"])
     with pytest.raises(ValueError, match="sequences repeat a name"):
         HrmPetConfig(sequences=[seq, seq])
-    assert HrmPetConfig(sequences=[seq], variants=["hide_lora", "hrm_pet"]).learners() == ["plain", "ctird", "ctird_code"]
+    minimal = HrmPetConfig(sequences=[seq], variants=["frozen_head", "hide_lora", "hrm_pet"])
+    assert minimal.learners() == ["plain", "ctird", "ctird_code"]
 
 
 def test_final_average_accuracy_and_forgetting():
@@ -75,17 +78,23 @@ def test_final_average_accuracy_and_forgetting():
             "crm_flagged": 0.2, "crm_switched": 0.05, "oracle_accuracy_per_task": [1.0, 0.5, 0.75], "absorbed": 0.3}
     m = run_metrics([r | last for r in records])
     assert m["forward_passes"] == 2.25 and m["matching"] == 0.8 and m["oracle_final_accuracy"] == 0.75
+    # without LoRA (the frozen head): one pass, and no LoRA oracle or absorption to report
+    no_lora = {k: v for k, v in last.items() if k not in ("oracle_accuracy_per_task", "absorbed")}
+    m = run_metrics([r | no_lora | {"base_passes": 1, "extra_passes": 0.0} for r in records])
+    assert m["forward_passes"] == 1 and "oracle_final_accuracy" not in m and "absorbed" not in m
 
 
-def test_a_missing_source_falls_back_only_when_a_fallback_is_named(monkeypatch):
+def test_fashion_mnist_is_the_committed_subsample_and_a_missing_file_is_an_error(monkeypatch, tmp_path):
+    """The second sequence's source ships with the repository (issue 38: a fresh clone silently fell
+    back to digits when a Debian package was missing); without it the run stops, naming the file."""
     from paperline.data import images
     from paperline.methods.hrm_pet.data import load_source
 
-    def missing():
-        raise ImageDataError("source 'fashion_mnist': no t10k-images-idx3-ubyte* under /nowhere")
-
-    monkeypatch.setattr(images, "_fashion_mnist", missing)
-    x, y, used = load_source(SequenceConfig(name="f", source="fashion_mnist", fallback="digits"))
-    assert used == "digits" and x.shape == (1797, 8, 8)
-    with pytest.raises(ImageDataError, match="no t10k-images-idx3-ubyte"):
+    x, y = load_source(SequenceConfig(name="f", source="fashion_mnist"))
+    assert x.shape == (5000, 28, 28) and x.dtype == np.float32 and np.bincount(y).tolist() == [500] * 10
+    missing = tmp_path / "fashion_mnist_subsample.npz"
+    monkeypatch.setattr(images, "FASHION_MNIST_FILE", missing)
+    with pytest.raises(ImageDataError, match=f"{missing}: missing"):
         load_source(SequenceConfig(name="f", source="fashion_mnist"))
+    with pytest.raises(ValueError, match="fallback"):  # no fallback to name any more
+        SequenceConfig(name="f", source="fashion_mnist", fallback="digits")

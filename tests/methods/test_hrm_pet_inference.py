@@ -104,3 +104,20 @@ def test_evaluate_task_records_matching_oracle_and_absorption():
     assert rec["base"]["oracle_accuracy_per_task"] == [1.0, 1.0]  # the true task's LoRA is right on both
     assert rec["base"]["absorbed"] == 1.0  # each LoRA pulls the other task's sample into its classes
     assert rec["drm"]["extra_passes"] == 0.0  # so DRM finds nothing to re-match
+
+
+def test_without_lora_the_tii_head_classifies_alone():
+    """The trivial baseline (frozen_head): the TII head's own class over the seen classes, no LoRA
+    pass, whatever the LoRAs would say; its record has no LoRA oracle or absorption."""
+    from paperline.methods.hrm_pet.evaluate import evaluate_task
+
+    tii = torch.tensor([[3.0, 0.0, 0.0, 9.0], [0.0, 0.0, 2.0, 1.0]])  # class 3 unseen (seen = 3)
+    lora = torch.tensor([[[0.0, 5.0, 0.0, 0.0]] * 2, [[0.0, 0.0, 0.0, 5.0]] * 2])
+    res = infer(tii, lora, CLASS_TASK, 3, Rules(lora=False, drm=True, crm=True), LOOSE)
+    assert res.pred.tolist() == [0, 2] and res.task.tolist() == [0, 1] and res.extra_passes.tolist() == [0, 0]
+    rec = evaluate_task({"frozen_head": Rules(lora=False), "hide_lora": Rules()}, CrmConfig(), tii, lora,
+                        torch.tensor([0, 2]), CLASS_TASK, 3, 2)
+    assert rec["frozen_head"]["accuracy_per_task"] == [1.0, 1.0] and rec["frozen_head"]["base_passes"] == 1
+    assert "oracle_accuracy_per_task" not in rec["frozen_head"] and "absorbed" in rec["hide_lora"]
+    # the matched LoRAs predict class 1 (wrong) and, masked to the seen classes, class 0 (wrong)
+    assert rec["hide_lora"]["base_passes"] == 2 and rec["hide_lora"]["accuracy_per_task"] == [0.0, 0.0]

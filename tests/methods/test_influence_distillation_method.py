@@ -15,8 +15,12 @@ from paperline.data.tulu import TuluRecord
 from paperline.methods.influence_distillation import landmarks
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from paperline.methods.influence_distillation.finetune import epoch_batches, make_optimizer, train
-from paperline.methods.influence_distillation.influence import (HadamardProjector, adam_coefficients, fwht,
-                                                                per_sample_gradients)
+from paperline.methods.influence_distillation.influence import (
+    HadamardProjector,
+    adam_coefficients,
+    fwht,
+    per_sample_gradients,
+)
 from paperline.methods.influence_distillation.model import build_model, masked_lm_loss, tokenize
 from paperline.methods.influence_distillation.qp import qp_check
 from paperline.methods.influence_distillation.selection import first_order_weights, lambda_for_k, round_robin

@@ -72,3 +72,34 @@ def test_with_every_sample_a_landmark_propagation_reproduces_the_exact_influence
     exact, propagated = out["scores"]["exact_first_order"], out["scores"]["influence_distillation"]
     assert torch.allclose(propagated, exact, atol=1e-3 * float(exact.abs().max()))
     assert out["comparison"]["selection_overlap_id_exact"] == 1.0
+
+
+def test_a_seed_fine_tunes_the_stages_selections_and_draws_random_selection_again(pool_dir, tmp_path):
+    """At the stage's seed every selection is the stage's file; at another seed random selection
+    is drawn as the stage draws it (so drawing seed 0 again gives the stage's seed-0 file), its
+    composition counted anew; the targeted selections stay the stage's."""
+    import json
+
+    from paperline.data.tulu_pool import load_pool_dir
+    from paperline.methods.influence_distillation.baselines import random_selection
+
+    pool, _, _ = load_pool_dir(pool_dir)
+    stage_ids = [pool[i].id for i in random_selection(len(pool), 30, 0 + pipeline.RANDOM_DRAW)]  # the stage at seed 0
+    (tmp_path / "random.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in stage_ids))
+    (tmp_path / "rds_plus.jsonl").write_text(json.dumps({"id": pool[0].id}) + "\n")
+    summary = {"selections": {"random": {"file": "random.jsonl", "wall_s": 1e-4, "share_squad_like": 0.5},
+                              "rds_plus": {"file": "rds_plus.jsonl", "wall_s": 2.0}}}
+    cfg = InfluenceDistillationConfig(**(SMALL | {"pool_dir": str(pool_dir), "seeds": [0, 1]}))
+    ids, sel, path = pipeline.seed_selection(cfg, summary, tmp_path, "random", 0)
+    assert ids == stage_ids and sel == summary["selections"]["random"] and path == tmp_path / "random.jsonl"
+    assert pipeline.seed_selection(cfg, summary, tmp_path, "rds_plus", 1)[0] == [pool[0].id]
+    other = cfg.model_copy(update={"seed": 7})  # seed 0 is now not the stage's: drawn, as the stage drew it
+    assert pipeline.seed_selection(other, summary, tmp_path, "random", 0)[0] == stage_ids
+    ids, sel, path = pipeline.seed_selection(cfg, summary, tmp_path, "random", 1)
+    assert path is None and len(set(ids)) == 30 and ids != stage_ids
+    assert sel["wall_s"] == 1e-4 and "file" not in sel
+    chosen = [i for i, r in enumerate(pool) if r.id in set(ids)]
+    assert sel["share_squad_like"] == pytest.approx(
+        pipeline.composition([r.dataset for r in pool], ["mmlu_like", "squad_like"], chosen)["share_squad_like"])
+    with pytest.raises(ValueError, match=r"seeds: \[1\] listed more than once"):
+        InfluenceDistillationConfig(**(SMALL | {"seeds": [1, 1]}))

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from paperline.data.tulu import (ByteTokenizer, SkipStats, TuluFormatError, encode_tulu, iter_tulu_jsonl,
-                                 parse_tulu_line, read_tulu_jsonl, tulu_text, write_tulu_jsonl)
+from paperline.data.tulu import (
+    ByteTokenizer,
+    SkipStats,
+    TuluFormatError,
+    encode_tulu,
+    iter_tulu_jsonl,
+    parse_tulu_line,
+    read_tulu_jsonl,
+    tulu_text,
+    write_tulu_jsonl,
+)
 from paperline.data.tulu_pool import TuluPoolConfig, load_pool_dir, write_pool
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "influence_distillation"

@@ -3,17 +3,28 @@ attention probabilities, the distillation objective, the client model, layer-wis
 the baselines' trainable sets, and the Dirichlet split."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
 
 from paperline.methods.leff.data import cut_windows, dirichlet_split
-from paperline.methods.leff.leff import (add_lora, add_zero_biases, aggregate, attention_probs, block_importance,
-                                         block_probabilities, build_model, choose_block, context_layers,
-                                         distil_context, distillation_loss, layer_importance, leff_client_model,
-                                         student_map, trainable_keys)
+from paperline.methods.leff.leff import (
+    add_lora,
+    add_zero_biases,
+    aggregate,
+    attention_probs,
+    block_importance,
+    block_probabilities,
+    build_model,
+    choose_block,
+    context_layers,
+    distil_context,
+    distillation_loss,
+    layer_importance,
+    leff_client_model,
+    student_map,
+    trainable_keys,
+)
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 
 

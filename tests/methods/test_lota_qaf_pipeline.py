@@ -82,7 +82,9 @@ def test_digits_to_metrics(tmp_path):
     rows = {"digits_float": score_row(build_task(cfg, "digits", data), model)}
     rows |= run_group(cfg, "digits", 3, data, tmp_path / "mlp.pt")["rows"]
     metrics = method_metrics(cfg, rows, {}, "tiny")
-    assert metrics.headline["lota_merge_bit_identical"] is True
+    claims = {c.name: c for c in metrics.claims}
+    assert claims["lota_merge_bit_identical"].verdict == claims["lota_codes_on_grid"].verdict == "exact"
+    assert claims["digits_w3_lota_beats_quantized"].trivial and claims["digits_w3_lota_beats_quantized"].seeds == 1
     assert metrics.headline["lota_max_merge_loss"] == 0
     assert set(metrics.tables["digits_accuracy"]["w3"]) >= {"float", "quantized", "lota_merged", "lora_unmerged"}
 

@@ -5,8 +5,14 @@ import torch
 from torch import nn
 
 from paperline.methods.lota_qaf.config import AdapterSettings, LotaSettings
-from paperline.methods.lota_qaf.layers import LotaLinear, QALoraLinear, QuantLinear, select_targets, threshold_projection
-from paperline.methods.lota_qaf.quant import (QuantError, check_bits, quantize_gptq, quantize_rtn, requantize)
+from paperline.methods.lota_qaf.layers import (
+    LotaLinear,
+    QALoraLinear,
+    QuantLinear,
+    select_targets,
+    threshold_projection,
+)
+from paperline.methods.lota_qaf.quant import QuantError, check_bits, quantize_gptq, quantize_rtn, requantize
 from paperline.methods.lota_qaf.tsignsgd import TSignSGD, quantile_at
 
 

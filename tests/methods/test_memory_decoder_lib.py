@@ -13,8 +13,14 @@ import torch.nn.functional as F
 from paperline.data.text_corpus import CorpusError
 from paperline.methods.memory_decoder.config import DatastoreConfig, DomainConfig, MemoryDecoderConfig
 from paperline.methods.memory_decoder.corpora import generate_domain, read_domain_text
-from paperline.methods.memory_decoder.datastore import (Datastore, build_index, extract_keys, load_datastore,
-                                                       logits_and_keys, save_datastore)
+from paperline.methods.memory_decoder.datastore import (
+    Datastore,
+    build_index,
+    extract_keys,
+    load_datastore,
+    logits_and_keys,
+    save_datastore,
+)
 from paperline.methods.memory_decoder.knn import drop_self, knn_distribution, knn_target_probability
 from paperline.methods.memory_decoder.memdec import memdec_loss, mix_log_probs, perplexity_sweep
 

@@ -14,7 +14,6 @@ from paperline.methods.model_shapley import estimators as E
 from paperline.methods.model_shapley.shapley import exact_shapley, marginals
 
 
-
 @pytest.fixture(autouse=True)
 def _float64():
     """Exact comparisons in float64 (restored after: the default dtype is process-wide)."""

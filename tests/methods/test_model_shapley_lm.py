@@ -1,6 +1,6 @@
 """The rankings on the shared causal LM: per-sequence gradients of the SwiGLU and query blocks from
 one backward equal autograd's, a pruned neuron is a zeroed output (weights restored after), neuron,
-head and layer sums, and the claims computed from a table."""
+head and layer sums, and the margins and mean rows computed from per-seed tables."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 
 from paperline.methods.model_shapley import estimators as E
 from paperline.methods.model_shapley import lm
-from paperline.methods.model_shapley.summary import claims
+from paperline.methods.model_shapley.summary import margins, mean_table
 from paperline.nn.causal_lm import CausalLM
 
 
@@ -73,18 +73,23 @@ def test_neuron_head_and_layer_sums(model):
     assert agg["layer1_mlp_phi"] == pytest.approx(float(units["phi"][hidden:].sum()), abs=1e-12)
 
 
-def test_claims_are_computed_from_the_rows():
-    def row(spearman, prune, tune, lm_auc):
+def test_margins_over_the_best_baseline_and_rows_averaged_over_seeds():
+    def row(spearman, prune, tune, lm_auc, at50=0.5):
         return {"spearman_vs_shapley": spearman, "prune_accuracy_auc": prune, "finetune_shift_accuracy": tune,
-                "lm_prune_loss_auc": lm_auc}
+                "lm_prune_loss_auc": lm_auc, "prune_accuracy_at_50pct": at50}
     table = {"magnitude": row(0.3, 0.6, 0.5, 4.2), "obd": row(0.5, 0.7, 0.55, 4.1),
              "model_shapley": row(0.6, 0.65, 0.6, 4.0), "paper_sign": row(0.9, 0.9, 0.9, 3.0),
              "random": row(0.0, 0.5, 0.52, 4.5)}
-    got = claims(table)
-    assert got["model_shapley_best_spearman_vs_shapley"] is True  # paper_sign is a variant, not a baseline
-    assert got["model_shapley_margin_spearman_vs_shapley"] == pytest.approx(0.1)
-    assert got["model_shapley_best_prune_accuracy_auc"] is False and got["best_baseline_prune_accuracy_auc"] == "obd"
+    got = margins(table)
+    assert got["model_shapley_margin_spearman_vs_shapley"] == pytest.approx(0.1)  # paper_sign is no baseline
+    assert got["best_baseline_prune_accuracy_auc"] == "obd"
     assert got["model_shapley_margin_prune_accuracy_auc"] == pytest.approx(-0.05)
-    assert got["model_shapley_best_lm_prune_loss_auc"] is True  # lower is better
-    assert got["model_shapley_margin_lm_prune_loss_auc"] == pytest.approx(0.1)
-    assert claims({"obd": table["obd"]}) == {}
+    assert got["model_shapley_margin_lm_prune_loss_auc"] == pytest.approx(0.1)  # lower is better
+    assert not any("best_" in k and isinstance(v, bool) for k, v in got.items())  # verdicts are claims
+    assert margins({"obd": table["obd"]}) == {}
+    other = {v: r | {"spearman_vs_shapley": r["spearman_vs_shapley"] + 0.2, "prune_accuracy_at_50pct": None}
+             for v, r in table.items()}
+    mean = mean_table({0: table, 1: other})
+    assert mean["obd"]["spearman_vs_shapley"] == pytest.approx(0.6)
+    assert mean["obd"]["spearman_vs_shapley_std"] == pytest.approx(0.2 / 2 ** 0.5)  # sample std of 0.5, 0.7
+    assert mean["obd"]["prune_accuracy_at_50pct"] == 0.5  # a seed without the figure does not count

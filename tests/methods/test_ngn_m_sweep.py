@@ -54,12 +54,14 @@ def test_summary_rows_are_optimizers_with_per_problem_columns():
     assert rows["ngn_m"]["least_squares_decades"] == pytest.approx(2.0)
     assert rows["ngn_m"]["least_squares_best_loss"] == pytest.approx(0.3)
     assert rows["ngn_m"]["mean_decades"] == pytest.approx(2.0)
+    assert rows["sgdm"]["tuning"] == rows["ngn_m"]["tuning"] == "c grid of 3"
 
     metrics = method_metrics(rows, variants, 0.1, "tiny")  # validated
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("sgdm", "mean_decades", True)
     assert metrics.headline == {"ngn_m_minus_sgdm_mean_decades": pytest.approx(2.0), "ngn_family_diverged_c_points": 0,
                                 "sgd_sgdm_diverged_c_points": 2, "grid_decades": pytest.approx(2.0)}
-    assert metrics.details == {"band": 0.1}
+    assert metrics.details["band"] == 0.1 and metrics.claims == []
+    assert metrics.details["decades_by_seed"]["ngn_m"]["least_squares"] == {"0": pytest.approx(2.0), "1": pytest.approx(2.0)}
 
 
 def test_mlflow_curves_of_a_sweep_are_thinned_and_keyed_by_c():
@@ -146,6 +148,9 @@ def test_run_variant_is_deterministic_and_reuses_finished_runs(tmp_path):
         return [{k: x for k, x in r.to_dict().items() if k != "seconds"} for r in v.runs]
 
     assert untimed(again) == untimed(first)
+    # the untrained model of the seed: scored like a final model, worse than every trained run here
+    assert set(first.initial) == {0} and first.initial[0]["loss"] > max(r.final["loss"] for r in first.runs)
+    assert VariantResult.from_dict(first.to_dict()).initial == first.initial
     (tmp_path / "a" / "c01_s0.json").write_text((tmp_path / "a" / "c00_s0.json").read_text())
     reused = run_variant(cfg, "rosenbrock", "ngn_m", tmp_path / "a", root=tmp_path)
     assert reused.runs[1].c == first.runs[0].c  # read back, not retrained

@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 from paperline.data import emg2qwerty as eq
-from paperline.data.semg_synth import (band_powers, generate_sessions, load_corpus, session_raw, user_profile,
-                                       motor_units)
+from paperline.data.semg_synth import (
+    band_powers,
+    generate_sessions,
+    load_corpus,
+    motor_units,
+    session_raw,
+    user_profile,
+)
 from paperline.methods.splashnet.config import GeneratorConfig
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "splashnet" / "user00_session00_0.5s.hdf5"

@@ -8,9 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from paperline.methods.splashnet.transforms import (BAND_BINS, N_BINS, log_spectrogram, random_band_rotation,
-                                                    rolling_time_norm, six_bands, spec_augment,
-                                                    temporal_alignment_jitter)
+from paperline.methods.splashnet.transforms import (
+    BAND_BINS,
+    N_BINS,
+    log_spectrogram,
+    random_band_rotation,
+    rolling_time_norm,
+    six_bands,
+    spec_augment,
+    temporal_alignment_jitter,
+)
 
 
 def test_log_spectrogram_shape_and_a_sine_lands_in_its_bin():

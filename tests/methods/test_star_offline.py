@@ -12,10 +12,14 @@ import pytest
 import torch
 
 from paperline.io import DataError
-from paperline.methods.star.offline import (ExpectileQ, GaussianPolicy, awr_loss, awr_weights, expectile_loss,
-                                            mc_returns)
-from paperline.rl.offline import (OfflineDataError, load_dataset, load_preference_labels, write_d4rl,
-                                  write_preference_labels)
+from paperline.methods.star.offline import ExpectileQ, GaussianPolicy, awr_loss, awr_weights, expectile_loss, mc_returns
+from paperline.rl.offline import (
+    OfflineDataError,
+    load_dataset,
+    load_preference_labels,
+    write_d4rl,
+    write_preference_labels,
+)
 from tests.methods.star_helpers import lbfgs_minimise
 
 

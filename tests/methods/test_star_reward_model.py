@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from paperline.rl.reward_model import (RewardEnsemble, RewardSettings, SURFSettings, _crop, bradley_terry_loss,
-                                       pmr_gap, smoothed_targets)
+from paperline.rl.reward_model import (
+    RewardEnsemble,
+    RewardSettings,
+    SURFSettings,
+    _crop,
+    bradley_terry_loss,
+    pmr_gap,
+    smoothed_targets,
+)
 from paperline.rl.teacher import ScriptedTeacher, TeacherSettings, rational_labels, segment_returns
 from tests.methods.star_helpers import lbfgs_minimise
 

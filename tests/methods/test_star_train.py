@@ -1,5 +1,5 @@
 """The STAR training loop and its inputs: environments refused with their reason, the grid world's
-dynamics, the relabelling buffer, a killed run resumed to the same result, the summary's claims."""
+dynamics, the relabelling buffer, a killed run resumed to the same result, the summary's rows and claims."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 from paperline.methods.star.config import StarConfig, row_name, runs_of
 from paperline.methods.star.envs import GRID_ID, EnvError, GridWorld, check_env
 from paperline.methods.star.evaluate import discounted_returns, mc_steps, soft_returns
-from paperline.methods.star.summary import claims, normalised, summarize
+from paperline.methods.star.summary import method_metrics, normalised, summarize
 from paperline.methods.star.train import train_run
 from paperline.rl.buffer import ReplayBuffer
 
@@ -109,7 +109,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_same_result(task, tmp_p
 
 
 def test_summary_normalises_by_the_same_seed_oracle_and_computes_the_claims():
-    cfg = _cfg(tasks=[PENDULUM], seeds=2)
+    cfg = _cfg(tasks=[PENDULUM], seeds=3)
 
     def seed(ret, over, acc=0.8):
         return {"return": ret, "random_return": -1000.0, "overestimation": over, "overestimation_rel": over / 100,
@@ -117,21 +117,30 @@ def test_summary_normalises_by_the_same_seed_oracle_and_computes_the_claims():
                 "reward_stats": []}
 
     results = {"pendulum-oracle": {"task": "pendulum", "variant": "oracle", "budget": None,
-                                   "seeds": [seed(-200.0, 5.0, None), seed(-400.0, 5.0, None)]},
+                                   "seeds": [seed(-200.0, 5.0, None), seed(-400.0, 5.0, None), seed(-200.0, 5.0, None)]},
                "pendulum-pebble-4": {"task": "pendulum", "variant": "pebble", "budget": 4,
-                                     "seeds": [seed(-600.0, 30.0), seed(-700.0, 40.0)]},
+                                     "seeds": [seed(-600.0, 30.0), seed(-700.0, 40.0), seed(-610.0, 35.0)]},
                "pendulum-star-4": {"task": "pendulum", "variant": "star", "budget": 4,
-                                   "seeds": [seed(-300.0, 10.0), seed(-400.0, 8.0)]}}
+                                   "seeds": [seed(-300.0, 10.0), seed(-400.0, 8.0), seed(-290.0, 9.0)]}}
     rows = summarize(cfg, results)
     assert normalised(-600.0, -200.0, -1000.0) == 0.5
-    assert rows["pendulum-pebble-4"]["normalized_return"] == pytest.approx((0.5 + 0.5) / 2)
-    assert rows["pendulum-star-4"]["normalized_return"] == pytest.approx((0.875 + 1.0) / 2)
-    assert rows["pendulum-star-4"]["normalized_return_std"] == pytest.approx(0.0625)
+    pebble = [0.5, 0.5, (1000 - 610) / 800]
+    star = [0.875, 1.0, (1000 - 290) / 800]
+    assert rows["pendulum-pebble-4"]["normalized_return"] == pytest.approx(np.mean(pebble))
+    assert rows["pendulum-star-4"]["normalized_return"] == pytest.approx(np.mean(star))
+    assert rows["pendulum-star-4"]["normalized_return_std"] == pytest.approx(np.std(star, ddof=1))  # sample std
     assert rows["pendulum-oracle"]["normalized_return"] == 1.0 and rows["pendulum-oracle"]["pref_accuracy"] is None
-    out = claims(cfg, rows)
-    assert out["pendulum_4_star_above_pebble"] and out["pendulum_4_star_less_overestimation"] and out["claim_shown"]
-    assert out["pendulum_4_star_minus_pebble"] == pytest.approx(0.4375)
-    results["pendulum-star-4"]["seeds"][0]["overestimation_rel"] = 1.0  # STAR now overestimates more
-    out = claims(cfg, summarize(cfg, results))
-    assert out["pendulum_4_star_above_pebble"] and not out["pendulum_4_star_less_overestimation"]
-    assert not out["claim_shown"]
+    metrics = method_metrics(cfg, results, "tiny")
+    assert not any("claim" in k or "above" in k for k in metrics.headline)
+    assert metrics.headline["pendulum_4_star_minus_pebble"] == pytest.approx(np.mean(star) - np.mean(pebble))
+    got = {c.name: c for c in metrics.claims}
+    assert set(got) == {"star_above_random_continuous", "star_above_pebble_continuous",
+                        "star_less_overestimation_continuous"}  # the variants this run has
+    assert got["star_above_pebble_continuous"].verdict == "shown" and got["star_above_pebble_continuous"].seeds == 3
+    assert got["star_above_random_continuous"].verdict == "shown" and got["star_above_random_continuous"].trivial
+    assert got["star_above_random_continuous"].versus_mean == 0.0  # the random policy, normalised
+    assert got["star_less_overestimation_continuous"].verdict == "shown"
+    results["pendulum-star-4"]["seeds"][0]["overestimation_rel"] = 1.0  # STAR now overestimates more at one seed
+    got = {c.name: c for c in method_metrics(cfg, results, "tiny").claims}
+    assert got["star_above_pebble_continuous"].verdict == "shown"
+    assert got["star_less_overestimation_continuous"].verdict == "inconclusive"

@@ -10,13 +10,18 @@ import math
 import pytest
 import torch
 
-from paperline.data.c4 import (C4Tokenizer, c4_shards, read_documents, train_batches, write_c4_shard,
-                               write_word_level_tokenizer)
+from paperline.data.c4 import (
+    C4Tokenizer,
+    c4_shards,
+    read_documents,
+    train_batches,
+    write_c4_shard,
+    write_word_level_tokenizer,
+)
 from paperline.methods.sumo import lm as sumo_lm
 from paperline.methods.sumo.config import LLAMA_SIZES, SumoConfig
 from paperline.methods.sumo.lm import llama_step_times, make_llama, pretrain_on_c4
 from paperline.nn.causal_lm import CausalLM, llama_config
-
 
 WORDS = "the a model learns low rank moment subspace optimizer gradient step loss".split()
 CPU = torch.device("cpu")

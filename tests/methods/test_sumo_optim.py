@@ -12,8 +12,7 @@ from paperline.methods.sumo.optimizers import matrix_state_formula
 from paperline.optim.galore import GaLoreAdamW
 from paperline.optim.hybrid import state_numel
 from paperline.optim.muon import Muon, newton_schulz
-from paperline.optim.sumo import (SUMO, orthogonalize_svd, randomized_left_singular_vectors,
-                                  transport_moment)
+from paperline.optim.sumo import SUMO, orthogonalize_svd, randomized_left_singular_vectors, transport_moment
 
 
 def _param(m: int, n: int, seed: int = 0) -> torch.nn.Parameter:

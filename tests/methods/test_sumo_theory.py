@@ -2,13 +2,10 @@
 stays at rounding level and far below it."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from paperline.methods.sumo.config import SumoConfig
-from paperline.methods.sumo.theory import (kappa_label, moment_with_condition_number,
-                                           ns_error_vs_condition_number)
-
+from paperline.methods.sumo.theory import kappa_label, moment_with_condition_number, ns_error_vs_condition_number
 
 GRID = {"adamw": [1e-3]}
 

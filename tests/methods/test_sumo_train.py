@@ -7,12 +7,11 @@ import pytest
 import torch
 
 from paperline.config import ParamsError, load_method_config
-from paperline.methods.sumo.config import SumoConfig
 from paperline.data.digits import digits_file
+from paperline.methods.sumo.config import SumoConfig
 from paperline.methods.sumo.data import load_digits_split
 from paperline.methods.sumo.summary import best_lr, method_metrics, summarize
 from paperline.methods.sumo.train import digits_step_times, lr_factor, train_one
-
 
 NAMES = ["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"]
 CPU = torch.device("cpu")

@@ -7,11 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from paperline.methods.tpa.formulas import (PAPER_SHAPES, VARIANTS, ShapeConfig, attention_params, balanced_heads,
-                                            cache_elements_per_token, table)
+from paperline.methods.tpa.formulas import (
+    PAPER_SHAPES,
+    VARIANTS,
+    ShapeConfig,
+    attention_params,
+    balanced_heads,
+    cache_elements_per_token,
+    table,
+)
 from paperline.methods.tpa.models import build_model, lm_config
-from paperline.nn.attention import (GroupedQueryAttention, MultiHeadAttention, TensorProductAttention,
-                                    build_attention)
+from paperline.nn.attention import GroupedQueryAttention, MultiHeadAttention, TensorProductAttention, build_attention
 from paperline.nn.attention.common import rope_at, rotate
 from paperline.nn.attention.tpa import materialize
 from paperline.nn.causal_lm import CausalLMConfig

@@ -8,7 +8,9 @@ import pytest
 import torch
 import yaml
 
+from paperline.claims import MIN_SEEDS
 from paperline.config import ParamsError, load_method_config
+from paperline.methods.tpa.claims import BASELINES
 from paperline.methods.tpa.config import TPAConfig
 from paperline.methods.tpa.formulas import PAPER_SHAPES, VARIANTS, attention_params
 from paperline.methods.tpa.models import lm_config
@@ -21,7 +23,17 @@ PARAMS = yaml.safe_load((CHECKOUT / "params.yaml").read_text())
 @pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])
 def test_every_profile_validates(profile):
     _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", profile, [], source="params.yaml")
-    assert cfg.variants == list(VARIANTS)
+    if profile == "smoke":  # the claims' variants, at the seeds a verdict needs
+        assert set(cfg.variants) == {"tpa", *BASELINES} and len(cfg.run_seeds()) >= MIN_SEEDS
+    else:
+        assert cfg.variants == list(VARIANTS)
+
+
+def test_seeds_default_to_the_seed_and_may_not_repeat():
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "paper", ["seed=7"], source="params.yaml")
+    assert cfg.run_seeds() == [7]
+    with pytest.raises(ParamsError, match=r"seeds: \[1\] listed more than once"):
+        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["seeds=[1, 1, 2]"], source="params.yaml")
 
 
 def test_the_paper_profile_instantiates_t6_small_sizes():

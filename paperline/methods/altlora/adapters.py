@@ -6,8 +6,7 @@ import torch
 from torch import nn
 
 from paperline.methods.altlora.config import OptimizerName, OptimizerSettings
-from paperline.optim.altlora import (STATE_FLOATS, AltLoRA, LoRAProLike, lora_pairs, scaled_gd,
-                                     state_floats_formula)
+from paperline.optim.altlora import STATE_FLOATS, AltLoRA, LoRAProLike, lora_pairs, scaled_gd, state_floats_formula
 
 LORA_OPTIMIZERS = ("lora_adamw", "lora_sgdm", "scaledgd", "altlora", "altlora_plus", "lora_pro")
 

@@ -43,6 +43,9 @@ class LinearConfig(StrictModel):
     eval_samples: PositiveInt = 1024
     log_every: PositiveInt = 20
     lr_grid: dict[OptimizerName, list[PositiveFloat]]
+    # problems (W₀, Δ, data, initialisation) the claims pair by: the lr grid (and the other ranks)
+    # at the first, each optimizer's best lr at the first rank and every c at all of them
+    seeds: PositiveInt = 1
 
 
 class LMAdaptConfig(StrictModel):

@@ -20,8 +20,13 @@ from pathlib import Path
 import torch
 
 from paperline.io import json_digest, read_json, sha256_file
-from paperline.methods.altlora.adapters import (OptimizerFactory, add_lora, check_targets, expected_state_floats,
-                                                trainable)
+from paperline.methods.altlora.adapters import (
+    OptimizerFactory,
+    add_lora,
+    check_targets,
+    expected_state_floats,
+    trainable,
+)
 from paperline.methods.altlora.config import AltLoRAConfig, LMAdaptConfig, OptimizerName
 from paperline.methods.altlora.texts import lm_texts
 from paperline.optim.altlora import lora_pairs

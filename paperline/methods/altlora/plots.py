@@ -30,6 +30,7 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
 def write_all(cfg: AltLoRAConfig, rows: dict, runs: list[dict], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     rank = cfg.linear.ranks[0]
+    runs = [r for r in runs if r.get("seed", 0) == 0]  # the curves of the first seed (its problem, its sweep)
     paths = []
     curves = _best_curves(cfg, runs, rank)
     fig, ax = plt.subplots(figsize=(6.5, 4))

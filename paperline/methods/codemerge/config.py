@@ -39,6 +39,9 @@ class StreamConfig(StrictModel):
 
 class CodeMergeConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
+    # each seed draws its own stream (images, order) and the fingerprints' projections; the source
+    # model is the vit-source stage's, the same for every seed. Empty: [seed]
+    seeds: list[int] = Field(default_factory=list)
     stream: StreamConfig = StreamConfig()
     # the student's parameters: "backbone" all but the head (the official code adapts the image
     # backbone only), "norm" LayerNorm affine only; TENT always adapts the norms (its definition)
@@ -60,14 +63,20 @@ class CodeMergeConfig(MethodConfig):
     ties_scale: float = Field(0.85, gt=0)
     mos_temperature: float = Field(1.0, gt=0)
     collapse_fraction: float = Field(0.5, gt=0, le=1)  # collapsed: tail accuracy < this × source's
-    match_tolerance: float = Field(0.02, ge=0)  # "matches MOS-like": |online accuracy difference| ≤ this
     checkpoint_every: PositiveInt = 20  # batches between resume checkpoints
     threads: PositiveInt = 1
 
+    def run_seeds(self) -> list[int]:
+        """The seeds every variant runs its stream at: `seeds`, or `seed` alone when none are listed."""
+        return list(self.seeds) or [self.seed]
+
     @model_validator(mode="after")
     def _primary(self):
-        if "codemerge" not in self.variants:
-            raise ValueError("variants must include 'codemerge' (the primary row)")
+        if "codemerge" not in self.variants or "source" not in self.variants:
+            raise ValueError("variants must include 'codemerge' (the primary row) and 'source' (no adaptation: "
+                             "the trivial baseline)")
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants repeat a name: {self.variants}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat: {self.seeds}")
         return self

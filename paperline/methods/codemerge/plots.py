@@ -13,7 +13,6 @@ import numpy as np  # noqa: E402
 from paperline.io import atomic_path  # noqa: E402
 from paperline.methods.codemerge.config import CodeMergeConfig  # noqa: E402
 from paperline.methods.codemerge.corruptions import corruption_of  # noqa: E402
-from paperline.methods.codemerge.tta import StreamResult  # noqa: E402
 from paperline.plots import save_figure  # noqa: E402
 
 
@@ -24,16 +23,17 @@ def running_mean(values: list[float], window: int) -> np.ndarray:
     return (c[1:] - c[lo]) / (np.arange(1, len(v) + 1) - lo)
 
 
-def plot_online_accuracy(cfg: CodeMergeConfig, results: dict[str, StreamResult], path: Path) -> Path:
-    """The student's accuracy per batch (running mean over a segment), corruption segments shaded."""
+def plot_online_accuracy(cfg: CodeMergeConfig, accuracy: dict[str, list[float]], path: Path) -> Path:
+    """The student's accuracy per batch (mean over seeds; running mean over a segment), corruption
+    segments shaded."""
     fig, ax = plt.subplots(figsize=(8, 3.6))
     n = cfg.stream.batches
     for start in range(0, n, cfg.stream.segment_batches):
         if (start // cfg.stream.segment_batches) % 2:
             ax.axvspan(start, min(start + cfg.stream.segment_batches, n), color="0.93", lw=0)
         ax.text(start + 0.3, 0.02, corruption_of(start, cfg.stream)[:5], fontsize=6, color="0.4")
-    for v, r in results.items():
-        ax.plot(running_mean(r.accuracy, cfg.stream.segment_batches), lw=2 if v == "codemerge" else 1, label=v)
+    for v, a in accuracy.items():
+        ax.plot(running_mean(a, cfg.stream.segment_batches), lw=2 if v == "codemerge" else 1, label=v)
     ax.set(xlabel="batch of the stream", ylabel=f"accuracy (running mean, {cfg.stream.segment_batches} batches)",
            ylim=(0, 1))
     ax.legend(fontsize=7, ncol=4)
@@ -51,11 +51,11 @@ def plot_merge_cost(rows: dict[str, dict], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def write_plot_tables(cfg: CodeMergeConfig, results: dict[str, StreamResult], rows: dict[str, dict],
+def write_plot_tables(cfg: CodeMergeConfig, accuracy: dict[str, list[float]], rows: dict[str, dict],
                       directory: Path) -> list[Path]:
-    """online_accuracy.csv (batch, one running-mean column per variant) and merge_cost.csv."""
+    """online_accuracy.csv (batch, one running-mean column per variant, mean over seeds) and merge_cost.csv."""
     directory = Path(directory)
-    curves = {v: running_mean(r.accuracy, cfg.stream.segment_batches) for v, r in results.items()}
+    curves = {v: running_mean(a, cfg.stream.segment_batches) for v, a in accuracy.items()}
     paths = [directory / "online_accuracy.csv", directory / "merge_cost.csv"]
     with atomic_path(paths[0]) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -71,9 +71,10 @@ def write_plot_tables(cfg: CodeMergeConfig, results: dict[str, StreamResult], ro
     return paths
 
 
-def write_all(cfg: CodeMergeConfig, results: dict[str, StreamResult], rows: dict[str, dict], directory: Path) -> list[Path]:
+def write_all(cfg: CodeMergeConfig, accuracy: dict[str, list[float]], rows: dict[str, dict], directory: Path) -> list[Path]:
+    """`accuracy`: variant -> accuracy per batch (mean over seeds)."""
     directory = Path(directory)
-    paths = [plot_online_accuracy(cfg, results, directory / "online_accuracy.png")]
+    paths = [plot_online_accuracy(cfg, accuracy, directory / "online_accuracy.png")]
     if any(r["merges"] for r in rows.values()):
         paths.append(plot_merge_cost(rows, directory / "merge_cost.png"))
-    return paths + write_plot_tables(cfg, results, rows, directory)
+    return paths + write_plot_tables(cfg, accuracy, rows, directory)

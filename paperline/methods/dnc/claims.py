@@ -4,14 +4,15 @@
    objective f_DNC* with logits of rank K−1 (two `exact` identities against the closed form, on
    the best seed of each K, worst over K).
 2. At depth, DNC is not optimal: for K = 10 and L ≥ 4 training finds solutions below f_DNC*
-   (paired per run: trained objective − f_DNC*, lower) whose logits have rank below K−1 (paired
-   per run: rank(Z) − (K−1), lower). Each (width, seed) is its own independent run (its own
-   generator), so each is one pair.
+   (trained objective − f_DNC*, lower) whose logits have rank below K−1 (rank(Z) − (K−1), lower).
 3. DNC persists, the more so the wider the model: the share of (K, L ≥ 2) groups a seed ends at
-   DNC in is higher at the widest width than at the narrowest (paired by seed index; the two
-   widths' draws are independent, so the pairs are independent too).
-4. Against doing nothing (trivial): training lowers the objective below the untrained one
-   (paired per run over the whole grid).
+   DNC in is higher at the widest width than at the narrowest.
+4. Against doing nothing (trivial): training lowers the objective below the untrained one.
+
+Per-seed figures: the grid trains `seeds` runs per (K, L, width), each from its own generator
+(seed index, K, L, width); a paired claim takes one value per seed index, the mean over the runs
+of that index the claim covers (the widths of one (K, L), or the whole grid), so its `seeds` is the
+profile's seeds. A diverged run (no objective) drops out of both sides.
 """
 from __future__ import annotations
 
@@ -51,6 +52,16 @@ def _finished(results: list[UFMGroupResult]) -> list[tuple[UFMGroupResult, dict]
     return [(r, s) for r in results for s in r.seeds if s["objective"] is not None]
 
 
+def _by_seed(pairs: list[tuple[int, float, float]]) -> tuple[dict[int, float], dict[int, float]]:
+    """Per seed index, the mean over its runs (groups or widths) of each side of (seed, a, b): one
+    value per seed, so `seeds` counts seeds, whatever the grid; both sides over the same runs."""
+    runs: dict[int, list[tuple[float, float]]] = {}
+    for seed, a, b in pairs:
+        runs.setdefault(seed, []).append((a, b))
+    return ({s: sum(a for a, _ in ab) / len(ab) for s, ab in runs.items()},
+            {s: sum(b for _, b in ab) / len(ab) for s, ab in runs.items()})
+
+
 def _l1_claims(results: list[UFMGroupResult]) -> list[Claim]:
     best: dict[int, tuple[float, dict]] = {}  # K -> (f_DNC*, the lowest-objective seed over widths)
     for r, s in _finished([r for r in results if r.L == 1]):
@@ -70,11 +81,9 @@ def _deep_claims(results: list[UFMGroupResult]) -> list[Claim]:
         if not groups:
             continue
         below, rank = _deep_specs(K_DEEP, L)
-        runs = {(r.width, s["seed_index"]): (r, s) for r, s in _finished(groups)}
-        claims.append(below.paired({k: s["objective"] for k, (_, s) in runs.items()},
-                                   {k: r.f_dnc_star for k, (r, _) in runs.items()}))
-        claims.append(rank.paired({k: s["rank_1e-3"] for k, (_, s) in runs.items()},
-                                  {k: r.K - 1 for k, (r, _) in runs.items()}))
+        runs = _finished(groups)
+        claims.append(below.paired(*_by_seed([(s["seed_index"], s["objective"], r.f_dnc_star) for r, s in runs])))
+        claims.append(rank.paired(*_by_seed([(s["seed_index"], s["rank_1e-3"], r.K - 1) for r, s in runs])))
     return claims
 
 
@@ -96,10 +105,10 @@ def _width_claim(results: list[UFMGroupResult]) -> list[Claim]:
 
 
 def _trivial_claim(results: list[UFMGroupResult]) -> Claim:
-    """Each run's final objective against its own objective at step 0 (the untrained model)."""
-    runs = {(r.K, r.L, r.width, s["seed_index"]): (r, s) for r in results for s in r.seeds}
-    return BELOW_INITIAL.paired({k: s["objective"] for k, (_, s) in runs.items()},
-                                {k: r.history["objective"][s["seed_index"]][0] for k, (r, s) in runs.items()})
+    """Each run's final objective against its own objective at step 0 (the untrained model), the
+    mean over the grid's groups per seed index."""
+    return BELOW_INITIAL.paired(*_by_seed([(s["seed_index"], s["objective"], r.history["objective"][s["seed_index"]][0])
+                                           for r, s in _finished(results)]))
 
 
 def evaluate(results: list[UFMGroupResult]) -> list[Claim]:

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
-from paperline.plots import save_figure  # noqa: E402
 from paperline.methods.dnc.ufm import UFMGroupResult  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
 
 
 def _pairs(summary: dict) -> dict[int, list[tuple[int, dict]]]:

@@ -31,7 +31,6 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 # The constants of the code's ELBO (spec (b)).

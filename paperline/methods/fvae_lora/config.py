@@ -140,7 +140,6 @@ class FvaeLoraConfig(MethodConfig):
     fvae: FvaeConfig = FvaeConfig()
     train: TrainConfig = TrainConfig()
     text: TextConfig | None = None  # the second modality (None: images only)
-    confidence: float = Field(0.95, gt=0, lt=1)  # of the t-intervals over seeds
     threads: PositiveInt = 1
 
     @model_validator(mode="after")

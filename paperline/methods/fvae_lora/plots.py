@@ -17,12 +17,12 @@ from paperline.plots import save_figure  # noqa: E402
 
 def plot_accuracy(rows: dict[str, dict], path: Path) -> Path:
     """Average and worst-group test accuracy per variant (the text task's text_<variant> after the
-    image task's), with their t-intervals over seeds."""
+    image task's), with their sample std over seeds."""
     fig, ax = plt.subplots(figsize=(max(7.5, 0.9 * len(rows)), 3.4))
     names = list(rows)
     pos = np.arange(len(names))
     for off, key in ((-0.2, "accuracy"), (0.2, "worst_group_accuracy")):
-        ax.bar(pos + off, [rows[v][key] for v in names], 0.4, yerr=[rows[v][f"{key}_ci"] for v in names],
+        ax.bar(pos + off, [rows[v][key] for v in names], 0.4, yerr=[rows[v][f"{key}_std"] for v in names],
                capsize=3, label=key.replace("_", " "))
     ax.set_xticks(pos, names, rotation=20, fontsize=8)
     ax.set(ylim=(0, 1), ylabel="balanced test accuracy")
@@ -46,7 +46,7 @@ def plot_losses(cfg: FvaeLoraConfig, results: dict, path: Path) -> Path:
 
 
 def write_table(rows: dict[str, dict], path: Path) -> Path:
-    keys = ("accuracy", "accuracy_ci", "worst_group_accuracy", "worst_group_accuracy_ci")
+    keys = ("accuracy", "accuracy_std", "worst_group_accuracy", "worst_group_accuracy_std")
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["variant", *keys])

@@ -20,7 +20,6 @@ from paperline.methods.fvae_lora.adapter import fvae_loss, inject, set_generator
 from paperline.methods.fvae_lora.config import VARIANT_SPECS, BackboneConfig, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit, SpuriousTask, group_accuracy
 
-
 # Initialisations (the head's, peft's, the adapters') draw from torch's global RNG: seeded under this
 # lock, so variants built side by side in threads of one process get the same weights as alone.
 INIT_LOCK = threading.Lock()

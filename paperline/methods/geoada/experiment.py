@@ -1,7 +1,7 @@
 """The GeoAda experiment's steps as plain functions (tasks/geoada.py wraps them): read the nbody
 stage's splits as the tasks' windows, pretrain the base on frame-conditioned forecasting, then
-fine-tune one variant on one control type and measure it (new task, original task, trainable
-parameters, equivariance error, training time)."""
+fine-tune one variant on one control type at one seed and measure it (new task, original task,
+trainable parameters, equivariance error, training time)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -11,7 +11,7 @@ import torch
 
 from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
 from paperline.methods.geoada.adapters import build_variant, equivariance_error
-from paperline.methods.geoada.config import GeoAdaConfig
+from paperline.methods.geoada.config import CHANGES_BASE, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import TrainResult, Windows, evaluate, train, windows
 
@@ -70,8 +70,9 @@ def pretrain_base(cfg: GeoAdaConfig, data: dict[str, Windows], checkpoint: Path 
 class VariantResult:
     control: str
     variant: str
+    seed: int
     new_task: dict[str, float]
-    original_task: dict[str, float] | None  # None: the model on the original task is the base itself
+    original_task: dict[str, float] | None  # None: with its additions off the model is the base itself
     trainable: int
     train_seconds: float
     equivariance_error: float
@@ -83,39 +84,45 @@ class VariantResult:
 
 
 def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, data: dict[str, Windows],
-                     checkpoint: Path | None, fingerprint: str, progress: bool = False, device="cpu") -> VariantResult:
-    """Fine-tune `variant` on `control`'s training set; its new-task and original-task ADE/FDE, with
-    the same sampling seed for every variant (the same noise, so rows differ by the model only).
-    The original task runs each model as fine-tuning left it, its control input off (coupling
-    off); GeoAda and the ControlNet switch their adapter off, so theirs is the base's, exactly
-    (tests/methods/test_geoada_adapters.py), and the frozen base is the base: those three report
-    None here and the summary fills in the base's figures."""
-    torch.manual_seed(cfg.seed + 1)
+                     checkpoint: Path | None, fingerprint: str, seed: int | None = None, progress: bool = False,
+                     device="cpu") -> VariantResult:
+    """Fine-tune `variant` on `control`'s training set at fine-tuning seed `seed` (default cfg.seed:
+    its new modules' init from seed + 1, batches and diffusion noise from seed + 1); its new-task
+    ADE/FDE with sampling seed seed + 2, the same for every variant at that seed (the same noise, so
+    rows differ by the model only). The original task is scored with every variant's additions off
+    (config.CHANGES_BASE): only full fine-tuning and PARTIAL-k, whose base weights moved, are
+    evaluated there; every other variant is then the base exactly (its adapter, prompt, head and
+    control embedding off: tests/methods/test_geoada_adapters.py) and reports None here, the
+    summary filling in the base's figures at the same seed."""
+    seed = cfg.seed if seed is None else seed
+    torch.manual_seed(seed + 1)
     model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks,
                           cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, test_set = data[f"{control}_train"].to(device), data[f"{control}_test"].to(device)
     result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,
-                   cfg.finetune.batch_size, cfg.finetune.lr, cfg.seed + 1, checkpoint, fingerprint,
+                   cfg.finetune.batch_size, cfg.finetune.lr, seed + 1, checkpoint, fingerprint,
                    cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
     # subgraph control: scored on the generated particles only (the given ones are the control)
-    new_task = evaluate(model, test_set, schedule, cfg.samples, cfg.seed + 2, scale=cfg.displacement_scale,
+    new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,
                         given_nodes=cfg.subgraph_nodes if control == "subgraph" else 0)
     original = None
-    if variant not in ("frozen", "geoada", "controlnet"):
-        original = evaluate(model, data["original_test"].to(device), schedule, cfg.samples, cfg.seed + 2, original=True,
+    if variant in CHANGES_BASE:
+        original = evaluate(model, data["original_test"].to(device), schedule, cfg.samples, seed + 2, original=True,
                             scale=cfg.displacement_scale)
     probe = test_set.take(slice(0, 4))
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
     error = equivariance_error(model, probe.cond, (probe.target - probe.cond[:, -1:]) * cfg.displacement_scale, t,
-                               probe.charges, probe.edges,
-                               probe.control, seed=cfg.seed)
-    return VariantResult(control, variant, new_task, original, result.trainable, result.seconds, error,
+                               probe.charges, probe.edges, probe.control, seed=seed)
+    return VariantResult(control, variant, seed, new_task, original, result.trainable, result.seconds, error,
                          result.steps, result.loss)
 
 
-def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], device="cpu") -> dict[str, float]:
-    """The base on the original task, with the sampling seed every variant uses."""
+def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], seed: int | None = None,
+                  device="cpu") -> dict[str, float]:
+    """The base on the original task, with the sampling seed every variant uses at fine-tuning seed
+    `seed` (default cfg.seed)."""
+    seed = cfg.seed if seed is None else seed
     model = build_variant("frozen", base, "frame", cfg.cond_frames).to(device)
     return evaluate(model, data["original_test"].to(device), Schedule.linear(cfg.diffusion_steps), cfg.samples,
-                    cfg.seed + 2, original=True, scale=cfg.displacement_scale)
+                    seed + 2, original=True, scale=cfg.displacement_scale)

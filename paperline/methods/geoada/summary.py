@@ -1,14 +1,22 @@
-"""The comparison of a GeoAda run (a row per control type × variant) and its claims as numbers
-computed from the run (spec (e) "Expected": GeoAda's new-task ADE ≈ full fine-tuning's, the original
-task unchanged with the adapter off, full fine-tuning forgetting; equivariance at float precision,
-the non-equivariant ControlNet's not)."""
+"""The comparison of a GeoAda run: a row per control type × variant, each the mean over the
+fine-tuning seeds (with the sample std of every figure) of that variant's per-seed rows; the
+per-seed rows as a table; the claims (claims.py) from those per-seed rows; plain figures (GeoAda's
+ADE over full fine-tuning's and the frozen base's, full fine-tuning's original-task change, the
+equivariance errors) as the headline."""
 from __future__ import annotations
 
+from collections import defaultdict
+
+import numpy as np
+
+from paperline.methods.geoada import claims as geoada_claims
 from paperline.methods.geoada.config import GeoAdaConfig
 from paperline.metrics import MethodMetrics
+from paperline.seeds import mean_over_seeds
 
 PRIMARY = "ade"
 METRICS = ("ade", "fde", "min_ade", "min_fde")
+SPREAD = (*METRICS, *(f"original_{k}" for k in METRICS), "original_ade_change", "equivariance_error")
 
 
 def row_name(control: str, variant: str) -> str:
@@ -16,8 +24,8 @@ def row_name(control: str, variant: str) -> str:
 
 
 def variant_row(result: dict, base_original: dict[str, float]) -> dict:
-    """A result (experiment.VariantResult.as_dict()) as a row; the original task's figures are the
-    base's where the model on it is the base (frozen; GeoAda and ControlNet with the adapter off)."""
+    """A result (experiment.VariantResult.as_dict()) as one seed's row; the original task's figures
+    are the base's at that seed where the variant with its additions off is the base."""
     original = result["original_task"] or base_original
     change = original["ade"] / base_original["ade"] - 1 if base_original["ade"] else None
     return {"control": result["control"], "variant": result["variant"],
@@ -29,71 +37,78 @@ def variant_row(result: dict, base_original: dict[str, float]) -> dict:
             "equivariance_error": result["equivariance_error"]}
 
 
-def summarize(cfg: GeoAdaConfig, results: list[dict], base_original: dict[str, float]) -> dict[str, dict]:
-    """Rows in the order controls × variants (the pairs that fit, cfg.pairs), each with `forgets` (its
-    original-task ADE up by more than forget_tolerance of the base's)."""
-    by_key = {(r["control"], r["variant"]): r for r in results}
+def seed_rows(cfg: GeoAdaConfig, results: list[dict], base_original: dict[int, dict[str, float]]
+              ) -> dict[int, dict[str, dict]]:
+    """{seed: {row name: that seed's row}}, rows in the order controls × variants (cfg.pairs)."""
+    by_key = {(r["seed"], r["control"], r["variant"]): r for r in results}
+    return {seed: {row_name(c, v): variant_row(by_key[(seed, c, v)], base_original[seed]) for c, v in cfg.pairs}
+            for seed in cfg.run_seeds()}
+
+
+def summarize(cfg: GeoAdaConfig, per_seed: dict[int, dict[str, dict]]) -> dict[str, dict]:
+    """A row per control × variant: the mean over seeds (`<figure>_std` the sample std), `seeds`."""
     rows = {}
     for control, variant in cfg.pairs:
-        row = variant_row(by_key[(control, variant)], base_original)
-        row["forgets"] = row["original_ade_change"] is not None and row["original_ade_change"] > cfg.forget_tolerance
-        rows[row_name(control, variant)] = row
+        name = row_name(control, variant)
+        rows[name] = mean_over_seeds([per_seed[s][name] for s in cfg.run_seeds()], spread=lambda k: k in SPREAD,
+                                     keep_shared=True) | {"seeds": len(cfg.run_seeds())}
     return rows
 
 
-def claims(cfg: GeoAdaConfig, rows: dict[str, dict], base_original: dict[str, float]) -> dict:
-    """Per control type c: GeoAda's new-task ADE/FDE and its ratio to every other variant's, its and
-    full FT's original-task change, and the claims as booleans — `claim_<c>_geoada_matches_full_ft`,
-    `claim_<c>_geoada_no_forgetting`, `claim_<c>_full_ft_forgets` (None where a needed row is
-    absent); then over all control types (matches: on every one; full FT forgets: on any one); the
-    equivariance errors of GeoAda and of the ControlNet ablation (the largest over control types)."""
-    out: dict = {"base_original_ade": base_original["ade"], "base_original_fde": base_original["fde"]}
-    matches, keeps, ft_forgets = [], [], []
+def headline(cfg: GeoAdaConfig, rows: dict[str, dict], per_seed: dict[int, dict[str, dict]],
+             base_original: dict[str, float]) -> dict:
+    """Per control type c, figures only (the verdicts are the claims): GeoAda's new-task ADE/FDE,
+    full fine-tuning's and the frozen base's ADE, GeoAda's ADE over each (means over seeds), full
+    fine-tuning's original-task ADE change; the largest equivariance error of GeoAda and of the
+    ControlNet ablation (over control types and seeds)."""
+    out: dict = {"base_original_ade": base_original["ade"], "base_original_fde": base_original["fde"],
+                 "seeds": len(cfg.run_seeds())}
     for control in cfg.controls:
         geo = rows[row_name(control, "geoada")]
         out[f"{control}_geoada_ade"] = geo[PRIMARY]
         out[f"{control}_geoada_fde"] = geo["fde"]
-        out[f"{control}_geoada_original_ade_change"] = geo["original_ade_change"]
-        out[f"claim_{control}_geoada_no_forgetting"] = not geo["forgets"]
-        keeps.append(not geo["forgets"])
-        for other in ("full_ft", "frozen", "controlnet", "partial_k", "mlp_k", "gpf", "gpf_plus", "prompt_template"):
+        for other in ("full_ft", "frozen"):
             row = rows.get(row_name(control, other))
-            if row and row[PRIMARY]:
-                out[f"{control}_geoada_ade_vs_{other}"] = geo[PRIMARY] / row[PRIMARY]
+            if row:
+                out[f"{control}_{other}_ade"] = row[PRIMARY]
+                out[f"{control}_geoada_ade_vs_{other}"] = geo[PRIMARY] / row[PRIMARY] if row[PRIMARY] else None
         ft = rows.get(row_name(control, "full_ft"))
-        match = forgets = None
         if ft:
-            out[f"{control}_full_ft_ade"] = ft[PRIMARY]
             out[f"{control}_full_ft_original_ade_change"] = ft["original_ade_change"]
-            match, forgets = geo[PRIMARY] <= (1 + cfg.match_tolerance) * ft[PRIMARY], ft["forgets"]
-            matches.append(match)
-            ft_forgets.append(forgets)
-        out[f"claim_{control}_geoada_matches_full_ft"] = match
-        out[f"claim_{control}_full_ft_forgets"] = forgets
-    out["claim_geoada_matches_full_ft"] = all(matches) if matches else None
-    out["claim_geoada_no_forgetting"] = all(keeps)
-    out["claim_full_ft_forgets"] = any(ft_forgets) if ft_forgets else None
     for variant in ("geoada", "controlnet"):
-        errors = [rows[row_name(c, variant)]["equivariance_error"] for c in cfg.controls
-                  if row_name(c, variant) in rows]
+        errors = [r[row_name(c, variant)]["equivariance_error"] for r in per_seed.values() for c in cfg.controls
+                  if row_name(c, variant) in r]
         if errors:
             out[f"{variant}_equivariance_error"] = max(errors)
-    out["claim_geoada_equivariant"] = out["geoada_equivariance_error"] < 1e-6
-    if "controlnet_equivariance_error" in out:
-        out["claim_controlnet_not_equivariant"] = out["controlnet_equivariance_error"] > 1e-3
-    out["forgetting_variants"] = ",".join(name for name, r in rows.items() if r["forgets"]) or "none"
     return out
+
+
+def mean_loss_curves(results: list[dict]) -> dict[str, dict]:
+    """row -> {"step": [...], "loss": mean over seeds}, for the rows that trained."""
+    curves: dict[str, list[dict]] = defaultdict(list)
+    for r in results:
+        if r["steps"]:
+            curves[row_name(r["control"], r["variant"])].append(r)
+    return {name: {"step": rs[0]["steps"], "loss": np.mean([r["loss"] for r in rs], axis=0).tolist()}
+            for name, rs in curves.items()}
 
 
 def method_metrics(cfg: GeoAdaConfig, results: list[dict], base: dict, profile: str,
                    data_record: dict | None = None) -> MethodMetrics:
     """metrics/geoada.json: a row per control × variant (no one baseline: rows of two tasks), the
-    claims as the headline; the base's pretraining record and the loss curves as details."""
-    rows = summarize(cfg, results, base["original_task"])
+    claims from the per-seed rows, figures as the headline, the per-seed rows as a table; the base's
+    pretraining record and the loss curves (means over seeds) as details. `base["original_task"]`:
+    seed -> the base's original-task figures at that seed's sampling noise."""
+    base_original = {int(s): v for s, v in base["original_task"].items()}
+    per_seed = seed_rows(cfg, results, base_original)
+    rows = summarize(cfg, per_seed)
+    base_mean = mean_over_seeds(list(base_original.values()))
     return MethodMetrics(
-        method="geoada", profile=profile, headline=claims(cfg, rows, base["original_task"]),
+        method="geoada", profile=profile, headline=headline(cfg, rows, per_seed, base_mean),
         baseline=None, primary_metric=PRIMARY, higher_is_better=False, rows=rows,
+        tables={"seeds": {f"{name} seed{s}": row for s, r in per_seed.items() for name, row in r.items()}},
+        claims=geoada_claims.evaluate(per_seed, list(cfg.controls)),
         details={"data": data_record or {},
-                 "base": {k: base[k] for k in ("original_task", "trainable", "train_seconds", "final_loss")},
-                 "loss_curves": {row_name(r["control"], r["variant"]): {"step": r["steps"], "loss": r["loss"]}
-                                 for r in results if r["steps"]}})
+                 "base": {"original_task": {f"seed{s}": v for s, v in base_original.items()},
+                          **{k: base[k] for k in ("trainable", "train_seconds", "final_loss")}},
+                 "loss_curves": mean_loss_curves(results)})

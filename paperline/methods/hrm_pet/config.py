@@ -15,7 +15,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 Rule = Literal["paper", "code"]
 # the trained learners: no CTIRD; CTIRD with the paper's top-K rule; CTIRD with the code's rule
 Learner = Literal["plain", "ctird", "ctird_code"]
-Variant = Literal["hide_lora", "drm", "crm", "ctird", "hrm_pet", "hrm_pet_code"]
+Variant = Literal["frozen_head", "hide_lora", "drm", "crm", "ctird", "hrm_pet", "hrm_pet_code"]
 VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
 SWITCHES = ("ctird_topk", "crm_candidates", "gen_input", "crm_select")
 
@@ -23,6 +23,7 @@ SWITCHES = ("ctird_topk", "crm_candidates", "gen_input", "crm_select")
 class Rules(StrictModel):
     """How one variant infers (spec (b) Inference, (g) 2–4)."""
 
+    lora: bool = True  # False: the TII head's own class prediction (frozen backbone, no per-task adaptation)
     drm: bool = False
     crm: bool = False
     crm_candidates: Rule = "paper"  # paper: top-N classes of the TII distribution; code: of the initial LoRA logits
@@ -30,8 +31,10 @@ class Rules(StrictModel):
     crm_select: Rule = "paper"  # paper: the higher GEN; code: the larger 0.1·logsumexp(z/0.1)
 
 
-# variant -> (the learner it runs on, its inference rules); hrm_pet_code takes all four code rules
+# variant -> (the learner it runs on, its inference rules); hrm_pet_code takes all four code rules;
+# frozen_head is the trivial baseline: the frozen backbone and its replay-aligned head, no LoRA
 VARIANT_SPECS: dict[str, tuple[str, Rules]] = {
+    "frozen_head": ("plain", Rules(lora=False)),
     "hide_lora": ("plain", Rules()),
     "drm": ("plain", Rules(drm=True)),
     "crm": ("plain", Rules(crm=True)),
@@ -43,13 +46,12 @@ VARIANT_SPECS: dict[str, tuple[str, Rules]] = {
 
 
 class SequenceConfig(StrictModel):
-    """One class-incremental task sequence: real images of `source` (else `fallback` when `source`
-    is not installed: the run records which one it used), resized to the backbone's image size,
-    its classes split into `tasks` tasks by a seeded permutation."""
+    """One class-incremental task sequence: real images of `source` (a source that cannot be
+    loaded is an error naming it, never replaced), resized to the backbone's image size, its
+    classes split into `tasks` tasks by a seeded permutation."""
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
     source: ImageSource
-    fallback: ImageSource | None = None
     tasks: PositiveInt = 5
     classes: PositiveInt | None = None  # the first `classes` labels (all when None)
     max_images: Annotated[int, Field(ge=20)] | None = None  # a seeded subsample before the split
@@ -119,8 +121,9 @@ class HrmPetConfig(MethodConfig):
 
     @model_validator(mode="after")
     def _check(self):
-        if "hrm_pet" not in self.variants or "hide_lora" not in self.variants:
-            raise ValueError("variants must include 'hide_lora' (the baseline) and 'hrm_pet' (the method)")
+        if not {"frozen_head", "hide_lora", "hrm_pet"} <= set(self.variants):
+            raise ValueError("variants must include 'frozen_head' (the trivial baseline), 'hide_lora' (the "
+                             "baseline) and 'hrm_pet' (the method)")
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants repeat a name: {self.variants}")
         names = [s.name for s in self.sequences]

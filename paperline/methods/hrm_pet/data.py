@@ -21,7 +21,7 @@ class TaskSplitError(ImageDataError):
 @dataclass
 class TaskSequence:
     name: str
-    source: str  # what was loaded (the fallback when `source` was not installed)
+    source: str  # the image source loaded
     task_classes: list[list[int]]  # task -> its labels (global class ids, 0..C-1 after relabelling)
     train_x: np.ndarray
     train_y: np.ndarray
@@ -97,14 +97,7 @@ def build_sequence(x: np.ndarray, y: np.ndarray, cfg: SequenceConfig, image_size
                         small[test_idx], new_y[test_idx])
 
 
-def load_source(cfg: SequenceConfig) -> tuple[np.ndarray, np.ndarray, str]:
-    """(images, labels, the source used): `cfg.source`'s, or `cfg.fallback`'s when loading the
-    source fails (not installed: Fashion-MNIST needs a Debian package)."""
-    try:
-        x, y = load_images(cfg.source)
-        return x, y, cfg.source
-    except ImageDataError:
-        if cfg.fallback is None:
-            raise
-    x, y = load_images(cfg.fallback)
-    return x, y, cfg.fallback
+def load_source(cfg: SequenceConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(images, labels) of `cfg.source`; a source that cannot be loaded raises ImageDataError naming
+    its file, never a silent substitute (another data set would give other figures)."""
+    return load_images(cfg.source)

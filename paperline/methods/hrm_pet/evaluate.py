@@ -10,6 +10,7 @@ from paperline.methods.hrm_pet.config import SWITCHES, VARIANT_SPECS, CrmConfig,
 from paperline.methods.hrm_pet.inference import infer, masked
 
 BASE_PASSES = 2  # the TII head's pass on the frozen backbone and the matched LoRA's pass
+NO_LORA_PASSES = 1  # the frozen backbone's pass only (the trivial baseline, Rules.lora off)
 
 
 def switch_name(switch: str) -> str:
@@ -47,6 +48,7 @@ def evaluate_task(rules: dict[str, Rules], crm: CrmConfig, tii_logits: torch.Ten
         res = infer(tii_logits, lora_logits, class_task, seen, r, crm)
         correct = (res.pred == labels).float()
         out[name] = {
+            "base_passes": BASE_PASSES if r.lora else NO_LORA_PASSES,
             "accuracy_per_task": [float(correct[true_task == s].mean()) for s in range(n_tasks)],
             "accuracy": float(correct.mean()),
             "matching": float((res.task == true_task).float().mean()),
@@ -55,7 +57,7 @@ def evaluate_task(rules: dict[str, Rules], crm: CrmConfig, tii_logits: torch.Ten
             "drm_rematched": float(res.drm_rematched.float().mean()),
             "crm_flagged": float(res.crm_flagged.float().mean()),
             "crm_switched": float(res.crm_switched.float().mean()),
-            **learner,
+            **(learner if r.lora else {}),  # the LoRAs' own figures describe only rules that use them
         }
     return out
 
@@ -78,12 +80,16 @@ def forgetting(records: list[dict]) -> float:
 
 
 def run_metrics(records: list[dict]) -> dict[str, float]:
-    """The figures of one rule set on one run: after the last task."""
+    """The figures of one rule set on one run: after the last task (the LoRAs' oracle and
+    absorption only for rules that use LoRAs)."""
     last = records[-1]
-    return {"final_accuracy": final_average_accuracy(records), "forgetting": forgetting(records),
-            "matching": last["matching"], "initial_matching": last["initial_matching"],
-            "extra_passes": last["extra_passes"], "forward_passes": BASE_PASSES + last["extra_passes"],
-            "drm_rematched": last["drm_rematched"], "crm_flagged": last["crm_flagged"],
-            "crm_switched": last["crm_switched"],
-            "oracle_final_accuracy": sum(last["oracle_accuracy_per_task"]) / len(last["oracle_accuracy_per_task"]),
-            "absorbed": last["absorbed"]}
+    out = {"final_accuracy": final_average_accuracy(records), "forgetting": forgetting(records),
+           "matching": last["matching"], "initial_matching": last["initial_matching"],
+           "extra_passes": last["extra_passes"],
+           "forward_passes": last.get("base_passes", BASE_PASSES) + last["extra_passes"],
+           "drm_rematched": last["drm_rematched"], "crm_flagged": last["crm_flagged"],
+           "crm_switched": last["crm_switched"]}
+    if "oracle_accuracy_per_task" in last:
+        out["oracle_final_accuracy"] = sum(last["oracle_accuracy_per_task"]) / len(last["oracle_accuracy_per_task"])
+        out["absorbed"] = last["absorbed"]
+    return out

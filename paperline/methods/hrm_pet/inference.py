@@ -6,6 +6,7 @@ look-up that is counted as the extra forward pass it costs).
 2. DRM: t_s = T(argmax z); where t_s ≠ t_f, re-run with LoRA t_s (one extra pass).
 3. CRM (from the second task on): GEN(p) = −Σ_{top M} p^γ(1−p)^γ; where GEN < τ_C, run the
    runner-up candidate's LoRA (one extra pass) and keep the more confident output.
+Without LoRA (`Rules.lora` off, the trivial baseline) the TII head's own class is the prediction.
 The four places where the official code and the paper differ (spec (g)) are `Rules` switches;
 the paper's rule is the default. Re-run logits are masked to the seen classes (the code leaves
 them unmasked; spec (g) asks to mask them).
@@ -73,6 +74,9 @@ def infer(tii_logits: torch.Tensor, lora_logits: torch.Tensor, class_task: torch
     rows = torch.arange(n)
     tii = masked(tii_logits, seen)
     t_f = class_task[tii.argmax(1)]
+    none = torch.zeros(n, dtype=torch.bool)
+    if not rules.lora:  # the head on the frozen backbone classifies by itself: no LoRA pass at all
+        return Inference(tii.argmax(1), t_f, t_f, torch.zeros(n, dtype=torch.long), none, none, none)
     z_init = masked(lora_logits[t_f, rows], seen)
     z, task = z_init.clone(), t_f.clone()
     extra = torch.zeros(n, dtype=torch.long)

@@ -36,7 +36,9 @@ SELECTION_FILE = "selection.json"  # written last: the selection directory is co
 WARMUP_CHECKPOINT = "warmup.pt"
 # parameters the selection does not read (the flow may change them without a new selection)
 NOT_SELECTION_KEYS = ("pool_dir", "finetune_epochs", "finetune_lr", "qp", "threads",
-                      "landmark_curve")  # a figure beside the selection: it changes no selection
+                      "landmark_curve",  # a figure beside the selection: it changes no selection
+                      "seeds")  # the fine-tuning seeds: the selection is made once, at `seed`
+RANDOM_DRAW = 3  # the random selection of seed s draws with seed s + 3 (the stage's at `seed`)
 
 LM_BASE_KEYS = ("lm_base_path", "lm_base_tokenizer")  # model: lm_base's paths
 
@@ -123,7 +125,7 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
                                   cfg.grad_max_elements, cfg.grad_chunk)
 
     if method == "random":
-        chosen = baselines.random_selection(len(prep.pool), k, cfg.seed + 3)
+        chosen = baselines.random_selection(len(prep.pool), k, cfg.seed + RANDOM_DRAW)
     elif method == "rds_plus":
         pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
         target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
@@ -234,22 +236,41 @@ def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torc
 
 
 def finetune_and_evaluate(cfg: InfluenceDistillationConfig, prep: Prepared, warm_state: dict, indices: list[int],
-                          checkpoint_path: Path | None, method: str) -> dict:
+                          checkpoint_path: Path | None, method: str, seed: int | None = None) -> dict:
     """Fine-tune from the warm-up (weights and AdamW moments: `warm_state` is its checkpoint, as
     `train` saves it) on `indices` for `finetune_epochs` epochs at a fixed step budget (the same
-    for every selection), then evaluate on each target's held-out split."""
+    for every selection), in the batch order of `seed` (None: `cfg.seed`), then evaluate on each
+    target's held-out split."""
+    seed = cfg.seed if seed is None else seed
     model = prep.model
     model.load_state_dict(warm_state["state"]["model"])
     optimizer = make_optimizer(model, cfg, cfg.finetune_lr)
     optimizer.load_state_dict(warm_state["state"]["optimizer"])
     for group in optimizer.param_groups:
         group["lr"] = cfg.finetune_lr
-    batches = epoch_batches(len(indices), cfg.batch_size, cfg.finetune_epochs, cfg.seed + 5)
-    fingerprint = {"method": method, "ids": [prep.pool.ids[i] for i in indices],
+    batches = epoch_batches(len(indices), cfg.batch_size, cfg.finetune_epochs, seed + 5)
+    fingerprint = {"method": method, "seed": seed, "ids": [prep.pool.ids[i] for i in indices],
                    "warmup": warm_state["fingerprint"], "finetune_lr": cfg.finetune_lr, "finetune_epochs": cfg.finetune_epochs, "batch_size": cfg.batch_size}
     history = train(model, optimizer, prep.pool, indices, batches, checkpoint_path, fingerprint,
                     micro_batch_size=cfg.micro_batch_size)
     return {"history": history, "eval": evaluate_targets(cfg, prep)}
+
+
+def seed_selection(cfg: InfluenceDistillationConfig, summary: dict, sel_dir: Path, method: str, seed: int
+                   ) -> tuple[list[str], dict, Path | None]:
+    """What one seed fine-tunes on: (the selected ids, the selection's figures as selection.json
+    gives them, its JSONL in `sel_dir` or None). Random selection at another seed than the stage's
+    is drawn here as the stage draws it (`seed + RANDOM_DRAW` over the pool's order, the same
+    budget), its composition counted anew; every other selection is the stage's own."""
+    sel = summary["selections"][method]
+    if method != "random" or seed == cfg.seed:
+        path = Path(sel_dir) / sel["file"]
+        return [json.loads(line)["id"] for line in path.read_text().splitlines()], sel, path
+    pool, target_sets, _ = load_pool_dir(cfg.pool_dir)
+    chosen = baselines.random_selection(len(pool), cfg.select_k, seed + RANDOM_DRAW)
+    figures = {k: v for k, v in sel.items() if not k.startswith("share_") and k != "file"}
+    return ([pool[i].id for i in chosen], figures | composition([r.dataset for r in pool], target_sets, chosen),
+            None)
 
 
 def evaluate_targets(cfg: InfluenceDistillationConfig, prep: Prepared) -> dict:

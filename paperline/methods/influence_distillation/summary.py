@@ -1,11 +1,15 @@
 """metrics/influence_distillation.json: one row per selection method (fine-tuned with the same
-budget from the same warm-up), against random selection (the paper's baseline); the cost and
-fidelity of Influence Distillation against the exact first-order reference and the convex QP check
-as headline figures; the warm-up-only model, the QP check per learning rate, the propagation
-fidelity per target set and per landmark count as tables."""
+budget from the same warm-up), against random selection (the paper's baseline): the mean over the
+fine-tuning seeds of each figure, the target figures' spread (`<figure>_std`, sample std:
+paperline.seeds), every seed's row in details (`per_seed`); the cost and fidelity of Influence
+Distillation against the exact first-order reference and the convex QP check as headline figures;
+the warm-up-only model, the QP check per learning rate, the propagation fidelity per target set and
+per landmark count as tables; the claims (influence_distillation/claims.py), paired by seed."""
 from __future__ import annotations
 
+from paperline.methods.influence_distillation import claims
 from paperline.metrics import MethodMetrics
+from paperline.seeds import mean_over_seeds
 
 BASELINE = "random"
 # held-out assistant-token accuracy averaged over the targets: the paper compares the selections by
@@ -24,10 +28,22 @@ def row_of(evals: dict, sel: dict) -> dict:
     return row
 
 
-def method_metrics(selection: dict, rows: dict[str, dict], qp: dict, profile: str) -> MethodMetrics:
-    """`selection`: the tulu-select stage's selection.json; `rows`: row_of each fine-tuned method;
-    `qp`: the convex QP check."""
-    first, last = qp["rows"][0], qp["rows"][-1]
+def mean_rows(per_seed: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """Per selection method, the mean over its seeds of every figure (a figure every seed shares,
+    the selection's cost, kept as it is), `<figure>_std` for the fine-tuned model's target figures,
+    and `seeds` (how many)."""
+    def target_figure(key: str) -> bool:
+        return not key.startswith(("selection_", "share_"))
+
+    return {m: mean_over_seeds(list(seeds.values()), spread=target_figure, keep_shared=True) | {"seeds": len(seeds)}
+            for m, seeds in per_seed.items()}
+
+
+def method_metrics(selection: dict, per_seed: dict[str, dict[str, dict]], qp: dict, profile: str) -> MethodMetrics:
+    """`selection`: the tulu-select stage's selection.json; `per_seed`: {method: {seed: row_of its
+    fine-tune}}; `qp`: the convex QP check."""
+    rows = mean_rows(per_seed)
+    first, last = (f(qp["rows"], key=lambda r: r["lr"]) for f in (min, max))  # the smallest lr, the largest
     headline = dict(selection["comparison"]) | {
         "qp_relative_weight_difference_smallest_lr": first["relative_weight_difference"],
         "qp_relative_weight_difference_largest_lr": last["relative_weight_difference"],
@@ -41,4 +57,5 @@ def method_metrics(selection: dict, rows: dict[str, dict], qp: dict, profile: st
         tables["landmark_curve"] = {f"landmarks={r['num_landmarks']}": r for r in selection["landmark_curve"]}
     return MethodMetrics(method="influence_distillation", profile=profile, headline=headline,
                          baseline=BASELINE if BASELINE in rows else None, primary_metric=PRIMARY,
-                         higher_is_better=True, rows=rows, tables=tables)
+                         higher_is_better=True, rows=rows, tables=tables, details={"per_seed": per_seed},
+                         claims=claims.evaluate(per_seed, first["relative_weight_difference"]))

@@ -30,6 +30,9 @@ class LEFFConfig(MethodConfig):
     # the methods run at the α after the first (None: every method): a second α for FedAvg against
     # LEFF only keeps the smoke run within its budget (each method's run costs ~20 s on 2 cores)
     later_alpha_methods: list[Method] | None = None
+    # the seeds every (method, α) runs with (client shards, batch order, block draws, distillation
+    # batches, LoRA init); empty: `seed` alone. The claims pair the methods seed by seed.
+    seeds: list[int] = Field(default_factory=list)
     families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
     rounds: PositiveInt = 10
@@ -49,8 +52,8 @@ class LEFFConfig(MethodConfig):
     # Flower simulation
     client_cpus: PositiveInt = 1  # Ray resources per ClientApp: clients run this many-way parallel per core count
     round_timeout_s: float = Field(600.0, gt=0)
-    # fault check: this client fails in this round of every method's run (None: no fault), or of
-    # `fail_method`'s run only, by raising in its ClientApp or by killing the process the ClientApp
+    # fault check: this client fails in this round of every method's run at the last seed (None: no
+    # fault), or of `fail_method`'s run only, by raising in its ClientApp or by killing the process the ClientApp
     # runs in. A kill takes a Ray actor of Flower's pool with it, and a later run's client can be
     # sent to that dead actor (measured: ActorDiedError for the surviving client, a run without
     # any client): kill in the last method's run, where nothing runs after it.
@@ -59,8 +62,20 @@ class LEFFConfig(MethodConfig):
     fail_mode: Literal["raise", "kill"] = "raise"
     fail_method: str | None = None
 
+    def run_seeds(self) -> list[int]:
+        """The seeds each (method, α) trains with: `seeds`, or `seed` alone when none are listed."""
+        return list(self.seeds) or [self.seed]
+
+    def faulty(self, method: str) -> bool:
+        """Whether `method`'s run at this config's `seed` is the fault check's (the last seed's only:
+        a killed client's Ray actor is lost to every run after it)."""
+        return (self.fail_client is not None and self.fail_method in (None, method)
+                and self.seed == self.run_seeds()[-1])
+
     @model_validator(mode="after")
     def _check(self) -> "LEFFConfig":
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {self.seeds} repeat a value")
         if self.fail_client is not None and self.fail_client >= self.clients:
             raise ValueError(f"fail_client {self.fail_client}: there are only {self.clients} clients")
         if self.fail_client is not None and self.fail_round > self.rounds:
@@ -74,11 +89,13 @@ class LEFFConfig(MethodConfig):
         return self
 
 
-def runs_planned(cfg: LEFFConfig) -> list[tuple[str, float]]:
-    """Every (method, α) the run trains, α by α: all methods at the first α, `later_alpha_methods`
-    (in `methods`' order) at the others."""
+def runs_planned(cfg: LEFFConfig) -> list[tuple[str, float, int]]:
+    """Every (method, α, seed) the run trains, α by α and seed by seed within an α (a slow spell of
+    the machine hits every method of a seed alike): all methods at the first α,
+    `later_alpha_methods` (in `methods`' order) at the others."""
     later = cfg.methods if cfg.later_alpha_methods is None else [m for m in cfg.methods if m in cfg.later_alpha_methods]
-    return [(m, a) for i, a in enumerate(cfg.alphas) for m in (cfg.methods if i == 0 else later)]
+    return [(m, a, s) for i, a in enumerate(cfg.alphas) for s in cfg.run_seeds()
+            for m in (cfg.methods if i == 0 else later)]
 
 
 def client_capacity(cfg: LEFFConfig, partition: int) -> int:

@@ -16,15 +16,24 @@ import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
 from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, runs_planned
 from paperline.methods.leff.data import FederatedData, Windows, federated_data
-from paperline.methods.leff.leff import (LAYER_KEY, add_lora, add_zero_biases, aggregate, build_model, choose_block,
-                                         layer_importance, leff_client_model, trainable_keys)
+from paperline.methods.leff.leff import (
+    LAYER_KEY,
+    add_lora,
+    add_zero_biases,
+    aggregate,
+    build_model,
+    choose_block,
+    layer_importance,
+    leff_client_model,
+    trainable_keys,
+)
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 
 # Offline and quiet, set before flwr is imported (the Makefile exports the same; a project-local
@@ -33,8 +42,7 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord,  # noqa: E402
-                      RecordDict)
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from flwr.serverapp.strategy import Strategy  # noqa: E402
@@ -148,7 +156,7 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     cfg = LEFFConfig.model_validate_json(conf["cfg"])
     method, server_round, partition = str(conf["method"]), int(conf["server-round"]), _partition(context)
-    failing = cfg.fail_client == partition and server_round == cfg.fail_round and cfg.fail_method in (None, method)
+    failing = cfg.faulty(method) and cfg.fail_client == partition and server_round == cfg.fail_round
     if conf["fault-dir"]:
         peers = int(conf["round-clients"]) - 1 if failing else 0
         wait_for_round_peers(str(conf["fault-dir"]), server_round, partition, peers, cfg.round_timeout_s / 2)
@@ -178,12 +186,14 @@ def train(msg: Message, context: Context) -> Message:
 
 @dataclass
 class MethodRun:
-    """What one (method, α) run measured, round by round."""
+    """What one (method, α, seed) run measured, round by round; `initial` is the global model before
+    any round (the pretrained base: LoRA's B and BitFit's biases start at zero), scored the same way."""
     method: str
     alpha: float
     initial: dict
     rounds: list[dict] = field(default_factory=list)
     clients: int = 0  # nodes that answered the capacity query (a client killed earlier does not)
+    seed: int = 0
 
     @property
     def final(self) -> dict:
@@ -204,8 +214,9 @@ class FederatedFineTuning(Strategy):
     ActorDiedError) is dropped from the round and recorded; a dead node stays out of later runs."""
 
     def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print):
+        """`cfg.seed` is this run's seed (the clients read it from the config sent to them)."""
         self.cfg, self.method, self.alpha, self.log = cfg, method, alpha, log
-        self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha)
+        self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
         self.rule = method.removeprefix("leff_") if method in LEFF_METHODS else None
         self.data = data
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -213,10 +224,9 @@ class FederatedFineTuning(Strategy):
         self.plans: dict[int, dict] = {}  # node id → this round's block (LEFF) and bytes sent
         self.server_s = 0.0
         # the fault check's rendezvous folder (wait_for_round_peers), in the faulty method's run only
-        faulty = cfg.fail_client is not None and cfg.fail_method in (None, method)
-        self.fault_dir = tempfile.mkdtemp(prefix="leff-fault-") if faulty else ""
+        self.fault_dir = tempfile.mkdtemp(prefix="leff-fault-") if cfg.faulty(method) else ""
         loss, acc = evaluate(self.model, data.test)
-        self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc})
+        self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc}, seed=cfg.seed)
 
     def _config(self, server_round: int, **extra) -> ConfigRecord:
         return ConfigRecord({"cfg": self.cfg.model_dump_json(), "method": self.method, "alpha": self.alpha,
@@ -277,7 +287,10 @@ class FederatedFineTuning(Strategy):
     def aggregate_train(self, server_round: int, replies):
         started = time.perf_counter()
         updates, clients, dropped = [], [], []
-        for reply in replies:
+        # replies come in the order the clients finished: summing the updates in that order moved
+        # the aggregate's last bits run to run, and through the next round's importance draw
+        # (a sampled block) whole trajectories (issue 38). Partition order makes the sum repeatable.
+        for reply in sorted(replies, key=lambda r: self.nodes[r.metadata.src_node_id]["partition"]):
             node = reply.metadata.src_node_id
             if reply.has_error():
                 dropped.append({"partition": self.nodes[node]["partition"], "reason": reply.error.reason[:300]})
@@ -305,7 +318,7 @@ class FederatedFineTuning(Strategy):
                   "server_s": self.server_s + time.perf_counter() - started,
                   "layer_importance": self.scores, "clients": clients, "dropped": dropped}
         self.run.rounds.append(record)
-        self.log(f"leff: {self.method} α={self.alpha:g} round {server_round}: test loss {loss:.4f} "
+        self.log(f"leff: {self.method} α={self.alpha:g} seed {self.cfg.seed} round {server_round}: test loss {loss:.4f} "
                  f"acc {acc:.4f}, straggler {record['straggler_s']:.2f} s, dropped {len(dropped)}")
         return None, MetricRecord({"test_loss": loss, "test_accuracy": acc})
 
@@ -320,12 +333,13 @@ class FederatedFineTuning(Strategy):
             shutil.rmtree(self.fault_dir, ignore_errors=True)
 
     def summary(self) -> None:
-        self.log(f"leff: {self.method} α={self.alpha:g} on {len(self.nodes)} clients, {self.cfg.rounds} rounds")
+        self.log(f"leff: {self.method} α={self.alpha:g} seed {self.cfg.seed} on {len(self.nodes)} clients, "
+                 f"{self.cfg.rounds} rounds")
 
 
-def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float], MethodRun] | None = None,
-                  on_result=None, log=print) -> dict[tuple[str, float], MethodRun]:
-    """Every planned (method, α) (config.runs_planned) not in `done`, one after another in one Flower
+def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, int], MethodRun] | None = None,
+                  on_result=None, log=print) -> dict[tuple[str, float, int], MethodRun]:
+    """Every planned (method, α, seed) (config.runs_planned) not in `done`, one after another in one Flower
     simulation (Ray backend, `cfg.clients` virtual SuperNodes); `on_result(run)` after each (the
     task saves it, so a killed run resumes at the next)."""
     from flwr.simulation import run_simulation
@@ -342,20 +356,21 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float],
     def main(grid: Grid, context: Context) -> None:
         try:
             data = {}
-            for method, alpha in runs_planned(cfg):
-                if (method, alpha) in results:
+            for method, alpha, seed in runs_planned(cfg):
+                if (method, alpha, seed) in results:
                     continue
-                if alpha not in data:
-                    data[alpha] = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families,
-                                                 cfg.seed, cfg.proxy_windows, cfg.eval_windows)
-                strategy = FederatedFineTuning(cfg, method, alpha, base, data[alpha], log)
+                run_cfg = cfg.model_copy(update={"seed": seed})  # the clients read the seed from it
+                if (alpha, seed) not in data:
+                    data[(alpha, seed)] = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families,
+                                                         seed, cfg.proxy_windows, cfg.eval_windows)
+                strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log)
                 try:
                     strategy.query_clients(grid, cfg.round_timeout_s)
                     strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=cfg.rounds,
                                    timeout=cfg.round_timeout_s)
                 finally:
                     strategy.close()
-                results[(method, alpha)] = strategy.run
+                results[(method, alpha, seed)] = strategy.run
                 if on_result is not None:
                     on_result(strategy.run)
         except BaseException as err:  # the simulation logs and swallows it: re-raised below

@@ -207,11 +207,15 @@ def trainable_keys(method: str, state_keys, block: range | None = None) -> list[
     raise ValueError(f"method {method!r}")
 
 
-def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float) -> CausalLM:
-    """The global model of `method`: the base LM, with LoRA adapters or zero biases where it needs them."""
+def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, seed: int = 0) -> CausalLM:
+    """The global model of `method`: the base LM, with LoRA adapters or zero biases where it needs
+    them. LoRA's A is drawn from torch's global RNG: seeded here (and the global state restored),
+    so a run's adapters depend on its seed, not on what ran before it in the process."""
     model = copy.deepcopy(base)
     if method == "fedlora":
-        return add_lora(model, lora_rank, lora_alpha)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            return add_lora(model, lora_rank, lora_alpha)
     if method == "fedbitfit":
         return add_zero_biases(model)
     return model

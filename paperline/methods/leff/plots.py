@@ -13,27 +13,30 @@ import matplotlib.pyplot as plt  # noqa: E402
 from paperline.io import atomic_path  # noqa: E402
 from paperline.methods.leff.config import LEFFConfig  # noqa: E402
 from paperline.methods.leff.fed import MethodRun  # noqa: E402
-from paperline.methods.leff.summary import row, row_name  # noqa: E402
+from paperline.methods.leff.summary import Runs, row, row_name  # noqa: E402
 from paperline.plots import save_figure  # noqa: E402
 
 
-def plot_loss(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], path: Path) -> Path:
+def plot_loss(cfg: LEFFConfig, runs: Runs, path: Path) -> Path:
+    """Each method's loss per round, one line per seed (labelled once)."""
     fig, axes = plt.subplots(1, len(cfg.alphas), figsize=(5 * len(cfg.alphas), 3.5), squeeze=False)
     for ax, alpha in zip(axes[0], cfg.alphas):
         for i, method in enumerate(cfg.methods):
-            if (method, alpha) not in runs:  # not planned at this α (later_alpha_methods)
-                continue
-            run = runs[(method, alpha)]
-            points = [run.initial] + run.rounds
-            ax.plot([p["round"] for p in points], [p["test_loss"] for p in points], "o-", ms=3, color=f"C{i}", label=method)
+            seeds = [s for s in cfg.run_seeds() if (method, alpha, s) in runs]  # none: not planned at this α
+            for k, seed in enumerate(seeds):
+                run: MethodRun = runs[(method, alpha, seed)]
+                points = [run.initial] + run.rounds
+                ax.plot([p["round"] for p in points], [p["test_loss"] for p in points], "o-", ms=3, lw=1,
+                        color=f"C{i}", alpha=0.8, label=method if k == 0 else None)
         ax.set(xlabel="round", ylabel="global test loss (nats)", title=f"Dirichlet α = {alpha:g}")
         ax.legend(fontsize=7)
     return save_figure(fig, path)
 
 
-def plot_compute(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], path: Path) -> Path:
-    alpha = cfg.alphas[0]
-    rows = [row(runs[(m, alpha)]) for m in cfg.methods]
+def plot_compute(cfg: LEFFConfig, runs: Runs, path: Path) -> Path:
+    """At the first α, the first seed's runs (the FLOPs differ between seeds only by the blocks drawn)."""
+    alpha, seed = cfg.alphas[0], cfg.run_seeds()[0]
+    rows = [row(runs[(m, alpha, seed)]) for m in cfg.methods]
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     x = range(len(cfg.methods))
     ax.bar([i - 0.2 for i in x], [r["client_gflops"] for r in rows], 0.4, label="mean client")
@@ -44,18 +47,18 @@ def plot_compute(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], path
     return save_figure(fig, path)
 
 
-def write_csv(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], path: Path) -> Path:
+def write_csv(cfg: LEFFConfig, runs: Runs, path: Path) -> Path:
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["method", "round", "test_loss", "test_accuracy", "straggler_s"])
-        for (method, alpha), run in runs.items():
+        writer.writerow(["method", "seed", "round", "test_loss", "test_accuracy", "straggler_s"])
+        for (method, alpha, seed), run in runs.items():
             for r in run.rounds:
-                writer.writerow([row_name(method, alpha, cfg.alphas), r["round"], r["test_loss"], r["test_accuracy"],
-                                 r["straggler_s"]])
+                writer.writerow([row_name(method, alpha, cfg.alphas), seed, r["round"], r["test_loss"],
+                                 r["test_accuracy"], r["straggler_s"]])
     return path
 
 
-def write_all(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], out_dir: Path) -> list[Path]:
+def write_all(cfg: LEFFConfig, runs: Runs, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     return [plot_loss(cfg, runs, out_dir / "test_loss.png"), plot_compute(cfg, runs, out_dir / "client_compute.png"),
             write_csv(cfg, runs, out_dir / "test_loss.csv")]

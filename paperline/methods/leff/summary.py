@@ -1,17 +1,26 @@
-"""The comparison table and the paper's claims, computed from this run's rounds."""
+"""The comparison table (each (method, α) row the mean over its seeds), the cost ratios and the
+paper's claims (claims.py), computed from this run's rounds."""
 from __future__ import annotations
 
 import numpy as np
 
+from paperline.methods.leff import claims
 from paperline.methods.leff.config import LEFFConfig, runs_planned
 from paperline.methods.leff.fed import MethodRun
 from paperline.metrics import MethodMetrics
+from paperline.seeds import mean_over_seeds
 
 METHOD = "leff"
+Runs = dict[tuple[str, float, int], MethodRun]
 
 
 def row_name(method: str, alpha: float, alphas: list[float]) -> str:
     return method if len(alphas) == 1 else f"{method}@a{alpha:g}"
+
+
+def seed_name(method: str, alpha: float, seed: int, alphas: list[float]) -> str:
+    """The MLflow run and folder of one seed's run, under its row's."""
+    return f"{row_name(method, alpha, alphas)}/seed{seed}"
 
 
 def _mean(values) -> float | None:
@@ -36,44 +45,68 @@ def row(run: MethodRun) -> dict:
             "dropped_clients": sum(len(r["dropped"]) for r in run.rounds)}
 
 
-def claims(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun]) -> dict:
-    """At each α (suffix when several): the ordering the paper reports on final test loss (lower is
-    better) — FedAvg ≤ LEFF < FedLoRA, FedBitFit; importance < random, round-robin — and LEFF's
-    client cost as ratios to FedAvg full fine-tuning (FLOPs, straggler time, bytes)."""
+def pretrained_row(run: MethodRun) -> dict:
+    """The trivial baseline: the global model before any round, scored like every round's."""
+    return {"alpha": run.alpha, "test_loss": run.initial["test_loss"], "test_accuracy": run.initial["test_accuracy"]}
+
+
+def seed_rows(cfg: LEFFConfig, runs: Runs, alpha: float) -> dict[int, dict[str, dict]]:
+    """{seed: {method: row}} at `alpha`, with the pretrained model's row (read from any run of the
+    seed: every method starts from the same function on the same test windows)."""
+    out: dict[int, dict[str, dict]] = {}
+    for (method, a, seed), run in runs.items():
+        if a == alpha:
+            rows = out.setdefault(seed, {})
+            rows[method] = row(run)
+            rows.setdefault(claims.PRETRAINED, pretrained_row(run))
+    return out
+
+
+def _table(cfg: LEFFConfig, runs: Runs) -> dict[str, dict]:
+    """One row per (method, α): the mean over its seeds, the loss and accuracy with their spread."""
+    table = {}
+    for alpha in cfg.alphas:
+        per_seed = seed_rows(cfg, runs, alpha)
+        variants = [claims.PRETRAINED] + [m for m in cfg.methods if any(m in r for r in per_seed.values())]
+        for variant in variants:
+            rows = [per_seed[s][variant] for s in sorted(per_seed) if variant in per_seed[s]]
+            mean = mean_over_seeds(rows, spread=lambda k: k in ("test_loss", "test_accuracy"), keep_shared=True)
+            table[row_name(variant, alpha, cfg.alphas)] = mean | {"seeds": len(rows)}
+    return table
+
+
+def headline(cfg: LEFFConfig, table: dict[str, dict], runs: Runs) -> dict:
+    """At each α (suffix when several): LEFF's client cost as ratios to FedAvg full fine-tuning
+    (FLOPs, the straggler's FLOPs and time, bytes, trained parameters), from the rows' means; the
+    fault check's dropped clients."""
     head: dict = {}
     for alpha in cfg.alphas:
         sfx = "" if len(cfg.alphas) == 1 else f"_a{alpha:g}"
-        loss = {m: runs[(m, alpha)].final["test_loss"] for m in cfg.methods if (m, alpha) in runs}
-        rows = {m: row(runs[(m, alpha)]) for m in cfg.methods if (m, alpha) in runs}
-        leff = "leff_importance"
-        if leff not in loss:
+        leff, fedavg = (table.get(row_name(m, alpha, cfg.alphas)) for m in (claims.LEFF, "fedavg"))
+        if leff is None or fedavg is None:
             continue
-        if "fedavg" in loss:
-            head[f"claim_fedavg_at_least_leff{sfx}"] = loss["fedavg"] <= loss[leff]
-            for key, name in (("client_gflops", "flops"), ("max_client_gflops", "straggler_flops"),
-                              ("straggler_s", "straggler_time"), ("mb_per_round", "bytes"),
-                              ("trained_params", "trained_params")):
-                if rows["fedavg"][key]:
-                    head[f"leff_{name}_ratio_vs_fedavg{sfx}"] = rows[leff][key] / rows["fedavg"][key]
-        for other in ("fedlora", "fedbitfit", "leff_random", "leff_round_robin"):
-            if other in loss:
-                head[f"claim_leff_beats_{other.removeprefix('leff_')}{sfx}"] = loss[leff] < loss[other]
-                head[f"loss_gap_vs_{other}{sfx}"] = loss[leff] - loss[other]
+        for key, name in (("client_gflops", "flops"), ("max_client_gflops", "straggler_flops"),
+                          ("straggler_s", "straggler_time"), ("mb_per_round", "bytes"),
+                          ("trained_params", "trained_params")):
+            if fedavg[key]:
+                head[f"leff_{name}_ratio_vs_fedavg{sfx}"] = leff[key] / fedavg[key]
     if cfg.fail_client is not None:
         head["fault_dropped_clients"] = sum(len(r["dropped"]) for run in runs.values() for r in run.rounds)
         head["fault_runs_completed"] = all(len(run.rounds) == cfg.rounds for run in runs.values())
     return head
 
 
-def method_metrics(cfg: LEFFConfig, runs: dict[tuple[str, float], MethodRun], profile: str) -> MethodMetrics:
+def method_metrics(cfg: LEFFConfig, runs: Runs, profile: str) -> MethodMetrics:
     planned = runs_planned(cfg)
-    table = {row_name(m, a, cfg.alphas): row(runs[(m, a)]) for m, a in planned}
+    table = _table(cfg, runs)
     baseline = row_name(cfg.baseline, cfg.alphas[0], cfg.alphas)
-    details = {"rounds": {row_name(m, a, cfg.alphas): [{k: v for k, v in r.items() if k != "clients"}
-                                                        for r in runs[(m, a)].rounds] for m, a in planned},
-               "blocks": {row_name(m, a, cfg.alphas): [[c.get("block_start") for c in r["clients"]]
-                                                        for r in runs[(m, a)].rounds]
-                          for m, a in planned if m.startswith("leff")}}
-    return MethodMetrics(method=METHOD, profile=profile, headline=claims(cfg, runs),
+    details = {"seeds": cfg.run_seeds(), "claims_alpha": cfg.alphas[0],
+               "rounds": {seed_name(m, a, s, cfg.alphas): [{k: v for k, v in r.items() if k != "clients"}
+                                                           for r in runs[(m, a, s)].rounds] for m, a, s in planned},
+               "blocks": {seed_name(m, a, s, cfg.alphas): [[c.get("block_start") for c in r["clients"]]
+                                                           for r in runs[(m, a, s)].rounds]
+                          for m, a, s in planned if m.startswith("leff")}}
+    return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, runs),
                          baseline=baseline if baseline in table else None, primary_metric="test_loss",
-                         higher_is_better=False, rows=table, details=details)
+                         higher_is_better=False, rows=table, details=details,
+                         claims=claims.evaluate(seed_rows(cfg, runs, cfg.alphas[0])))

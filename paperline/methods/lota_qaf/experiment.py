@@ -21,8 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paperline.methods.lota_qaf.config import AdapterSettings, LotaSettings
-from paperline.methods.lota_qaf.layers import (LotaLinear, QALoraLinear, QuantLinear, replace_module,
-                                               select_targets)
+from paperline.methods.lota_qaf.layers import LotaLinear, QALoraLinear, QuantLinear, replace_module, select_targets
 from paperline.methods.lota_qaf.quant import QuantError, quantize_gptq, quantize_rtn, requantize
 from paperline.methods.lota_qaf.tsignsgd import TSignSGD
 

@@ -1,8 +1,9 @@
 """metrics/lota_qaf.json: a row per variant (<task>_float, <task>_w<b>_quantized, <task>_w<b>_<method>),
-a table per task (bit widths × methods, after the merge), and the paper's claims as figures
-computed from the run (never written by hand)."""
+a table per task (bit widths × methods, after the merge), headline figures computed from the run
+(never written by hand), and the paper's claims (`claims.evaluate`)."""
 from __future__ import annotations
 
+from paperline.methods.lota_qaf.claims import evaluate
 from paperline.methods.lota_qaf.config import LotaQafConfig
 from paperline.metrics import MethodMetrics
 
@@ -48,29 +49,24 @@ def tables(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def claims(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
-    """- lota_merge_bit_identical / lota_codes_on_grid: every LoTA merge reproduced its unmerged
-      outputs bit for bit on the probe batch, with codes in [0, 2ᵇ−1];
-    - lota_max_merge_loss, lora_mean_merge_loss_low_bits (b ≤ 3; in each task's metric, averaged
+def headline(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
+    """- lota_max_merge_loss, lora_mean_merge_loss_low_bits (b ≤ 3; in each task's metric, averaged
       over the tasks' rows: positive is worse) and lora_max_merge_loss;
     - <task>_lota_recovered_w<b>: the share of the quantisation drop LoTA recovered after merging
       ((quantised − LoTA) / (quantised − float), in the direction of the metric; None without a drop);
-    - lota_beats_lora_merged: the share of (task, b) where merged LoTA beats merged 16-bit LoRA;
     - <task>_memory_ratio_w<b>: bytes of the merged int-b LoTA model over the 16-bit LoRA model;
     - <task>_lota_changed_share_w<b>: the share of quantised weights the merge changed;
-    - <task>_gptq_gain_over_rtn_w<b> (GPTQ runs): how much better the GPTQ model scores than RTN's."""
+    - <task>_gptq_gain_over_rtn_w<b> (GPTQ runs): how much better the GPTQ model scores than RTN's.
+    Whether the merge is lossless and whether LoTA beats each baseline are claims, not figures here."""
     out: dict = {}
     lota = [r for v, r in rows.items() if v.endswith("_lota")]
     if lota:
-        out["lota_merge_bit_identical"] = all(r["bit_identical"] for r in lota)
-        out["lota_codes_on_grid"] = all(r["codes_on_grid"] for r in lota)
         out["lota_max_merge_loss"] = max(abs(r["merge_loss"]) for r in lota)
     lora = {v: r for v, r in rows.items() if v.endswith("_lora")}
     if lora:
         low = [r["merge_loss"] for v, r in lora.items() if r["bits"] <= 3]
         out["lora_mean_merge_loss_low_bits"] = sum(low) / len(low) if low else None
         out["lora_max_merge_loss"] = max(r["merge_loss"] for r in lora.values())
-    wins = []
     for task in cfg.tasks:
         metric = METRIC[task]
         ceiling = rows[f"{task}_float"][metric]
@@ -87,17 +83,14 @@ def claims(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
                 out[f"{task}_lota_changed_share_w{bits}"] = rows[f"{prefix}_lota"]["changed_share"]
                 out[f"{task}_memory_ratio_w{bits}"] = (rows[f"{prefix}_lota"]["model_bytes"]
                                                        / rows[f"{prefix}_lota"]["lora16_bytes"])
-                if "lora" in cfg.methods:
-                    wins.append(degradation(task, got, rows[f"{prefix}_lora"][metric]) > 0)
-    if wins:
-        out["lota_beats_lora_merged"] = sum(wins) / len(wins)
     return out
 
 
 def method_metrics(cfg: LotaQafConfig, rows: dict[str, dict], histories: dict[str, list[float]],
                    profile: str) -> MethodMetrics:
     rows = method_rows(rows)
-    return MethodMetrics(method="lota_qaf", profile=profile, headline=claims(cfg, rows), rows=rows,
+    return MethodMetrics(method="lota_qaf", profile=profile, headline=headline(cfg, rows), rows=rows,
+                         claims=evaluate(rows),
                          tables=tables(cfg, rows),
                          details={"histories": histories, "quantizer": cfg.quantizer,
                                   "metric": {t: METRIC[t] for t in cfg.tasks}})

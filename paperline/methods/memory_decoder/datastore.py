@@ -107,6 +107,7 @@ class Datastore:
 
 def save_datastore(store: Datastore, folder: str | Path, meta: dict) -> Path:
     import faiss
+
     from paperline.io import write_json
 
     with atomic_dir(folder) as tmp:

@@ -1,6 +1,6 @@
 """The Memory Decoder flow's steps as plain functions: the models' configuration and files, the kNN-LM
 datastore with the MemDec's kNN targets, and the evaluation — perplexity of base, base + kNN-LM and
-base + MemDec over the λ sweep per base size and split, and the inference time per token."""
+base + each seed's MemDec over the λ sweep per base size and split, and the inference time per token."""
 from __future__ import annotations
 
 import time
@@ -93,10 +93,10 @@ def eval_splits(cfg: MemoryDecoderConfig, data: MemDecData) -> dict:
     return out
 
 
-def split_log_probs(cfg: MemoryDecoderConfig, bases: dict, memdec, store, splits: dict, device) -> dict:
-    """Per split: (log p of the targets under each base, the MemDec and the kNN distribution, mask).
-    The kNN-LM queries always come from the large base (the model that defines the datastore,
-    spec §f)."""
+def split_log_probs(cfg: MemoryDecoderConfig, bases: dict, memdecs: dict, store, splits: dict, device) -> dict:
+    """Per split: (log p of the targets under each base, each seed's MemDec (`memdec/seed<s>`, from
+    `memdecs`: {seed: model}) and the kNN distribution, mask). The kNN-LM queries always come from
+    the large base (the model that defines the datastore, spec §f)."""
     from paperline.methods.memory_decoder.datastore import logits_and_keys
     from paperline.methods.memory_decoder.knn import knn_target_probability
     from paperline.methods.memory_decoder.memdec import target_log_probs
@@ -105,7 +105,7 @@ def split_log_probs(cfg: MemoryDecoderConfig, bases: dict, memdec, store, splits
     for split, (x, y, mask) in splits.items():
         x, y = x.to(device), y.to(device)
         row = {size: target_log_probs(m, x, y).cpu() for size, m in bases.items()}
-        row["memdec"] = target_log_probs(memdec, x, y).cpu()
+        row |= {f"memdec/seed{seed}": target_log_probs(m, x, y).cpu() for seed, m in memdecs.items()}
         _, keys = logits_and_keys(bases["large"], x)
         dist, ids = store.search(keys.reshape(-1, keys.shape[-1]).cpu().numpy(), cfg.knn.k)
         p = knn_target_probability(dist, store.values[ids], y.reshape(-1).cpu().numpy(), cfg.knn.temperature)
@@ -114,15 +114,16 @@ def split_log_probs(cfg: MemoryDecoderConfig, bases: dict, memdec, store, splits
     return log_p
 
 
-def perplexity_sweeps(log_p: dict, lambdas) -> dict:
-    """{"<size>/<variant>": {split: {λ: perplexity}}}: base alone (λ = 0 only), base + kNN-LM and
-    base + MemDec over the λ sweep, on every split and on the fact tokens of the domain splits."""
+def perplexity_sweeps(log_p: dict, lambdas, seed: int) -> dict:
+    """{"<size>/<variant>": {split: {λ: perplexity}}} with the MemDec of `seed`: base alone (λ = 0
+    only), base + kNN-LM and base + MemDec over the λ sweep, on every split and on the fact tokens
+    of the domain splits."""
     from paperline.methods.memory_decoder.memdec import perplexity_sweep
 
     results: dict = {}
     for size in BASES:
         for variant in VARIANTS:
-            other = {"base": size, "knn_lm": "knn", "memdec": "memdec"}[variant]
+            other = {"base": size, "knn_lm": "knn", "memdec": f"memdec/seed{seed}"}[variant]
             sweep_lambdas = [0.0] if variant == "base" else lambdas
             entry: dict = {}
             for split, (row, mask) in log_p.items():

@@ -17,7 +17,6 @@ from paperline.io import DataError
 from paperline.methods.model_shapley.ranking import keep_masks
 
 
-
 class DigitsDataError(DataError):
     """An array that is not digits features/labels, or a checkpoint that does not fit the MLP."""
 

@@ -12,11 +12,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
-from paperline.plots import save_figure  # noqa: E402
 from paperline.methods.ngn_m.optimizers import NGN_FAMILY, TITLES  # noqa: E402
 from paperline.methods.ngn_m.problems import PRIMARY_METRIC  # noqa: E402
 from paperline.methods.ngn_m.summary import sweep_table  # noqa: E402
 from paperline.methods.ngn_m.sweep import VariantResult  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
 
 COLOURS = {"sgd": "tab:gray", "sgdm": "tab:blue", "adam": "tab:orange", "ngn": "tab:olive",
            "ngn_m": "tab:red", "ngn_md": "tab:purple"}

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from paperline.claims import Claim
 from paperline.methods.ngn_m.optimizers import NGN_FAMILY
 from paperline.methods.ngn_m.problems import PRIMARY_METRIC
 from paperline.methods.ngn_m.sweep import VariantResult, json_safe
@@ -62,9 +63,14 @@ def summarize(variants: list[VariantResult], band: float) -> dict[str, dict]:
         if metric != "loss":  # classifiers: the best final training loss too
             losses = seed_mean(v, "loss")
             row[f"{v.problem}_best_loss"] = float(np.nanmin(losses)) if np.isfinite(losses).any() else None
-    for row in rows.values():
+    grids: dict[str, list[int]] = {}
+    for v in variants:
+        grids.setdefault(v.optimizer, []).append(len(v.c_values))
+    for optimizer, row in rows.items():
         decades = [value for key, value in row.items() if key.endswith("_decades")]
         row["mean_decades"] = float(np.mean(decades))
+        # every optimizer sweeps the same c grid of a problem: its tuning, recorded in its row
+        row["tuning"] = "c grid of " + ", ".join(map(str, dict.fromkeys(grids[optimizer])))
     return json_safe(rows)
 
 
@@ -81,13 +87,43 @@ def headline(rows: dict[str, dict], variants: list[VariantResult]) -> dict:
             "grid_decades": max(math.log10(v.c_values[-1] / v.c_values[0]) for v in variants)}
 
 
-def method_metrics(rows: dict[str, dict], variants: list[VariantResult], band: float, profile: str) -> MethodMetrics:
+def initial_model(variants: list[VariantResult]) -> dict[str, dict[str, float]]:
+    """{problem: {metric: mean over seeds}} of the untrained model (the same for every optimizer)."""
+    out: dict[str, dict[str, float]] = {}
+    for v in variants:
+        if v.problem not in out and v.initial:
+            metrics = list(dict.fromkeys(k for m in v.initial.values() for k in m))
+            out[v.problem] = json_safe({k: float(np.mean([m[k] if m.get(k) is not None else np.nan
+                                                          for m in v.initial.values()])) for k in metrics})
+    return out
+
+
+def seed_columns(v: VariantResult) -> list[int]:
+    return sorted({r.seed for r in v.runs})  # the columns of v.finals
+
+
+def seed_decades(v: VariantResult, band: float) -> dict[int, float]:
+    """Each seed's decades of c within the band of its own best (a diverged run counts outside)."""
+    metric, higher = PRIMARY_METRIC[v.kind]
+    finals = v.finals(metric)
+    return {s: band_decades(v.c_values, finals[:, j], higher, band)["decades"] for j, s in enumerate(seed_columns(v))}
+
+
+
+def method_metrics(rows: dict[str, dict], variants: list[VariantResult], band: float, profile: str,
+                   claims: list[Claim] = ()) -> MethodMetrics:
     """metrics/ngn_m.json from `summarize`'s rows: a row per optimizer (its MLflow run, under which
     its per-problem sweeps nest), SGDM the baseline, the primary metric the decades of c within the
-    band averaged over the problems (higher: more robust to the step size)."""
+    band averaged over the problems (higher: more robust to the step size); the claims (computed from
+    each seed's own sweep, `paperline.methods.ngn_m.claims`), each seed's decades and the untrained
+    model's metrics in details."""
+    by_seed: dict[str, dict] = {}
+    for v in variants:
+        by_seed.setdefault(v.optimizer, {})[v.problem] = {str(s): d for s, d in seed_decades(v, band).items()}
     return MethodMetrics(method="ngn_m", profile=profile, headline=headline(rows, variants),
                          baseline="sgdm" if "sgdm" in rows else None, primary_metric="mean_decades",
-                         higher_is_better=True, rows=rows, details={"band": band})
+                         higher_is_better=True, rows=rows, claims=list(claims),
+                         details={"band": band, "decades_by_seed": by_seed, "initial_model": initial_model(variants)})
 
 
 def c_tag(c: float) -> str:

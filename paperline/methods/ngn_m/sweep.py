@@ -111,13 +111,15 @@ def train_run(problem: Problem, optimizer: str, c: float, cfg: NGNMConfig, *, se
 
 @dataclass
 class VariantResult:
-    """All runs of one (problem, optimizer): c grid × seeds."""
+    """All runs of one (problem, optimizer): c grid × seeds, and the untrained model's metrics per
+    seed (`initial`: what doing nothing scores, evaluated as every run's final model is)."""
 
     problem: str
     kind: str
     optimizer: str
     c_values: list[float]
     runs: list[RunResult]
+    initial: dict[int, dict[str, float | None]] = field(default_factory=dict)
 
     def finals(self, metric: str) -> np.ndarray:
         """(len(c_values), seeds) array of a final metric; diverged or missing → nan."""
@@ -142,12 +144,14 @@ class VariantResult:
 
     def to_dict(self) -> dict:
         return {"problem": self.problem, "kind": self.kind, "optimizer": self.optimizer,
-                "c_values": self.c_values, "runs": [r.to_dict() for r in self.runs]}
+                "c_values": self.c_values, "runs": [r.to_dict() for r in self.runs],
+                "initial": {str(s): json_safe(m) for s, m in self.initial.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "VariantResult":
         return cls(d["problem"], d["kind"], d["optimizer"], d["c_values"],
-                   [RunResult.from_dict(r) for r in d["runs"]])
+                   [RunResult.from_dict(r) for r in d["runs"]],
+                   {int(s): m for s, m in d.get("initial", {}).items()})
 
 
 def resolve_data_dir(data_dir: str, root: Path) -> Path:
@@ -168,6 +172,9 @@ def run_variant(cfg: NGNMConfig, problem_name: str, optimizer: str, out_dir: Pat
     seeds = [cfg.seed + s for s in range(cfg.seeds_for(problem_name))]
     out_dir = Path(out_dir)
     runs = []
+    # the untrained model of each seed (its parameters drawn as every run of that seed starts):
+    # the trivial baseline, scored by the same evaluate() as the trained runs
+    initial = {seed: json_safe(build_problem(problem_name, pcfg, seed, run_device).evaluate()) for seed in seeds}
     bar = tqdm(total=len(c_values) * len(seeds), disable=not progress, desc=f"{problem_name}/{optimizer}")
     for i, c in enumerate(c_values):
         for seed in seeds:
@@ -184,4 +191,4 @@ def run_variant(cfg: NGNMConfig, problem_name: str, optimizer: str, out_dir: Pat
                 runs.append(RunResult.from_dict(run.to_dict()))  # the JSON form, as a resume reads it
             bar.update()
     bar.close()
-    return VariantResult(problem_name, pcfg.kind, optimizer, c_values, runs)
+    return VariantResult(problem_name, pcfg.kind, optimizer, c_values, runs, initial)

@@ -78,5 +78,6 @@ class PubSubVFLConfig(MethodConfig):
     message_overhead_ms: float = Field(1.0, ge=0)
     total_cores: PositiveInt = 2  # C_a + C_p
     memory_cap_mb: float = Field(1024.0, gt=0)  # per worker: gives B_max
-    grid_check: bool = False  # also run the grid and compare the planner's pick with its optimum
+    grid_check: bool = False  # also run the grid (at every seed) and compare the planner's pick with its optimum
+    grid_epochs: PositiveInt | None = None  # epochs of each grid run (None: `epochs`): it times an epoch
     kill_worker: bool = False  # kill one passive worker mid-run of pubsub_vfl (the fault check)

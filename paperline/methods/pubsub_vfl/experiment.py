@@ -1,25 +1,30 @@
 """The whole comparison in one process, sequentially (the variants share two cores: run side by
 side they would slow each other and the timings would compare nothing): the planner's profile and
-pick, every variant × seed, the DP sweep, the planner against the measured grid, the fault run."""
+pick, every variant × seed, the active party alone (the trivial baseline) at every seed, the DP
+sweep (every μ at the first seed, the claim's μ at every seed), the planner against the measured
+grid at every seed, the fault run."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
 from paperline.methods.pubsub_vfl import planner
+from paperline.methods.pubsub_vfl.alone import active_alone
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import VFLData
 from paperline.methods.pubsub_vfl.train import RunResult, run_variant
 
 PS_VARIANTS = ("vfl_ps", "avfl_ps", "pubsub_vfl")
+DP_CLAIM_MU = 1.0  # the paper: accuracy holds from μ = 1 on; this μ runs at every seed (claims.py)
 
 
 @dataclass
 class Experiment:
     plan: dict  # w_a, w_p, B and the fitted cost model
     runs: dict[str, list[RunResult]]  # variant -> one per seed
-    dp: list[RunResult] = field(default_factory=list)
-    grid: list[dict] = field(default_factory=list)  # measured epoch time per (w_a, w_p, B)
+    alone: dict[int, float] = field(default_factory=dict)  # seed -> the active party alone's test metric
+    dp: list[RunResult] = field(default_factory=list)  # pubsub_vfl with noise (RunResult.dp_mu, .seed)
+    grid: list[dict] = field(default_factory=list)  # measured epoch time per (seed, w_a, w_p, B)
     fault: RunResult | None = None
 
 
@@ -36,11 +41,11 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     chosen = choose(cfg, data)
     log(f"plan: w_a={chosen['w_a']} w_p={chosen['w_p']} B={chosen['B']}")
 
-    def one(variant: str, seed: int, **kw) -> RunResult:
+    def one(variant: str, seed: int, run_cfg: PubSubVFLConfig = cfg, **kw) -> RunResult:
         workers = (chosen["w_a"], chosen["w_p"]) if variant in PS_VARIANTS else (1, 1)
         kw.setdefault("workers", workers)
         kw.setdefault("batch_size", chosen["B"])
-        result = run_variant(cfg, data, variant, seed, **kw)
+        result = run_variant(run_cfg, data, variant, seed, **kw)
         log(f"{variant} seed {seed}: metric {result.metric:.4f}, wall {result.wall_s:.2f} s, "
             f"idle {result.idle_fraction}, dropped {result.dropped}")
         return result
@@ -50,16 +55,23 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
         for variant in cfg.variants:
             runs[variant].append(one(variant, seed))
     exp = Experiment(chosen, runs)
-    exp.dp = [one("pubsub_vfl", cfg.seeds[0], dp_mu=mu) for mu in cfg.dp_mu]
+    # in process, no timing: the same model, init, lr, epochs, batches, without the passive party
+    exp.alone = {seed: active_alone(cfg, data, seed, chosen["B"]) for seed in cfg.seeds}
+    exp.dp = [one("pubsub_vfl", seed, dp_mu=mu) for seed in cfg.seeds for mu in cfg.dp_mu
+              if seed == cfg.seeds[0] or mu == DP_CLAIM_MU]
     if cfg.grid_check and cfg.plan:
         cost = planner.CostModel(**{k: (planner.PartyCost(**v) if isinstance(v, dict) else v)
                                     for k, v in chosen["cost_model"].items()})
-        for w_a in cfg.plan_workers:
-            for w_p in cfg.plan_workers:
-                for B in cfg.plan_batches:
-                    r = one("pubsub_vfl", cfg.seeds[0], workers=(w_a, w_p), batch_size=B)
-                    exp.grid.append({"w_a": w_a, "w_p": w_p, "B": B, "measured_epoch_s": r.wall_s / cfg.epochs,
-                                     "predicted_epoch_s": cost.epoch_time(w_a, w_p, B), "metric": r.metric})
+        # an epoch's time is what the grid compares: `grid_epochs` of them at every seed
+        grid_cfg = cfg.model_copy(update={"epochs": cfg.grid_epochs or cfg.epochs})
+        for seed in cfg.seeds:
+            for w_a in cfg.plan_workers:
+                for w_p in cfg.plan_workers:
+                    for B in cfg.plan_batches:
+                        r = one("pubsub_vfl", seed, grid_cfg, workers=(w_a, w_p), batch_size=B)
+                        exp.grid.append({"seed": seed, "w_a": w_a, "w_p": w_p, "B": B,
+                                         "measured_epoch_s": r.wall_s / grid_cfg.epochs,
+                                         "predicted_epoch_s": cost.epoch_time(w_a, w_p, B), "metric": r.metric})
     if cfg.kill_worker:
         typical = min(r.wall_s for r in runs.get("pubsub_vfl", [])) if runs.get("pubsub_vfl") else 1.0
         # two workers a party at least: the survivor carries on, the killed one's batches drop

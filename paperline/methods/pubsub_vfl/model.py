@@ -52,9 +52,13 @@ def top_loss_and_grads(p: Params, z_a: np.ndarray, z_p: np.ndarray, y: np.ndarra
     return loss, grads, g_z[:, :k], g_z[:, k:]
 
 
-def predict(bottom_a: Params, bottom_p: Params, top: Params, x_a: np.ndarray, x_p: np.ndarray) -> np.ndarray:
-    z = np.concatenate([bottom_forward(bottom_a, x_a)[0], bottom_forward(bottom_p, x_p)[0]], 1)
+def top_forward(top: Params, z_a: np.ndarray, z_p: np.ndarray) -> np.ndarray:
+    z = np.concatenate([z_a, z_p], 1)
     return (np.maximum(z @ top["U1"] + top["c1"], 0) @ top["U2"] + top["c2"])[:, 0]
+
+
+def predict(bottom_a: Params, bottom_p: Params, top: Params, x_a: np.ndarray, x_p: np.ndarray) -> np.ndarray:
+    return top_forward(top, bottom_forward(bottom_a, x_a)[0], bottom_forward(bottom_p, x_p)[0])
 
 
 def auc(y: np.ndarray, score: np.ndarray) -> float:

@@ -16,8 +16,16 @@ import numpy as np
 import zmq
 
 from paperline.methods.pubsub_vfl import model
-from paperline.methods.pubsub_vfl.channels import (DROP, EMBEDDING, GRADIENT, Publisher, Subscriber, bind,
-                                                   key_of, start_broker)
+from paperline.methods.pubsub_vfl.channels import (
+    DROP,
+    EMBEDDING,
+    GRADIENT,
+    Publisher,
+    Subscriber,
+    bind,
+    key_of,
+    start_broker,
+)
 
 # per variant: how each party's workers meet its PS ("barrier": sync all-reduce every step;
 # "step": push the gradient, pull the parameters every step; "interval": local steps, averaged on

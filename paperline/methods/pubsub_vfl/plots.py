@@ -52,6 +52,6 @@ def write_csv(table: dict, path: Path) -> Path:
 
 def write_all(exp: Experiment, task: str, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = rows(exp, task)
+    table = {v: row for v, row in rows(exp, task).items() if v in exp.runs}  # the trained variants' timings
     return [plot_curves(exp, task, out_dir / "metric_vs_time.png"), plot_idle(table, out_dir / "idle.png"),
             write_csv(table, out_dir / "idle.csv")]

@@ -3,9 +3,11 @@ length and long-CoT rate on all/easy/hard questions, RAK and AES against the bas
 answers correctly (in at least half its samples). With several training seeds every seed is scored
 against its own base (its own easy/hard split), a row holds the mean over seeds of each figure and
 its spread (`<figure>_std`, the sample standard deviation: paperline.seeds), the table `seeds` each
-seed's row, and the headline's comparisons are of the means."""
+seed's row, and the headline's comparisons are of the means; the claims (qfft/claims.py) are read
+on the seeds' own rows, paired by seed."""
 from __future__ import annotations
 
+from paperline.methods.qfft import claims
 from paperline.metrics import MethodMetrics
 from paperline.seeds import mean_over_seeds
 
@@ -58,11 +60,9 @@ def method_metrics(by_seed: dict[int, dict], profile: str) -> MethodMetrics:
                 "qfft_over_sft_length": qfft["all_mean_length"] / max(sft["all_mean_length"], 1e-9),
                 "qfft_minus_sft_accuracy": qfft["all_accuracy"] - sft["all_accuracy"],
                 "noise_iv_sft_accuracy_drop": sft["all_accuracy"] - rows["sft_noise_iv"]["all_accuracy"],
-                "noise_iv_qfft_accuracy_drop": qfft["all_accuracy"] - rows["qfft_noise_iv"]["all_accuracy"],
-                # how many seeds show each half of the claim on their own
-                "seeds_qfft_rak_above_sft": sum(r["qfft"]["rak"] > r["sft"]["rak"] for r in per_seed.values()),
-                "seeds_qfft_accuracy_ge_sft": sum(r["qfft"]["all_accuracy"] >= r["sft"]["all_accuracy"]
-                                                  for r in per_seed.values())}
+                "noise_iv_qfft_accuracy_drop": qfft["all_accuracy"] - rows["qfft_noise_iv"]["all_accuracy"]}
     table = {f"{name}_s{seed}": row for seed, rows_ in per_seed.items() for name, row in rows_.items()}
+    # the verdicts: paired by seed, each seed against its own base (paperline.methods.qfft.claims)
     return MethodMetrics(method="qfft", profile=profile, headline=headline, baseline=BASELINE,
-                         primary_metric=PRIMARY, higher_is_better=True, rows=rows, tables={"seeds": table})
+                         primary_metric=PRIMARY, higher_is_better=True, rows=rows, tables={"seeds": table},
+                         claims=claims.evaluate(per_seed))

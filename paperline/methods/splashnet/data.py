@@ -13,8 +13,12 @@ import torch
 from torch.utils.data import Dataset
 
 from paperline.methods.splashnet.features import SessionFeatures
-from paperline.methods.splashnet.transforms import (JITTER_FRAMES, random_band_rotation, spec_augment,
-                                                    temporal_alignment_jitter)
+from paperline.methods.splashnet.transforms import (
+    JITTER_FRAMES,
+    random_band_rotation,
+    spec_augment,
+    temporal_alignment_jitter,
+)
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
+from paperline.io import json_digest
 from paperline.methods.splashnet.config import VARIANT_CHANGES, VARIANT_SIZE, SplashNetConfig
 from paperline.methods.splashnet.data import ACM_AUGMENT, BASELINE_AUGMENT, Augment, WindowDataset, collate
 from paperline.methods.splashnet.features import SessionFeatures
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer
 from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flops, count_parameters
 from paperline.methods.splashnet.transforms import HOP
-from paperline.io import json_digest
 from paperline.train.checkpoint import load_resumable, save_checkpoint
 from paperline.train.distributed import DistributedConfig
 
@@ -278,6 +278,9 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
     from paperline.methods.splashnet.decoding import character_error_rate
 
     result |= {k: character_error_rate(p) for k, p in pairs.items() if p}
+    # the trivial baseline, scored by the same CER on the same test sessions: a decoder that types
+    # nothing (every keystroke a deletion), what a model stuck in CTC's all-blank phase outputs
+    result["blank_cer"] = character_error_rate([(reference, []) for reference, _ in pairs["zero_shot_cer"]])
     result["zero_shot_ctc_loss"] = loss["zero"] / labels  # per reference label, summed over users
     result["finetuned_ctc_loss"] = loss["ft"] / labels
     tail = [v for _, v in history[-10:]]

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from paperline.io import atomic_path
-from paperline.plots import plt, save_figure
 from paperline.methods.splashnet.transforms import BAND_BINS
+from paperline.plots import plt, save_figure
 
 BAND_EDGES_HZ = [(lo * 31.25, hi * 31.25 if hi < 33 else 1000.0) for lo, hi in BAND_BINS]
 

@@ -47,6 +47,9 @@ class TaskConfig(StrictModel):
     eval_every: PositiveInt = 5000
     eval_episodes: PositiveInt = 5
     held_out_pairs: PositiveInt = 200  # the reward model's preference accuracy, on noiseless labels
+    # the variants this task runs (a subset of the experiment's `variants`, the oracle included);
+    # None: all of them
+    variants: list[Variant] | None = None
 
     @model_validator(mode="after")
     def _schedule(self):
@@ -135,6 +138,10 @@ class StarConfig(MethodConfig):
         names = [t.name for t in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names repeat: {names}")
+        for t in self.tasks:
+            if t.variants is not None and ("oracle" not in t.variants or not set(t.variants) <= set(self.variants)):
+                raise ValueError(f"task {t.name}: variants {t.variants} must include 'oracle' and be among "
+                                 f"`variants` {self.variants}")
         if self.offline is not None:
             task = next((t for t in self.tasks if t.name == self.offline.task), None)
             if task is None or task.kind != "continuous":
@@ -143,6 +150,11 @@ class StarConfig(MethodConfig):
                 raise ValueError(f"offline.segment {self.offline.segment} must be below task {task.name}'s "
                                  f"episode_steps {task.episode_steps} (a generated episode's last step is a timeout)")
         return self
+
+
+def variants_of(cfg: StarConfig, task: TaskConfig) -> list[str]:
+    """The variants `task` runs, in the order of the experiment's `variants`."""
+    return [v for v in cfg.variants if task.variants is None or v in task.variants]
 
 
 def row_name(task: str, variant: str, budget: int | None) -> str:
@@ -154,6 +166,6 @@ def runs_of(cfg: StarConfig) -> list[tuple[TaskConfig, str, int | None]]:
     """Every (task, variant, budget) row of the experiment, oracles first."""
     out = []
     for task in cfg.tasks:
-        for variant in cfg.variants:
+        for variant in variants_of(cfg, task):
             out += [(task, variant, None)] if variant == "oracle" else [(task, variant, b) for b in task.budgets]
     return out

@@ -30,13 +30,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from paperline.io import read_json, write_json
-from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.config import OfflineConfig, StarConfig, TaskConfig
+from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, make_env
 from paperline.methods.star.evaluate import discounted_returns, evaluate, rollout
 from paperline.rl.nets import mlp
-from paperline.rl.offline import (OfflineDataError, PreferenceLabels, Transitions, load_dataset,
-                                  load_preference_labels, write_d4rl, write_preference_labels)
+from paperline.rl.offline import (
+    OfflineDataError,
+    PreferenceLabels,
+    Transitions,
+    load_dataset,
+    load_preference_labels,
+    write_d4rl,
+    write_preference_labels,
+)
 from paperline.rl.reward_model import RewardEnsemble
 from paperline.rl.teacher import ScriptedTeacher, rational_labels
 

@@ -11,14 +11,14 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
+from paperline.methods.star.config import StarConfig, row_name, variants_of  # noqa: E402
 from paperline.metrics import MethodMetrics  # noqa: E402
-from paperline.methods.star.config import StarConfig, row_name  # noqa: E402
 from paperline.plots import save_figure  # noqa: E402
 
 
 def _curve_rows(cfg: StarConfig, task, budget: int) -> dict[str, str]:
     """variant -> its row at this budget (the oracle's has none)."""
-    return {v: row_name(task.name, v, budget) for v in cfg.variants}
+    return {v: row_name(task.name, v, budget) for v in variants_of(cfg, task)}
 
 
 def learning_curves(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[Path]:
@@ -41,7 +41,7 @@ def learning_curves(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[
             with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["step", *rows])
-                for i, step in enumerate(curves[rows[cfg.variants[0]]]["step"]):
+                for i, step in enumerate(curves[next(iter(rows.values()))]["step"]):
                     writer.writerow([step, *(curves[n]["mean"][i] if i < len(curves[n]["mean"]) else "" for n in rows.values())])
             paths.append(csv_path)
     return paths

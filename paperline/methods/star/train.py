@@ -26,8 +26,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.config import VARIANTS, StarConfig, TaskConfig
+from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, check_env, make_env
 from paperline.methods.star.evaluate import evaluate, mc_steps, overestimation
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl

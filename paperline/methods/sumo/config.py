@@ -72,7 +72,7 @@ class TextLMConfig(StrictModel):
     steps: PositiveInt = 200
     optimizers: list[OptimizerName] = Field(default=["adamw", "galore_adamw", "muon", "sumo"], min_length=1)
     lr_grid: dict[OptimizerName, list[PositiveFloat]]
-    seeds: PositiveInt = 1
+    seeds: PositiveInt = 1  # the lr grid runs at seed 0; each optimizer's best lr at seeds 1 … seeds − 1 too
     rank: PositiveInt = 16
     update_period: PositiveInt = 50
     adamw_part_lr: PositiveFloat | None = 3e-3  # embeddings and norms under GaLore, Muon, SUMO

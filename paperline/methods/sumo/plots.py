@@ -12,10 +12,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
-from paperline.plots import save_figure  # noqa: E402
 from paperline.methods.sumo.config import SumoConfig  # noqa: E402
 from paperline.methods.sumo.optimizers import LABELS  # noqa: E402
 from paperline.methods.sumo.summary import lr_table  # noqa: E402
+from paperline.plots import save_figure  # noqa: E402
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
@@ -124,7 +124,8 @@ def write_text_lm(runs: list[dict], rows: dict, directory: Path) -> list[Path]:
     names, loss_rows = _curve_table(runs, rows)
     return [plot_loss_curves(runs, rows, directory / "lm_loss_curves.png", title="causal LM (Shakespeare)",
                              ylabel="training loss (minibatch)"),
-            plot_lr_sweep(lr_table(runs), directory / "lm_lr_sweep.png"),
+            # the sweep at seed 0, where every lr ran (the best lr's other seeds would weigh in for it alone)
+            plot_lr_sweep(lr_table([r for r in runs if r.get("seed_index", 0) == 0]), directory / "lm_lr_sweep.png"),
             plot_moment_condition(runs, rows, directory / "lm_moment_condition.png"),
             _write_csv(directory / "lm_loss_curves.csv", ["step", *names], loss_rows)]
 

@@ -110,6 +110,9 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
     model = model.to(device) if here else model  # spread: each process moves its copy to its device
     view = with_text_lm(cfg)
     settings = train_settings(cfg, lr, seed)
+    # the trivial baseline: the initial model on the windows the trained one is scored on (no RNG drawn)
+    initial_test_loss = lm_loop.evaluate(model, lm_loop.validation_windows(corpus.val, t.block_size, t.eval_windows),
+                                         t.batch_size, device if here else "cpu")
     with tempfile.TemporaryDirectory(prefix="sumo-text-lm-") as tmp:
         # the κ samples and the state a spawned process's optimizer reports come back by this file
         factory = OptimizerFactory(optimizer_name, lr, view, seed, record_to=None if here else f"{tmp}/record.json",
@@ -141,6 +144,7 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
         # the mean logged minibatch loss over the run: the area under the loss curve (best-lr criterion)
         "mean_train_loss": None if diverged else float(np.mean(losses)),
         "final_test_loss": out["val_loss"], "val_perplexity": out["val_perplexity"], "final_test_accuracy": None,
+        "initial_test_loss": initial_test_loss,
         "parameters": sum(p.numel() for p in model.parameters()),
         "state_floats": floats, "state_bytes": nbytes,
         "state_floats_formula": state_formula(optimizer_name, model, view.rank),

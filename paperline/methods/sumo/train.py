@@ -145,6 +145,8 @@ def train_one(cfg: SumoConfig, data: DigitsSplit, optimizer_name: str, lr: float
         "final_train_loss": final["train_loss"] if not diverged else None,
         "final_test_loss": final["test_loss"] if not diverged else None,
         "final_test_accuracy": final["test_accuracy"] if not diverged else None,
+        # the trivial baseline: the initial model (logged at step 0), scored as the trained one
+        "initial_test_loss": history["test_loss"][0] if history["step"] and history["step"][0] == 0 else None,
         # the area under the logged training-loss curve per step: lower = faster descent
         "mean_train_loss": float(np.mean(history["train_loss"])) if not diverged else None,
         "state_floats": state_numel(optimizer),

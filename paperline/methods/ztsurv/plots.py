@@ -11,7 +11,7 @@ import numpy as np
 
 from paperline.io import atomic_path, read_json
 from paperline.methods.ztsurv.config import ZTSurvConfig
-from paperline.methods.ztsurv.graph import EDGE_KEYS, RELATIONS, RELATION_NAMES
+from paperline.methods.ztsurv.graph import EDGE_KEYS, RELATION_NAMES, RELATIONS
 from paperline.methods.ztsurv.pipeline import CohortGraphs
 from paperline.methods.ztsurv.segment import TYPE_NAMES
 from paperline.methods.ztsurv.summary import median_split
@@ -121,11 +121,13 @@ def write_c_index_csv(rows: dict[str, dict], path: Path) -> Path:
     return Path(path)
 
 
-def write_all(cfg: ZTSurvConfig, cohort: CohortGraphs, results: dict[str, list[FoldResult]], rows: dict[str, dict],
-              facts: dict, truth: dict, data_dir: Path, directory: Path) -> list[Path]:
+def write_all(cfg: ZTSurvConfig, cohort: CohortGraphs, results: dict[str, dict[int, list[FoldResult]]],
+              rows: dict[str, dict], per_seed: dict[int, dict[str, dict]], facts: dict, truth: dict, data_dir: Path,
+              directory: Path) -> list[Path]:
     """Every figure and table of a run, into `directory`: overlays of the slides at both ends of the
     generator's risk ranking (the first slides without generator facts), the first one's graph,
-    Kaplan-Meier curves of each method's out-of-fold risk groups, c-index by method."""
+    Kaplan-Meier curves of each method's out-of-fold risk groups at the first seed, c-index by
+    method (the rows' means over seeds, every seed's test folds as dots)."""
     from paperline.data.wsi_prep import THUMB_DIR, load_thumbnail
     directory, n = Path(directory), len(cohort.time)
     thumbs = read_json(Path(data_dir) / THUMB_DIR / "index.json")["slides"]
@@ -138,11 +140,13 @@ def write_all(cfg: ZTSurvConfig, cohort: CohortGraphs, results: dict[str, list[F
         note = f"risk rank {facts[pid]['risk_rank']:.2f}, T-L contact {facts[pid]['tl_contact']:.2f}" if facts else ""
         items.append({"patient_id": pid, "rgb": thumb.rgb, "labels": cohort.labels[pid], "truth": truth.get(pid),
                       "note": note})
-    groups = {m: {"high": median_split(out_of_fold(r, n)), "logrank_p": rows[m]["logrank_p"]} for m, r in results.items()}
+    first = min(per_seed)
+    groups = {m: {"high": median_split(out_of_fold(r[first], n)), "logrank_p": per_seed[first][m]["logrank_p"]}
+              for m, r in results.items() if first in r}
     return [plot_overlays(items, directory / "segmentation_overlays.png"),
             plot_graph(items[0]["rgb"], cohort.graphs[picks[0]], cfg.cell_px, directory / "graph_one_slide.png",
                        title=f"graph of {cohort.patient_ids[picks[0]]}"),
             plot_km(groups, cohort.time, cohort.event, directory / "km_risk_groups.png"),
-            plot_c_index(rows, {m: [f.c_index for f in r] for m, r in results.items()},
+            plot_c_index(rows, {m: [f.c_index for folds in r.values() for f in folds] for m, r in results.items()},
                          directory / "c_index_by_method.png"),
             write_c_index_csv(rows, directory / "c_index.csv")]

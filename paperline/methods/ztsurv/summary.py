@@ -1,6 +1,6 @@
-"""metrics/ztsurv.json (`method_metrics`): c-index per method (mean and spread over folds, pooled
-out-of-fold), the comparison the paper claims, segmentation quality where the truth is known,
-compute ratios."""
+"""metrics/ztsurv.json (`method_metrics`): c-index per method (per seed: mean and spread over its
+folds, pooled out-of-fold; the row: the mean over seeds), the paper's claims (claims.py) from the
+per-seed rows, segmentation quality where the truth is known, compute ratios."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from paperline.io import read_json
+from paperline.methods.ztsurv import claims
 from paperline.methods.ztsurv.pipeline import CohortGraphs
 from paperline.methods.ztsurv.segment import LYMPHOCYTE, STROMA, TUMOUR, dice
 from paperline.methods.ztsurv.train import FoldResult, c_index, out_of_fold
 from paperline.metrics import MethodMetrics
+from paperline.seeds import mean_over_seeds
 
 POOLING = ("mean_pool", "abmil")
 COMPUTE_RATIOS = ("pixel_ratio_read", "pixel_ratio_processed", "time_ratio")  # 20x patch tiling over 50x
@@ -37,6 +39,32 @@ def method_row(results: list[FoldResult], time: np.ndarray, event: np.ndarray) -
     return {"c_index_mean": float(folds.mean()), "c_index_std": float(folds.std(ddof=1)) if len(folds) > 1 else 0.0,
             "c_index_min": float(folds.min()), "c_index_max": float(folds.max()),
             "c_index_oof": c_index(event, time, risk), "logrank_p": logrank_p(time, event, median_split(risk))}
+
+
+def seed_rows(results: dict[str, dict[int, list[FoldResult]]], time: np.ndarray,
+              event: np.ndarray) -> dict[int, dict[str, dict]]:
+    """{seed: {method: method_row}} from each method's fold results per seed."""
+    out: dict[int, dict[str, dict]] = {}
+    for method, by_seed in results.items():
+        for seed, folds in by_seed.items():
+            out.setdefault(seed, {})[method] = method_row(folds, time, event)
+    return out
+
+
+def mean_rows(per_seed: dict[int, dict[str, dict]]) -> dict[str, dict]:
+    """A row per method: the mean over seeds (`c_index_mean_std`, `c_index_oof_std`: the sample std
+    over seeds; `c_index_std`: the mean over seeds of the spread over folds; `c_index_min` / `_max`:
+    over every seed's folds; `logrank_p`: the median over seeds), with the seed count."""
+    methods = list(dict.fromkeys(m for rows in per_seed.values() for m in rows))
+    out = {}
+    for m in methods:
+        rows = [per_seed[s][m] for s in sorted(per_seed) if m in per_seed[s]]
+        pvalues = [r["logrank_p"] for r in rows if r["logrank_p"] is not None]
+        numeric = [{k: v for k, v in r.items() if k != "logrank_p"} for r in rows]
+        out[m] = (mean_over_seeds(numeric, spread=lambda k: k in ("c_index_mean", "c_index_oof"))
+                  | {"c_index_min": min(r["c_index_min"] for r in rows), "c_index_max": max(r["c_index_max"] for r in rows),
+                     "logrank_p": float(np.median(pvalues)) if pvalues else None, "seeds": len(rows)})
+    return out
 
 
 def truth_on_thumbnail(truth: np.ndarray, thumb_shape: tuple[int, int], base_size: tuple[int, int],
@@ -131,11 +159,12 @@ def compute_table(compute: dict) -> dict[str, dict]:
 
 
 def method_metrics(rows: dict[str, dict], cohort: CohortGraphs, compute: dict | None, facts: dict, truth: dict,
-                   profile: str) -> MethodMetrics:
-    """metrics/ztsurv.json: a row per method (`method_row`: c-index over folds and out of fold,
-    log-rank p), the strongest pooling baseline as the baseline, primary metric the mean c-index
-    over folds; headline: ZTSurv's gains, the generator's ceiling, segmentation Dice where the truth
-    is known, compute ratios; the compute accounting as a table; the cohort in details."""
+                   profile: str, per_seed: dict[int, dict[str, dict]] | None = None) -> MethodMetrics:
+    """metrics/ztsurv.json: a row per method (`mean_rows`: c-index over folds and out of fold, the
+    mean over seeds), the strongest pooling baseline as the baseline, primary metric the mean
+    c-index over folds; headline: ZTSurv's gains (figures; the verdicts are the claims, from
+    `per_seed`), the generator's ceiling, segmentation Dice where the truth is known, compute
+    ratios; the compute accounting as a table; the cohort and the per-seed c-index in details."""
     segmentation = segmentation_scores(cohort.labels, truth) if truth else None
     cohort_facts = {"patients": len(cohort.time), "events": int(cohort.event.sum()), "failed_slides": len(cohort.failed),
                     "til_maps_real": sum(s == "til-map" for s in cohort.til_sources.values()),
@@ -143,4 +172,8 @@ def method_metrics(rows: dict[str, dict], cohort: CohortGraphs, compute: dict | 
     return MethodMetrics(method="ztsurv", profile=profile, headline=headline(rows, oracle(facts, cohort), segmentation, compute),
                          baseline=baseline(rows), primary_metric="c_index_mean", higher_is_better=True, rows=rows,
                          tables={"compute_accounting": compute_table(compute)} if compute else {},
-                         details={"cohort": cohort_facts})
+                         details={"cohort": cohort_facts} | (
+                             {"seeds": sorted(per_seed), "c_index_per_seed": {
+                                 m: {str(s): per_seed[s][m]["c_index_mean"] for s in sorted(per_seed) if m in per_seed[s]}
+                                 for m in rows}} if per_seed else {}),
+                         claims=claims.evaluate(per_seed) if per_seed else [])

@@ -8,6 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# at import, not in c_index: the flow's tasks score folds in parallel threads, and two threads
+# importing sksurv for the first time at once fail on its circular package import
+from sksurv.metrics import concordance_index_censored
+
 from paperline.methods.ztsurv.config import ZTSurvConfig
 from paperline.methods.ztsurv.models import GraphBatch, build_model
 from paperline.nn.cox import cox_partial_likelihood_loss
@@ -15,8 +19,6 @@ from paperline.nn.cox import cox_partial_likelihood_loss
 
 def c_index(event: np.ndarray, time: np.ndarray, risk: np.ndarray) -> float:
     """Harrell's concordance index (sksurv.metrics.concordance_index_censored)."""
-    from sksurv.metrics import concordance_index_censored
-
     return float(concordance_index_censored(np.asarray(event, bool), np.asarray(time, float),
                                             np.asarray(risk, float))[0])
 
@@ -80,6 +82,13 @@ def composition_cox_fold(compositions: np.ndarray, time: np.ndarray, event: np.n
     y = Surv.from_arrays(event[train_idx].astype(bool), time[train_idx])
     cox = CoxPHSurvivalAnalysis(alpha=0.1).fit((X[train_idx] - mu) / sd, y)
     risk = np.asarray(cox.predict((X[test_idx] - mu) / sd), float)
+    return FoldResult(fold, test_idx, risk, c_index(event[test_idx], time[test_idx], risk))
+
+
+def random_risk_fold(time: np.ndarray, event: np.ndarray, test_idx: np.ndarray, fold: int, seed: int) -> FoldResult:
+    """The trivial baseline: a risk drawn at random for each test slide (seeded by seed and fold),
+    scored like every model's (c-index 0.5 in expectation)."""
+    risk = np.random.default_rng([seed, fold]).standard_normal(len(test_idx))
     return FoldResult(fold, test_idx, risk, c_index(event[test_idx], time[test_idx], risk))
 
 

@@ -1,0 +1,48 @@
+"""HRM-PET's claims on hand-made per-run figures: paired per (sequence, seed) run, shown when HRM-PET
+is above its comparator on every run by more than the spread, reversed or inconclusive otherwise;
+a claim whose variant did not run is left out; every name unique, one against the trivial baseline."""
+from __future__ import annotations
+
+import pytest
+
+from paperline.methods.hrm_pet.claims import SPECS, evaluate
+
+RUNS = [(s, seed) for s in ("mnist", "fashion") for seed in (0, 1, 2)]
+
+
+def _runs(**offsets: float) -> dict:
+    """variant -> run -> figures: every variant at 0.70 A_N and 0.72 matching, plus its offset and
+    a small run-dependent wobble that the pairing cancels."""
+    base = {run: 0.001 * i for i, run in enumerate(RUNS)}
+    out = {}
+    for v in ("frozen_head", "hide_lora", "drm", "crm", "ctird", "hrm_pet"):
+        off = offsets.get(v, 0.0)
+        out[v] = {run: {"final_accuracy": 0.70 + off + w + (0.002 * (i % 2) if v == "ctird" else 0.0),
+                        "matching": 0.72 + off / 2 + w} for i, (run, w) in enumerate(base.items())}
+    return out
+
+
+def test_specs_are_unique_and_one_is_trivial():
+    names = [s.name for s in SPECS]
+    assert len(names) == len(set(names))
+    assert [s.versus for s in SPECS if s.trivial] == ["frozen_head"]
+
+
+def test_shown_reversed_and_inconclusive_from_per_run_pairs():
+    claims = {c.name: c for c in evaluate(_runs(hrm_pet=0.01, drm=-0.005, frozen_head=-0.2, ctird=-0.001))}
+    assert claims["hrm_pet_above_frozen_head"].verdict == "shown" and claims["hrm_pet_above_frozen_head"].trivial
+    assert claims["hrm_pet_above_hide_lora"].verdict == "shown" and claims["hrm_pet_above_hide_lora"].seeds == 6
+    assert claims["hrm_pet_above_hide_lora"].effect == pytest.approx(0.01)
+    assert claims["drm_above_hide_lora"].verdict == "reversed"
+    assert claims["drm_raises_matching"].verdict == "reversed" and claims["drm_raises_matching"].effect == pytest.approx(-0.0025)
+    assert claims["crm_above_hide_lora"].verdict == "inconclusive"  # identical on every run: no interval off zero
+    # ctird: −0.001 and +0.001 on alternate runs: the interval holds zero
+    assert claims["ctird_above_hide_lora"].verdict == "inconclusive" and claims["ctird_above_hide_lora"].low < 0
+
+
+def test_one_run_per_variant_is_never_a_verdict_and_absent_variants_are_skipped():
+    runs = _runs(hrm_pet=0.05)
+    one = {v: {RUNS[0]: by[RUNS[0]]} for v, by in runs.items() if v not in ("drm", "crm")}
+    claims = {c.name: c for c in evaluate(one)}
+    assert claims["hrm_pet_above_hide_lora"].verdict == "inconclusive" and claims["hrm_pet_above_hide_lora"].seeds == 1
+    assert set(claims) == {"hrm_pet_above_frozen_head", "hrm_pet_above_hide_lora", "ctird_above_hide_lora"}

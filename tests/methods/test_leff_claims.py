@@ -1,0 +1,73 @@
+"""LEFF's claims on hand-made per-seed rows, the seeded LoRA init, and the fault at the last seed."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from paperline.methods.leff.claims import PRETRAINED, SPECS, evaluate
+from paperline.methods.leff.config import LEFFConfig
+
+VARIANTS = ("fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin")
+
+
+def seed_rows(loss: dict[str, list[float]], flops: dict[str, float] | None = None) -> dict:
+    flops = flops or {}
+    return {s: {v: {"test_loss": values[s], "client_gflops": flops.get(v, 1.0), "mb_per_round": flops.get(v, 1.0)}
+                for v, values in loss.items()} for s in range(len(next(iter(loss.values()))))}
+
+
+def test_specs_are_unique_and_one_is_against_the_pretrained_model():
+    names = [s.name for s in SPECS]
+    assert len(names) == len(set(names))
+    trivial = [s for s in SPECS if s.trivial]
+    assert [s.versus for s in trivial] == [PRETRAINED]
+    assert all(s.method == "leff_importance" and s.versus in VARIANTS + (PRETRAINED,) for s in SPECS)
+
+
+def test_shown_reversed_and_inconclusive_from_seed_rows():
+    loss = {PRETRAINED: [3.37, 3.37, 3.37], "fedavg": [3.350, 3.352, 3.351], "fedlora": [3.3680, 3.3670, 3.3690],
+            "fedbitfit": [3.3675, 3.3650, 3.3700],
+            "leff_importance": [3.360, 3.362, 3.361], "leff_random": [3.355, 3.375, 3.361],
+            "leff_round_robin": [3.390, 3.391, 3.389]}
+    claims = {c.name: c for c in evaluate(seed_rows(loss, {"fedavg": 10.0, "leff_importance": 7.0}))}
+    assert set(claims) == {s.name for s in SPECS}
+    assert claims["leff_below_pretrained"].verdict == "shown" and claims["leff_below_pretrained"].seeds == 3
+    assert claims["leff_below_pretrained"].effect == pytest.approx(-0.009)
+    assert claims["leff_not_above_fedavg"].verdict == "reversed"  # FedAvg lower at every seed
+    assert claims["leff_below_fedlora"].verdict == "shown"
+    assert claims["importance_below_random"].verdict == "inconclusive"  # -0.005, +0.013, 0.0: seed noise
+    assert claims["importance_below_round_robin"].verdict == "shown"
+    assert claims["leff_client_flops_below_fedavg"].verdict == "shown"  # 3 below at every seed: a zero-width interval
+    assert claims["leff_bytes_below_fedavg"].effect == pytest.approx(-3.0)
+
+
+def test_one_seed_is_never_a_verdict_and_missing_variants_are_left_out():
+    loss = {PRETRAINED: [3.37], "fedavg": [3.35], "leff_importance": [3.30]}
+    claims = evaluate(seed_rows(loss))
+    assert {c.name for c in claims} == {"leff_below_pretrained", "leff_not_above_fedavg",
+                                        "leff_client_flops_below_fedavg", "leff_bytes_below_fedavg"}
+    assert all(c.verdict == "inconclusive" and c.seeds == 1 for c in claims)
+
+
+def test_lora_init_follows_the_run_seed_not_the_process_rng():
+    from paperline.methods.leff.leff import build_model
+    from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+
+    torch.manual_seed(0)
+    base = CausalLM(CausalLMConfig(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, head_dim=8))
+
+    def lora_a(seed: int) -> torch.Tensor:
+        model = build_model("fedlora", base, 2, 4.0, seed)
+        return torch.cat([p.flatten() for n, p in model.named_parameters() if "lora_A" in n])
+
+    first = lora_a(1)
+    torch.rand(100)  # whatever ran before in the process
+    assert torch.equal(first, lora_a(1)) and not torch.equal(first, lora_a(2))
+
+
+def test_the_fault_hits_the_last_seeds_run_only():
+    cfg = LEFFConfig(clients=2, fail_client=1, fail_round=1, rounds=1, fail_method="leff_round_robin", seeds=[0, 1])
+    assert not cfg.faulty("leff_round_robin")  # seed 0
+    last = cfg.model_copy(update={"seed": 1})
+    assert last.faulty("leff_round_robin") and not last.faulty("fedavg")
+    assert LEFFConfig(clients=2, fail_client=1, rounds=2).faulty("fedavg")  # no seeds listed: `seed` alone
