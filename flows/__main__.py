@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("serve", help="serve every method, and the whole pipeline, as a Prefect deployment "
                                   "that runs it through DVC, with its schedule")
     report = sub.add_parser("report", help="gather metrics/*.json into reports/results.md and print it")
-    report.add_argument("--readme", action="store_true",
-                        help="also rewrite README.md's methods block (verdicts per method) from metrics/*.json")
+    report.add_argument("--docs", action="store_true",
+                        help="also rewrite README.md's methods block (verdicts per method) and each method "
+                             "page's claims table (docs/methods/<method>.md) from metrics/*.json")
     args = parser.parse_args(argv)
 
     set_default_env()
@@ -64,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
             from tasks.paths import repo_path
 
             print(write_report(repo_path("metrics"), repo_path("reports", "results.md"), METHODS))
-            if args.readme:
-                from paperline.report import readme_methods, update_readme
+            if args.docs:
+                from paperline.report import page_claims, read_records, readme_methods, update_page, update_readme
 
                 update_readme(repo_path("README.md"), readme_methods(repo_path("metrics"), METHODS))
-                print("README.md: methods block rewritten")
+                for name, record in read_records(repo_path("metrics"), METHODS).items():
+                    update_page(repo_path("docs", "methods", f"{name}.md"), page_claims(record))
+                print("README.md's methods block and each page's claims table rewritten")
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

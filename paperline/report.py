@@ -86,7 +86,7 @@ def read_records(metrics_dir: Path, methods: Mapping[str, Any]) -> dict[str, Met
     return records
 
 
-README_BEGIN = "<!-- methods: written by `python -m flows report --readme` from metrics/*.json; do not edit -->"
+README_BEGIN = "<!-- methods: written by `python -m flows report --docs` from metrics/*.json; do not edit -->"
 README_END = "<!-- /methods -->"
 
 
@@ -116,6 +116,39 @@ def update_readme(readme: Path, block: str) -> str:
     tail = rest.split(README_END, 1)[1]
     new = head + block + tail
     with atomic_path(readme) as tmp:
+        tmp.write_text(new)
+    return new
+
+
+PAGE_BEGIN = "<!-- claims: written by `python -m flows report --docs` from metrics/<method>.json; do not edit -->"
+PAGE_END = "<!-- /claims -->"
+
+
+def page_claims(metrics: MethodMetrics | None) -> str:
+    """A method page's claims block: the run's verdicts, its claims table and the figure's link."""
+    if metrics is None:
+        body = "_not run yet_"
+    else:
+        counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(metrics.claims).items() if n) or "no claims"
+        body = (f"Verdicts of the committed `make run` ({metrics.profile}): {counts}. Every claim of every method: "
+                f"[reports/results.md](../../reports/results.md) and its figure "
+                f"[reports/verdicts.png](../../reports/verdicts.png).\n\n" + claims_table({metrics.method: metrics.claims}))
+    return f"{PAGE_BEGIN}\n{body}\n{PAGE_END}"
+
+
+def update_page(page: Path, block: str) -> str:
+    """The page with its claims block replaced by `block`, or inserted under its `## Claims` heading
+    (at the end where it has none); written atomically."""
+    text = page.read_text()
+    if PAGE_BEGIN in text and PAGE_END in text:
+        head, rest = text.split(PAGE_BEGIN, 1)
+        new = head + block + rest.split(PAGE_END, 1)[1]
+    elif "\n## Claims\n" in text:
+        head, rest = text.split("\n## Claims\n", 1)
+        new = head + "\n## Claims\n\n" + block + "\n" + rest
+    else:
+        new = text.rstrip("\n") + "\n\n## Claims\n\n" + block + "\n"
+    with atomic_path(page) as tmp:
         tmp.write_text(new)
     return new
 

@@ -130,3 +130,41 @@ def test_the_verdicts_figure_places_every_paired_claim(tmp_path):
     assert relative_effect(exact) is None
     path = write_verdicts_figure({"tpa": [shown, exact], "dnc": [SPEC.paired([1.0], [2.0])]}, tmp_path / "v.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_readme_and_pages_get_their_generated_blocks(tmp_path):
+    """`python -m flows report --docs`: README's methods block and each page's claims table from the
+    metrics, rewritten in place (a page without a block gets one under its `## Claims` heading)."""
+    import json
+
+    from paperline.report import (
+        PAGE_BEGIN,
+        README_BEGIN,
+        README_END,
+        page_claims,
+        readme_methods,
+        update_page,
+        update_readme,
+    )
+
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "tpa.json").write_text(json.dumps(_record()))
+    block = readme_methods(metrics, {"tpa": "TPA: tensor products", "dnc": "Deep NC"})
+    assert "| TPA: tensor products | 1 shown | [tpa](docs/methods/tpa.md) |" in block
+    assert "| Deep NC | not run yet | [dnc](docs/methods/dnc.md) |" in block
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{README_BEGIN}\nold\n{README_END}\n\n## after\n")
+    assert update_readme(readme, block) == f"# x\n\n{block}\n\n## after\n" == readme.read_text()
+    with pytest.raises(ValueError, match="no methods block"):
+        update_readme(tmp_path / "metrics" / "tpa.json", block)
+
+    page = tmp_path / "tpa.md"
+    page.write_text("# TPA\n\n## Claims\n\nprose\n\n## Memory plan\n")
+    claims = page_claims(validate_metrics(_record(), "tpa.json"))
+    first = update_page(page, claims)
+    assert first.index("## Claims") < first.index(PAGE_BEGIN) < first.index("prose") and "| m_below_b |" in first
+    assert update_page(page, claims) == first  # rewriting is idempotent
+    bare = tmp_path / "bare.md"
+    bare.write_text("# bare\n")
+    assert update_page(bare, page_claims(None)).endswith("## Claims\n\n" + page_claims(None) + "\n")
