@@ -1,6 +1,6 @@
 """The comparison of an HRM-PET run (a row per variant: the mean over seeds of each seed's mean
-over the sequences), its claims (paperline/methods/hrm_pet/claims.py, paired per (sequence, seed)
-run), the gains as plain figures, and the code-vs-paper switch table (spec (g)): each code rule
+over the sequences), its claims (paperline/methods/hrm_pet/claims.py, paired per seed on
+the mean over the sequences), the gains as plain figures, and the code-vs-paper switch table (spec (g)): each code rule
 alone against the paper's, on the same models.
 
 `results` maps a unit key `<sequence>/<seed>/<learner>` to run_learner's output (plus "source")."""
