@@ -27,27 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def stage_order(clone: Path, env: dict, wanted: list[str] | None) -> list[str]:
-    """The DAG's stages (or `wanted` and their upstream stages), upstream first (`dvc dag --dot`
-    edges, topologically sorted)."""
-    import networkx as nx  # a DVC dependency
-    import yaml
-
-    stages = list(yaml.safe_load((clone / "dvc.yaml").read_text())["stages"])
-    dot = subprocess.run([str(Path(sys.executable).parent / "dvc"), "dag", "--dot"], cwd=clone, env=env,
-                         capture_output=True, text=True, check=True).stdout
-    graph = nx.DiGraph()
-    graph.add_nodes_from(stages)
-    for line in dot.splitlines():
-        if "->" in line:
-            a, b = (part.strip().strip(";").strip('"') for part in line.split("->"))
-            graph.add_edge(a, b)
-    if wanted:
-        keep = set(wanted).union(*(nx.ancestors(graph, s) for s in wanted))
-        graph = graph.subgraph(keep)
-    return list(nx.lexicographical_topological_sort(graph))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny", choices=["tiny", "smoke", "paper"])
@@ -58,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from flows.prefect_server import prefect_server
+    from flows.progress import stage_order
     from tests.conftest import make_clone
 
     work = Path(tempfile.mkdtemp(prefix="dag-stage-times-"))
@@ -73,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     with server as api:
         if api:
             env["PREFECT_API_URL"] = api
-        for stage in stage_order(clone, env, args.stages):
+        for stage in stage_order(clone, str(Path(sys.executable).parent / "dvc"), env, args.stages):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.monotonic()
             run = subprocess.run([dvc, "repro", "--single-item", stage], cwd=clone, env=env, capture_output=True,

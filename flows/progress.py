@@ -33,10 +33,25 @@ def clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def planned_stages(command: list[str]) -> list[str]:
-    """The stages `command` (a `dvc repro ...`) would run, from its `--dry` run, in order."""
-    dry = subprocess.run([*command, "--dry"], capture_output=True, text=True)
-    return [m.group(1) for line in dry.stdout.splitlines() if (m := STAGE_STARTS.match(line))]
+def stage_order(root: Path, dvc: str = "dvc", env: dict | None = None, wanted: list[str] | None = None) -> list[str]:
+    """The DAG's stages (or `wanted` and their upstream stages), upstream first, from `dvc dag --dot`
+    topologically sorted. (`dvc repro --dry` is no plan: it stops at the first stage whose inputs
+    an upstream stage has yet to make.)"""
+    import networkx as nx  # a DVC dependency
+    import yaml
+
+    stages = list(yaml.safe_load((root / "dvc.yaml").read_text())["stages"])
+    dot = subprocess.run([dvc, "dag", "--dot"], cwd=root, env=env, capture_output=True, text=True, check=True).stdout
+    graph = nx.DiGraph()
+    graph.add_nodes_from(stages)
+    for line in dot.splitlines():
+        if "->" in line:
+            a, b = (part.strip().strip(";").strip('"') for part in line.split("->"))
+            graph.add_edge(a, b)
+    if wanted:
+        keep = set(wanted).union(*(nx.ancestors(graph, s) for s in wanted))
+        graph = graph.subgraph(keep)
+    return list(nx.lexicographical_topological_sort(graph))
 
 
 def minutes_left(planned: list[str], done: set[str], current: str | None, current_elapsed: float,
@@ -87,8 +102,8 @@ class Progress:
             expected = self.times.get(self.current)
             self.emit(f"{self._index(self.current)} {self.current} ..."
                       + (f" (took {clock(expected)} last time)" if expected is not None else ""))
-        elif match := STAGE_SKIPPED.match(text):
-            self.done.add(match.group(1))
+        elif (match := STAGE_SKIPPED.match(text)) and match.group(1) in self.planned:
+            self.planned.remove(match.group(1))  # up to date: not part of this run's count
 
     def close(self, ok: bool) -> None:
         if ok:
@@ -109,14 +124,16 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", type=Path, default=LOG_PATH, help="the command's whole output (default: %(default)s)")
     parser.add_argument("--times", type=Path, default=TIMES_PATH, help="stage times (default: %(default)s)")
+    parser.add_argument("--stages", nargs="*", help="the stages the command may run (default: every stage of the DAG, "
+                                                  "each dropped from the count when DVC finds it up to date)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- dvc repro [...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
     times = read_times(args.times)
-    planned = planned_stages(command)
-    print(f"{len(planned)} stages to run; every flow's output in {args.log}; "
+    planned = args.stages if args.stages is not None else stage_order(Path.cwd(), dvc=command[0])
+    print(f"{len(planned)} stages in the DAG, those up to date skipped; every flow's output in {args.log}; "
           f"MLflow: `make ui`, then {MLFLOW_UI}", flush=True)
     progress = Progress(planned, times, emit=lambda text: print(text, flush=True))
     args.log.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         for text in process.stdout:
             log.write(text)
+            log.flush()  # a user follows the log with `tail -f`
             progress.line(text)
         code = process.wait()
     progress.close(code == 0)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from flows.progress import Progress, clock, main, minutes_left
 
@@ -50,15 +51,25 @@ def test_main_logs_the_output_keeps_the_times_and_shows_the_tail_of_a_failure(tm
         "print(\"Stage 'prep' didn't change, skipping\")\n"
         "print(\"Running stage 'train':\")\n"
         "print('> python -m flows run train')\n"
-        "if '--dry' not in sys.argv:\n"
-        "    print('Traceback: boom')\n"
-        "    sys.exit(int(sys.argv[1]))\n")
+        "print('Traceback: boom')\n"
+        "sys.exit(int(sys.argv[1]))\n")
     times, log = tmp_path / "runs" / "stage_times.json", tmp_path / "run.log"
-    assert main(["--log", str(log), "--times", str(times), "--", sys.executable, str(fake_dvc), "0"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("1 stages to run") and "[1/1] train ... done in" in out and "Traceback" not in out
+    stages = ["--stages", "prep", "train"]
+    assert main(["--log", str(log), "--times", str(times), *stages, "--", sys.executable, str(fake_dvc), "0"]) == 0
+    out = capsys.readouterr().out  # prep is up to date: dropped from the count
+    assert out.startswith("2 stages in the DAG") and "[1/1] train ... done in" in out and "Traceback" not in out
     assert "Traceback: boom" in log.read_text() and set(json.loads(times.read_text())) == {"train"}
-    assert main(["--log", str(log), "--times", str(times), "--", sys.executable, str(fake_dvc), "3"]) == 3
+    assert main(["--log", str(log), "--times", str(times), *stages, "--", sys.executable, str(fake_dvc), "3"]) == 3
     captured = capsys.readouterr()
     assert "dvc repro FAILED after" in captured.out and "in stage train" in captured.out
     assert "Traceback: boom" in captured.err  # the log's tail where the user looks
+
+
+def test_the_dag_order_puts_upstream_stages_first(tmp_path):
+    """`stage_order` on this project's dvc.yaml: every prep stage before the methods that read it."""
+    from flows.progress import stage_order
+    from tests.conftest import CHECKOUT
+
+    order = stage_order(CHECKOUT, dvc=str(Path(sys.executable).parent / "dvc"))
+    assert order.index("text-corpus") < order.index("lm-base") < order.index("leff") and order[-1] == "report"
+    assert stage_order(CHECKOUT, dvc=str(Path(sys.executable).parent / "dvc"), wanted=["tpa"]) == ["text-corpus", "tpa"]
