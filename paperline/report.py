@@ -58,8 +58,12 @@ def verdict_summary(claims_by_method: Mapping[str, list[Claim]]) -> str:
     every = [c for claims in claims_by_method.values() for c in claims]
     counts = ", ".join(f"{v} {n}" for v, n in verdict_counts(every).items())
     shown = [m for m, cs in claims_by_method.items() if any(c.verdict == "shown" for c in cs)]
+    # a method that does not beat doing nothing shows nothing, whatever else it beats
+    beat_trivial = [m for m, cs in claims_by_method.items()
+                    if any(c.trivial for c in cs) and all(c.verdict == "shown" for c in cs if c.trivial)]
     return (f"{counts} ({len(every)} claims of {len(claims_by_method)} methods); methods with at least one "
-            f"claim shown: {len(shown)} ({', '.join(shown) or 'none'})")
+            f"claim shown: {len(shown)} ({', '.join(shown) or 'none'}); methods with every claim against the "
+            f"trivial baseline shown: {len(beat_trivial)} ({', '.join(beat_trivial) or 'none'})")
 
 
 def method_section(metrics: MethodMetrics) -> str:

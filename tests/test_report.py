@@ -53,3 +53,18 @@ def test_report_marks_missing_methods_and_names_a_malformed_file(tmp_path):
     with pytest.raises(ValueError, match="tpa.json: line 1"):
         write_report(metrics, out, {"tpa": "TPA"})
     assert "| tpa | 3 |" in out.read_text()  # the failed writes left the previous report whole
+
+
+def test_the_readme_and_the_pages_show_the_committed_runs_verdicts():
+    """README's methods block and each method page's claims table are what `python -m flows report
+    --docs` writes from the committed metrics: a re-run that moves a verdict must update them."""
+    from flows import METHODS
+    from paperline.report import PAGE_BEGIN, PAGE_END, page_claims, read_records, readme_methods
+    from tests.conftest import CHECKOUT
+
+    readme = (CHECKOUT / "README.md").read_text()
+    assert readme_methods(CHECKOUT / "metrics", METHODS) in readme, "run `python -m flows report --docs`"
+    for name, record in read_records(CHECKOUT / "metrics", METHODS).items():
+        page = (CHECKOUT / "docs" / "methods" / f"{name}.md").read_text()
+        assert page.count(PAGE_BEGIN) == 1 and page.count(PAGE_END) == 1, name
+        assert page_claims(record) in page, f"{name}: run `python -m flows report --docs`"
