@@ -53,6 +53,11 @@ def claims_table(claims_by_method: Mapping[str, list[Claim]]) -> str:
     return "\n".join(lines)
 
 
+def counts_text(claims: list[Claim]) -> str:
+    """`5 shown, 1 inconclusive` (the verdicts that occur), or `no claims`."""
+    return ", ".join(f"{n} {v}" for v, n in verdict_counts(claims).items() if n) or "no claims"
+
+
 def verdict_summary(claims_by_method: Mapping[str, list[Claim]]) -> str:
     """`shown 5, reversed 2, inconclusive 30, exact 4, not_exact 0 (41 claims of 19 methods)`."""
     every = [c for claims in claims_by_method.values() for c in claims]
@@ -99,15 +104,15 @@ def readme_methods(metrics_dir: Path, methods: Mapping[str, Any]) -> str:
     is, its verdicts, its page)."""
     records = read_records(metrics_dir, methods)
     claims = {name: m.claims for name, m in records.items() if m is not None}
-    lines = [README_BEGIN, f"Verdicts of the committed `make run` (smoke): {verdict_summary(claims)}.", "",
-             "| method | verdicts (smoke) | page |", "| --- | --- | --- |"]
+    every = [c for cs in claims.values() for c in cs]
+    lines = [README_BEGIN, f"Verdicts of the committed `make run` (smoke): {counts_text(every)} "
+             f"({len(every)} claims; the lists in `reports/results.md`).", "",
+             "| method | verdicts (smoke) |", "| --- | --- |"]
     for name, spec in methods.items():
         title = spec if isinstance(spec, str) else spec.title
-        if records[name] is None:
-            verdicts = "not run yet"
-        else:
-            verdicts = ", ".join(f"{n} {v}" for v, n in verdict_counts(records[name].claims).items() if n) or "no claims"
-        lines.append(f"| {_fmt(title)} | {verdicts} | [{name}](docs/methods/{name}.md) |")
+        short = title.split(":")[0] if ":" in title else title  # the method's name; the page says the rest
+        verdicts = "not run yet" if records[name] is None else counts_text(records[name].claims)
+        lines.append(f"| [{_fmt(short)}](docs/methods/{name}.md) | {verdicts} |")
     return "\n".join(lines + [README_END])
 
 
@@ -133,8 +138,8 @@ def page_claims(metrics: MethodMetrics | None) -> str:
     if metrics is None:
         body = "_not run yet_"
     else:
-        counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(metrics.claims).items() if n) or "no claims"
-        body = (f"Verdicts of the committed `make run` ({metrics.profile}): {counts}. Every claim of every method: "
+        body = (f"Verdicts of the committed `make run` ({metrics.profile}): {counts_text(metrics.claims)}. "
+                "Every claim of every method: "
                 f"[reports/results.md](../../reports/results.md) and its figure "
                 f"[reports/verdicts.png](../../reports/verdicts.png).\n\n" + claims_table({metrics.method: metrics.claims}))
     return f"{PAGE_BEGIN}\n{body}\n{PAGE_END}"

@@ -152,8 +152,8 @@ def test_readme_and_pages_get_their_generated_blocks(tmp_path):
     metrics.mkdir()
     (metrics / "tpa.json").write_text(json.dumps(_record()))
     block = readme_methods(metrics, {"tpa": "TPA: tensor products", "dnc": "Deep NC"})
-    assert "| TPA: tensor products | 1 shown | [tpa](docs/methods/tpa.md) |" in block
-    assert "| Deep NC | not run yet | [dnc](docs/methods/dnc.md) |" in block
+    assert "| [TPA](docs/methods/tpa.md) | 1 shown |" in block and "): 1 shown (1 claims;" in block
+    assert "| [Deep NC](docs/methods/dnc.md) | not run yet |" in block
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{README_BEGIN}\nold\n{README_END}\n\n## after\n")
     assert update_readme(readme, block) == f"# x\n\n{block}\n\n## after\n" == readme.read_text()
