@@ -50,9 +50,26 @@ class StrictModel(BaseModel):
 
 
 class MethodConfig(StrictModel):
-    """Base for every method's config: fields every method has."""
+    """Base for every method's config: fields every method has.
+
+    `seed` seeds what a run does once (data draws, a shared warm-up); `seeds` lists the seeds each
+    compared variant trains with, so a claim has per-seed values to pair (empty: `[seed]` alone).
+    """
 
     seed: int = 0
+    seeds: list[int] = Field(default_factory=list)
+
+    def run_seeds(self) -> list[int]:
+        """The seeds each variant trains with: `seeds`, or `seed` alone when none are listed."""
+        return list(self.seeds) or [self.seed]
+
+    @model_validator(mode="after")
+    def _seeds_distinct(self):
+        seeds = self.seeds if isinstance(self.seeds, list) else []  # TODO(issue 39): int `seeds` go
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        if repeated:
+            raise ValueError(f"seeds: {repeated} listed more than once")
+        return self
 
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
