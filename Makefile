@@ -46,6 +46,7 @@ run: install
 
 test: install
 	$(VENV)/bin/ruff check paperline tasks flows tests benchmarks
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 # Prefect and MLflow servers on 127.0.0.1 (logs in .ui/). Flows report to this Prefect server

@@ -380,12 +380,13 @@ def dnc() -> list[Workload]:
     K, L = max(cfg.classes), max(cfg.depths)
     width, N = max(cfg.width_multipliers) * K, K * cfg.samples_per_class
     shapes = param_shapes(K, L, width, N)
-    params = cfg.seeds * sum(r * c for r, c in shapes)
+    S = len(cfg.run_seeds())
+    params = S * sum(r * c for r, c in shapes)
     with torch.device("meta"):  # all seeds in one float64 tensor θ (S, P), as ufm.py trains them
-        Z, features = forward(unflatten(torch.empty(cfg.seeds, params // cfg.seeds, dtype=torch.float64), shapes),
+        Z, features = forward(unflatten(torch.empty(S, params // S, dtype=torch.float64), shapes),
                               cfg.activation)
     held = sum(H.nbytes for H in features[1:]) + 3 * Z.nbytes  # H_2..H_L, and Z, its log-softmax, dZ
-    return [Workload(f"deep UFM K={K} L={L} d={width}, {cfg.seeds} seeds ({params / 1e6:.1f}M float64 parameters)",
+    return [Workload(f"deep UFM K={K} L={L} d={width}, {S} seeds ({params / 1e6:.1f}M float64 parameters)",
                      2 * params, activation_bytes_per_sample=held / N, micro_batch=N, global_batch=N,
                      note=f"the grid's largest group, full batch (N = {N}), explicit backward; float64 parameters "
                           "counted as two fp32 words each, so weights, gradients and Adam's two moments (kept "

@@ -37,7 +37,7 @@ def config(args) -> StarConfig:
     return StarConfig.model_validate({
         "tasks": [task | {"steps": args.steps, "budgets": [20], "feedback_every": 400, "queries_per_session": 10,
                           "eval_every": args.steps, "eval_episodes": 1, "held_out_pairs": 50}],
-        "variants": list(VARIANTS), "seeds": 1,
+        "variants": list(VARIANTS), "seeds": [0],
         "sac": {"hidden": args.hidden, "layers": 2, "batch": args.batch, "lr": 1e-3},
         "dqn": {"hidden": args.hidden, "layers": 2, "batch": args.batch},
         "reward": {"ensemble": 3, "hidden": 64, "layers": 2, "batch": 64, "updates": 20}})

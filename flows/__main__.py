@@ -1,7 +1,9 @@
-"""`python -m flows list | run <method or prep stage> [--profile P] [--set key=value ...] | serve | report`.
+"""`python -m flows list | run <method or prep stage> [--profile P] [--set key=value ...] | serve | report | new <method>`.
 
 `run` exits 0 when done, 2 on invalid parameters (the message names the key), 1 on bad input data
-(the message names the file, line or field)."""
+(the message names the file, line or field). Outside DVC a method's run writes its outputs to a
+scratch folder (`scratch/<method>-<time>/`, printed), not the workspace's versioned ones; `--in-place`
+writes those, with params.yaml's parameters only (else exit 2 and the `dvc exp run` that does it)."""
 from __future__ import annotations
 
 import argparse
@@ -20,12 +22,22 @@ def main(argv: list[str] | None = None) -> int:
                      help="default: the method's `profile` in params.yaml")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a key of the chosen profile (repeatable)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--in-place", action="store_true",
+                       help="write the workspace's versioned outputs (as `dvc repro` would): only with the "
+                            "profile params.yaml names and no --set")
+    where.add_argument("--out", metavar="DIR", default=None,
+                       help="a method's outputs go under DIR (default: a new scratch/<method>-<time>/); "
+                            "a killed run's folder resumes from its checkpoints")
     sub.add_parser("serve", help="serve every method, and the whole pipeline, as a Prefect deployment "
                                   "that runs it through DVC, with its schedule")
-    report = sub.add_parser("report", help="gather metrics/*.json into reports/results.md and print it")
+    report = sub.add_parser("report", help="gather results/*.json into reports/results.md and print it")
     report.add_argument("--docs", action="store_true",
                         help="also rewrite README.md's methods block (verdicts per method) and each method "
-                             "page's claims table (docs/methods/<method>.md) from metrics/*.json")
+                             "page's claims table (docs/methods/<method>.md) from results/*.json")
+    new = sub.add_parser("new", help="write a new method's files from the skeleton (docs/contributing.md)")
+    new.add_argument("new_method", metavar="method", help="its name: a lowercase identifier no stage has")
+    new.add_argument("--title", default=None, help="its title in flows/registry.yaml and its page")
     args = parser.parse_args(argv)
 
     set_default_env()
@@ -51,27 +63,40 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "run" and args.method in PREP_STAGES:
             from flows.prep import run_prep
 
+            if args.out:  # the methods read a stage's data from the workspace
+                raise ParamsError(f"--out: {args.method} is a data-prep stage; it writes the workspace's data")
             run_prep(args.method, args.profile, args.overrides)
         elif args.command == "run":
-            from flows.launch import run_method
+            from flows.launch import cli_outputs, describe_outputs, run_method
 
-            run_method(args.method, args.profile, args.overrides)
+            outputs = cli_outputs(args.method, args.profile, args.overrides, args.in_place, args.out)
+            if outputs is not None:
+                print(describe_outputs(outputs), flush=True)  # a killed run's --out
+            run_method(args.method, args.profile, args.overrides, outputs)
+            if outputs is not None:
+                print(describe_outputs(outputs))
         elif args.command == "serve":
             from flows.dvc_run import serve_all
 
             serve_all()
         elif args.command == "report":
-            from paperline.report import write_report
+            from paperline.report import read_records, write_report
             from tasks.paths import repo_path
 
-            print(write_report(repo_path("metrics"), repo_path("reports", "results.md"), METHODS))
+            records = read_records(repo_path("results"), METHODS)  # read and validated once
+            print(write_report(records, repo_path("reports", "results.md"), METHODS))
             if args.docs:
-                from paperline.report import page_claims, read_records, readme_methods, update_page, update_readme
+                from paperline.report import page_claims, readme_methods, update_page, update_readme
 
-                update_readme(repo_path("README.md"), readme_methods(repo_path("metrics"), METHODS))
-                for name, record in read_records(repo_path("metrics"), METHODS).items():
+                update_readme(repo_path("README.md"), readme_methods(records, METHODS))
+                for name, record in records.items():
                     update_page(repo_path("docs", "methods", f"{name}.md"), page_claims(record))
                 print("README.md's methods block and each page's claims table rewritten")
+        elif args.command == "new":
+            from flows.new_method import new_method
+            from tasks.paths import code_root
+
+            print("\n".join(["written:", *new_method(args.new_method, code_root(), args.title)]))
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

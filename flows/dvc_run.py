@@ -26,16 +26,21 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from flows import METHODS
-from flows.launch import resolve
+from flows.launch import (
+    dvc_executable,
+    experiment_command,
+    hydra_value,  # noqa: F401 (tests/test_serve.py imports it from here)
+    is_default_run,
+    resolve,
+)
 from flows.lineage import parent_env
-from paperline.config import PROFILES, ParamsError, StrictModel, parse_override, read_params, validate
+from paperline.config import PROFILES, ParamsError, StrictModel, read_params, validate
 from tasks.paths import params_path, repo_root
 from tasks.runners import SLOT_LEASE_SECONDS  # the dvc slot is leased like a gpu slot
 from tasks.track import tracking_uri
 
 DVC_LIMIT = "dvc"
 PIPELINE_SECTION = "pipeline"
-_HYDRA_KEY = re.compile(r"[A-Za-z_][\w-]*")
 _ERROR_TAIL = 30  # lines of DVC's output a failed run's message quotes
 ProfileName = Literal[PROFILES]  # a drop-down in the Prefect UI
 # A line Prefect's console handler wrote in a stage's flow: that flow run sent it to the API
@@ -54,42 +59,6 @@ def pipeline_config(params: dict[str, Any]) -> PipelineConfig:
                     f"{params_path().name}: {PIPELINE_SECTION}")
 
 
-def hydra_value(key: str, value: Any) -> str:
-    """`value` (an override's YAML value) in Hydra's override grammar, which `dvc exp run -S`
-    parses: strings quoted so they stay strings whatever they look like."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)  # 1e-05, inf and nan are Hydra floats too
-    if isinstance(value, str):
-        if "${" in value:  # Hydra would resolve it as an interpolation
-            raise ParamsError(f"override {key!r}: '${{' cannot be passed to a DVC experiment")
-        # a backslash escapes only a quote or the backslashes before one (Hydra's quoted strings)
-        escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
-        escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
-        return f"'{escaped}'"
-    if isinstance(value, list):
-        return "[" + ",".join(hydra_value(key, item) for item in value) + "]"
-    if isinstance(value, dict):
-        bad = [k for k in value if not (isinstance(k, str) and _HYDRA_KEY.fullmatch(k))]
-        if bad:
-            raise ParamsError(f"override {key!r}: mapping key {bad[0]!r} cannot be passed to a DVC experiment")
-        return "{" + ",".join(f"{k}:{hydra_value(key, v)}" for k, v in value.items()) + "}"
-    raise ParamsError(f"override {key!r}: a {type(value).__name__} value cannot be passed to a DVC experiment")
-
-
-def experiment_params(method: str, profile: str, overrides: Sequence[str]) -> list[str]:
-    """`-S` arguments setting the method's profile and each override in that profile's section;
-    `++` adds a key params.yaml lacks (a model default) as well as replacing one it has."""
-    args = ["-S", f"{method}.profile={profile}"]
-    for text in overrides:
-        key, value = parse_override(text)
-        args += ["-S", f"++{method}.profiles.{profile}.{key}={hydra_value(key, value)}"]
-    return args
-
-
 def dvc_command(method: str, profile: str | None, overrides: Sequence[str],
                 run_name: str) -> tuple[list[str], str]:
     """(command, experiment name) of a deployment run, after validating its parameters as the CLI
@@ -97,18 +66,11 @@ def dvc_command(method: str, profile: str | None, overrides: Sequence[str],
     else a DVC experiment named `<method>-<profile>-<run_name>`."""
     if method not in METHODS:
         raise ParamsError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
-    default_profile, _ = resolve(method)
+    if is_default_run(method, profile, overrides):
+        return [dvc_executable(), "repro", method], "repro"
     profile, _ = resolve(method, profile, overrides)
-    if profile == default_profile and not overrides:
-        return [_dvc(), "repro", method], "repro"
     experiment = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{method}-{profile}-{run_name}")  # a git ref name
-    return [_dvc(), "exp", "run", "--temp", "-n", experiment,
-            *experiment_params(method, profile, overrides), method], experiment
-
-
-def _dvc() -> str:
-    beside = Path(sys.executable).parent / "dvc"  # the venv's, wherever PATH points
-    return str(beside) if beside.exists() else "dvc"
+    return experiment_command(method, profile, overrides, experiment), experiment
 
 
 def _absolute_tracking_uri() -> str:
@@ -201,7 +163,7 @@ def dvc_stage(method: str, profile: ProfileName | None = None,
 @flow(name="dvc-pipeline", log_prints=True)
 def dvc_pipeline() -> dict:
     """`dvc repro`: every stage whose code, data or parameters changed, in the workspace."""
-    command = [_dvc(), "repro"]
+    command = [dvc_executable(), "repro"]
     ensure_dvc_limit()
     run_dvc(command)
     return {"dvc_experiment": "repro", "command": command}

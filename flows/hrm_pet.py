@@ -22,6 +22,6 @@ def hrm_pet_flow(profile: str | None = None, overrides: list[str] | None = None)
         with run.context.children({v: {"variant": v} for v in cfg.variants}) as children:
             parents = {learner: children[first_variant(cfg, learner)] for learner in cfg.learners()}
             futures = [submit_gpu(train_learners, cfg, s.name, seed, run.data, run.context, parents)
-                       for s in cfg.sequences for seed in cfg.seeds]
+                       for s in cfg.sequences for seed in cfg.run_seeds()]
             results = {key: value for f in futures for key, value in f.result().items()}
             return run.publish(report.submit(cfg, results, run.context))

@@ -15,10 +15,12 @@ from tasks.runners import ensure_gpu_limit, submit_gpu
 from tasks.tulu_prep import (
     count_valid_lines,
     data_dir,
+    finish_selection,
     release_selection_states,
     require_pool,
     select_method,
     selection_dir,
+    start_selection,
     sub_dataset_records,
     warm_up,
     with_resolved_paths,
@@ -39,13 +41,11 @@ def tulu_pool_flow(profile: str | None = None, overrides: list[str] | None = Non
 
 @flow(name="tulu-select", log_prints=True)
 def tulu_select_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
-    from paperline.methods.influence_distillation import pipeline
-
     profile, cfg = resolve_prep("tulu-select", profile, overrides or [])
     cfg = with_resolved_paths(cfg)
     require_pool(cfg)  # a missing pool fails here, before any work
     ensure_gpu_limit()
-    out = str(pipeline.start_selection(selection_dir()))
+    out = start_selection()
     try:
         warm = submit_gpu(warm_up, cfg, out).result()
         futures = {m: submit_gpu(select_method, cfg, out, m) for m in cfg.methods}
@@ -53,7 +53,7 @@ def tulu_select_flow(profile: str | None = None, overrides: list[str] | None = N
         results = {m: f.result() for m, f in futures.items()}
     finally:
         release_selection_states()
-    summary = pipeline.finish_selection(cfg, selection_dir(), warm, results)
+    summary = finish_selection(cfg, warm, results)
     for method, sel in summary["selections"].items():
         print(f"tulu-select ({profile}) {method}: {sel['wall_s']:.1f} s, {sel['gradient_evaluations']} gradient "
               f"evaluations, {sel['forward_passes']} forward passes")

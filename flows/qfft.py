@@ -8,8 +8,17 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.skeleton import method_run
-from paperline.methods.qfft.pipeline import VARIANTS
-from tasks.qfft import METHOD, data, example_sets, finetune_variant, first_pass_sets, report, seeded, train_base
+from tasks.qfft import (
+    METHOD,
+    VARIANTS,
+    data,
+    example_sets,
+    finetune_variant,
+    first_pass_sets,
+    report,
+    seeded,
+    train_base,
+)
 from tasks.runners import submit_gpu
 
 
@@ -18,7 +27,7 @@ def qfft_flow(profile: str | None = None, overrides: list[str] | None = None) ->
     # data: a malformed JSONL line fails before the run starts
     with method_run(METHOD, profile, overrides, data=data) as run:
         sets = example_sets.submit(run.cfg, run.data)
-        seeds = run.cfg.run_seeds
+        seeds = run.cfg.run_seeds()
         with run.context.children({m: {"seeds": seeds} for m in ("base", *VARIANTS)}) as models:
             futures = {}
             for seed in seeds:

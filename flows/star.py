@@ -8,20 +8,19 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.skeleton import method_run
-from paperline.methods.star.config import row_name, runs_of
 from tasks.runners import submit_gpu
-from tasks.star import METHOD, data, report, train_offline, train_row
+from tasks.star import METHOD, data, oracle_row, planned_rows, report, train_offline, train_row
 
 
 @flow(name="star", log_prints=True)
 def star_flow(profile: str | None = None, overrides: list[str] | None = None) -> dict:
     # data: the environments are checked before the run starts
     with method_run(METHOD, profile, overrides, data=data) as run:
-        futures = {row_name(t.name, v, b): submit_gpu(train_row, run.cfg, t.name, v, b, run.context)
-                   for t, v, b in runs_of(run.cfg)}
+        futures = {name: submit_gpu(train_row, run.cfg, task_name, variant, budget, run.context)
+                   for name, (task_name, variant, budget) in planned_rows(run.cfg).items()}
         offline = None
         if run.cfg.offline is not None:  # after its task's oracle: that SAC is the expert behaviour policy
-            oracle = futures[row_name(run.cfg.offline.task, "oracle", None)]
+            oracle = futures[oracle_row(run.cfg)]
             offline = submit_gpu(train_offline, run.cfg, run.context, wait_for=[oracle])
         return run.publish(report.submit(run.cfg, {n: f.result() for n, f in futures.items()}, run.context,
                                           offline.result() if offline is not None else None))

@@ -49,7 +49,7 @@ def sumo_flow(profile: str | None = None, overrides: list[str] | None = None) ->
                      for lr in cfg.text_lm.lr_grid[name]] if lm_run else []
             lm_runs = [future.result() for future in sweep]
             more = [lm_seed(name, lr, seed) for name, lr in text_lm_best_lrs(cfg, lm_runs).items()
-                    for seed in range(1, cfg.text_lm.seeds)] if lm_run else []
+                    for seed in cfg.text_lm.seeds[1:]] if lm_run else []
             runs = [result for future in futures for result in future.result()]
             lm_runs += [future.result() for future in more]
         return run.publish(report.submit(cfg, runs, theory_future.result(), timing_future.result(), run.context,

@@ -22,7 +22,7 @@ A claim against the trivial baseline of its setting (the frozen base, the initia
 selection, no adaptation) is marked `trivial`: a method that does not beat doing nothing shows
 nothing, so every method declares at least one.
 
-`Claim` re-derives its verdict from its own numbers when it is validated, so a metrics file can
+`Claim` re-derives its verdict from its own numbers when it is validated, so a results file can
 not carry a `shown` that its seeds and interval do not support.
 """
 from __future__ import annotations
@@ -186,3 +186,23 @@ class Claim(ClaimSpec):
 def verdict_counts(claims: Sequence[Claim]) -> dict[str, int]:
     """How many claims have each verdict, every verdict named (zeros included)."""
     return {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
+
+
+def counts_text(claims: Sequence[Claim]) -> str:
+    """`5 shown, 1 inconclusive` (the verdicts that occur), or `no claims`."""
+    return ", ".join(f"{n} {v}" for v, n in verdict_counts(claims).items() if n) or "no claims"
+
+
+# The verdicts grouped by what they say of the paper's claim: it held in this run (an interval in
+# the paper's direction, an identity within its tolerance), it failed (an interval the other way, an
+# identity missed), or the run cannot tell.
+OUTCOMES: dict[str, tuple[Verdict, ...]] = {"held": ("shown", "exact"), "failed": ("reversed", "not_exact"),
+                                        "inconclusive": ("inconclusive",)}
+
+
+def outcome_counts(claims: Sequence[Claim]) -> dict[str, int]:
+    """`metrics/<method>.json`: how many claims held, failed or are inconclusive. Three keys that
+    every method has keep `dvc metrics show --md` one 76-column row per method (DVC gives every key
+    of every file a column: the five verdicts would take 103)."""
+    counts = verdict_counts(claims)
+    return {outcome: sum(counts[v] for v in verdicts) for outcome, verdicts in OUTCOMES.items()}

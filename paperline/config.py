@@ -65,8 +65,7 @@ class MethodConfig(StrictModel):
 
     @model_validator(mode="after")
     def _seeds_distinct(self):
-        seeds = self.seeds if isinstance(self.seeds, list) else []  # TODO(issue 39): int `seeds` go
-        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
         if repeated:
             raise ValueError(f"seeds: {repeated} listed more than once")
         return self

@@ -110,7 +110,7 @@ def files_digest(paths, root: str | os.PathLike, cache: str | os.PathLike | None
         stat = f.stat()
         key = str(f.resolve())
         stamp = [stat.st_size, stat.st_mtime_ns]
-        entry = known.get(key) if stat.st_size >= CACHE_MIN_BYTES else None
+        entry: list[Any] | None = known.get(key) if stat.st_size >= CACHE_MIN_BYTES else None
         if entry is None or entry[:2] != stamp:
             entry = stamp + [sha256_file(f)]
             if stat.st_size >= CACHE_MIN_BYTES:

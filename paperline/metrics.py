@@ -1,4 +1,6 @@
-"""The one shape of `metrics/<method>.json`, validated when it is written.
+"""The one shape of `results/<method>.json` (the run's whole record), validated when it is written
+and when it is read. (`metrics/<method>.json`, what `dvc metrics show` prints, is its claims'
+`paperline.claims.outcome_counts`.)
 
     {"method": "tpa", "profile": "smoke",
      "headline": {"tpa_val_loss_vs_mha": 0.888, ...},       # the figures a reader looks at first

@@ -1,13 +1,14 @@
-"""The results report of every method, from `metrics/<method>.json` (`paperline.metrics` shape):
+"""The results report of every method, from `results/<method>.json` (`paperline.metrics` shape):
 first the claims table of all methods (each paper claim's effect with its interval, seeds and
 verdict, and the count of verdicts), then per method its claims, headline figures, its full
-comparison table (a row per variant, the baseline marked) and any further tables."""
+comparison table (a row per variant, the baseline marked) and any further tables. The records are
+read (and validated) once, by `read_records`, and handed to the report, the README block and the pages."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
-from paperline.claims import Claim, verdict_counts
+from paperline.claims import Claim, counts_text
 from paperline.io import atomic_path, read_json
 from paperline.metrics import MethodMetrics, Row, table_columns, validate_metrics
 
@@ -53,15 +54,10 @@ def claims_table(claims_by_method: Mapping[str, list[Claim]]) -> str:
     return "\n".join(lines)
 
 
-def counts_text(claims: list[Claim]) -> str:
-    """`5 shown, 1 inconclusive` (the verdicts that occur), or `no claims`."""
-    return ", ".join(f"{n} {v}" for v, n in verdict_counts(claims).items() if n) or "no claims"
-
-
 def verdict_summary(claims_by_method: Mapping[str, list[Claim]]) -> str:
-    """`shown 5, reversed 2, inconclusive 30, exact 4, not_exact 0 (41 claims of 19 methods)`."""
+    """`5 shown, 2 reversed, 30 inconclusive, 4 exact (41 claims of 19 methods); ...`."""
     every = [c for claims in claims_by_method.values() for c in claims]
-    counts = ", ".join(f"{v} {n}" for v, n in verdict_counts(every).items())
+    counts = counts_text(every)
     shown = [m for m, cs in claims_by_method.items() if any(c.verdict == "shown" for c in cs)]
     # a method that does not beat doing nothing shows nothing, whatever else it beats
     beat_trivial = [m for m, cs in claims_by_method.items()
@@ -86,23 +82,25 @@ def method_section(metrics: MethodMetrics) -> str:
     return "\n\n".join(parts)
 
 
-def read_records(metrics_dir: Path, methods: Mapping[str, Any]) -> dict[str, MethodMetrics | None]:
-    """Each registered method's validated metrics record (None where the method has not run)."""
+Records = Mapping[str, MethodMetrics | None]
+
+
+def read_records(results_dir: Path, methods: Mapping[str, Any]) -> dict[str, MethodMetrics | None]:
+    """Each registered method's validated `results/<method>.json` (None where the method has not run)."""
     records: dict[str, MethodMetrics | None] = {}
     for name in methods:
-        path = Path(metrics_dir) / f"{name}.json"
+        path = Path(results_dir) / f"{name}.json"
         records[name] = validate_metrics(read_json(path), str(path)) if path.exists() else None
     return records
 
 
-README_BEGIN = "<!-- methods: written by `python -m flows report --docs` from metrics/*.json; do not edit -->"
+README_BEGIN = "<!-- methods: written by `python -m flows report --docs` from results/*.json; do not edit -->"
 README_END = "<!-- /methods -->"
 
 
-def readme_methods(metrics_dir: Path, methods: Mapping[str, Any]) -> str:
+def readme_methods(records: Records, methods: Mapping[str, Any]) -> str:
     """The README's methods block: the verdict count of the run, then one line per method (what it
     is, its verdicts, its page)."""
-    records = read_records(metrics_dir, methods)
     claims = {name: m.claims for name, m in records.items() if m is not None}
     every = [c for cs in claims.values() for c in cs]
     lines = [README_BEGIN, f"Verdicts of the committed `make run` (smoke): {counts_text(every)} "
@@ -111,7 +109,8 @@ def readme_methods(metrics_dir: Path, methods: Mapping[str, Any]) -> str:
     for name, spec in methods.items():
         title = spec if isinstance(spec, str) else spec.title
         short = title.split(":")[0] if ":" in title else title  # the method's name; the page says the rest
-        verdicts = "not run yet" if records[name] is None else counts_text(records[name].claims)
+        record = records[name]
+        verdicts = "not run yet" if record is None else counts_text(record.claims)
         lines.append(f"| [{_fmt(short)}](docs/methods/{name}.md) | {verdicts} |")
     return "\n".join(lines + [README_END])
 
@@ -129,7 +128,7 @@ def update_readme(readme: Path, block: str) -> str:
     return new
 
 
-PAGE_BEGIN = "<!-- claims: written by `python -m flows report --docs` from metrics/<method>.json; do not edit -->"
+PAGE_BEGIN = "<!-- claims: written by `python -m flows report --docs` from results/<method>.json; do not edit -->"
 PAGE_END = "<!-- /claims -->"
 
 
@@ -162,13 +161,12 @@ def update_page(page: Path, block: str) -> str:
     return new
 
 
-def write_report(metrics_dir: Path, out_path: Path, methods: Mapping[str, Any]) -> str:
-    """Write the Markdown report of every registered method and return it."""
-    records = read_records(metrics_dir, methods)
+def write_report(records: Records, out_path: Path, methods: Mapping[str, Any]) -> str:
+    """Write the Markdown report of every registered method (`read_records`) and return it."""
     claims = {name: m.claims for name, m in records.items() if m is not None}
     parts = ["# paperline results", "",
              "Generated by `python -m flows report` (the `report` stage of `dvc repro`) from "
-             "`metrics/*.json`.", "",
+             "`results/*.json`.", "",
              "## Claims", "",
              "Each paper claim as the run measured it: the effect is the mean over seeds of the paired "
              "difference method − versus, with a 95% Student-t interval; `shown` needs at least 3 seeds "
@@ -180,10 +178,8 @@ def write_report(metrics_dir: Path, out_path: Path, methods: Mapping[str, Any]) 
              claims_table(claims), ""]
     for name, spec in methods.items():
         parts.append(f"## {name}: {spec if isinstance(spec, str) else spec.title}")
-        if records[name] is None:
-            parts += ["", "_not run yet_", ""]
-            continue
-        parts += ["", method_section(records[name]), ""]
+        record = records[name]
+        parts += ["", "_not run yet_" if record is None else method_section(record), ""]
     text = "\n".join(parts)
     write_verdicts_figure(claims, Path(out_path).parent / "verdicts.png")
     with atomic_path(out_path) as tmp:

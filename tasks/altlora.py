@@ -13,13 +13,14 @@ from paperline.methods.altlora import plots
 from paperline.methods.altlora.claims import NO_ADAPTATION
 from paperline.methods.altlora.config import AltLoRAConfig, OptimizerName
 from paperline.methods.altlora.linear import best_run, make_problem, train_linear
-from paperline.methods.altlora.summary import method_metrics, summarize
+from paperline.methods.altlora.summary import lm_best_runs, method_metrics, summarize
 from paperline.methods.altlora.timing import step_times
 from paperline.train.distributed import DistributedConfig
 from tasks import track
-from tasks.paths import models_dir, plots_dir
+from tasks.paths import plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "altlora"
 
@@ -51,26 +52,19 @@ def _cached(path, compute):
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
-def linear_seed(cfg: AltLoRAConfig, s: int) -> int:
-    """The seed of the linear problem's run s (its W₀, Δ, data, initialisation); s = 0 is cfg.seed."""
-    return cfg.seed + 1000 * s
-
-
 @task(name="altlora-linear", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContext,
                    optimizer_run: track.Run) -> list[dict]:
     """Seed 0: per rank, the lr grid at c = 1; at the first rank, then the best lr under every other
     c. Every other seed (its own problem): that best lr at the first rank under every c. One nested
     MLflow run per (rank, seed) with each run's curves."""
-    import torch
-
-    torch.set_num_threads(1)  # 64×64 matmuls: threads cost more than they give
-    folder = models_dir(METHOD) / "linear" / name
     r0 = cfg.linear.ranks[0]
     runs, best_lr = [], None
-    with gpu_slot():  # CPU work (tiny matrices), but one training at a time like every model task
-        for s in range(cfg.linear.seeds):
-            seed = linear_seed(cfg, s)
+    # CPU work (tiny matrices), but one training at a time like every model task; one thread:
+    # 64×64 matmuls, threads cost more than they give
+    with unit(ctx, threads=1) as u:
+        folder = u.models / "linear" / name
+        for s, seed in enumerate(cfg.run_seeds()):  # s: the seed's index, what the claims pair by
             problem = make_problem(cfg.linear, seed)
             here = folder if s == 0 else folder / f"seed{s}"  # seed 0 where one seed's records always were
             for rank in cfg.linear.ranks if s == 0 else [r0]:
@@ -111,40 +105,43 @@ def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContex
 
 @task(name="altlora-lm", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def lm_variant(cfg: AltLoRAConfig, name: OptimizerName, lr: float, ctx: track.RunContext,
-               optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> dict:
-    """One (optimizer, lr) of the LM adaptation: a nested MLflow run, a resumable checkpoint.
-    `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
-    import torch
-
+               optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig(), s: int = 0) -> dict:
+    """One (optimizer, lr) of the LM adaptation at seed index `s` (of `cfg.run_seeds()`): a nested
+    MLflow run, a resumable checkpoint. `distributed` (params.yaml runtime.distributed) spreads the
+    training over devices."""
     from paperline.methods.altlora.lm import adapt_lm
 
-    torch.set_num_threads(1)
-    variant = f"{name}_lm_lr{lr:g}"
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            variant, params={"optimizer": name, "lr": lr, "device": ",".join(map(str, devices))},
-            parent=optimizer_run) as run:
-        result = adapt_lm(cfg, name, lr, devices[0], checkpoint_path=models_dir(METHOD) / "lm" / f"{variant}.pt",
+    variant = f"{name}_lm_lr{lr:g}" + (f"/seed{s}" if s else "")  # seed 0 where one seed's runs always were
+    with unit(ctx, variant, {"optimizer": name, "lr": lr, "seed": s}, threads=1, parent=optimizer_run,
+              devices=distributed.devices) as u:
+        run = u.run
+        result = adapt_lm(cfg, name, lr, u.device, checkpoint_path=u.models / "lm" / f"{variant}.pt",
                           progress=sys.stderr.isatty(), distributed=distributed,
-                          device_indices=[d.index for d in devices])
+                          device_indices=[d.index for d in u.devices], seed=cfg.run_seeds()[s])
         for history in (result["history"], result["eval_history"]):
             for key, values in history.items():
                 if key != "step":
                     run.log_history(key, history["step"], values)
         run.log_metrics({k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "lr"})
-    return result
+    return result | {"seed": s}
+
+
+def lm_repeats(cfg: AltLoRAConfig, sweep: list[dict]) -> list[tuple[OptimizerName, float, int]]:
+    """(optimizer, its best lr of the first seed's sweep, seed index) for every other seed: the LM
+    runs the claims pair with the sweep's best."""
+    best = lm_best_runs(cfg, sweep)
+    return [(name, run["lr"], s) for s in range(1, len(cfg.run_seeds())) for name, run in best.items()
+            if run is not None]
 
 
 @task(name="altlora-step-time", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def step_time(cfg: AltLoRAConfig, ctx: track.RunContext) -> dict:
     """Step time and state of every optimizer against LoRA-AdamW, round-robin in this one task."""
-    import torch
-
-    torch.set_num_threads(1)
-    with gpu_slot() as device, ctx.child("step_time", params={
-            "device": str(device), "dim": cfg.timing_dim, "layers": cfg.timing_layers, "rank": cfg.timing_rank,
-            "rounds": cfg.timing_rounds, "steps": cfg.timing_steps}) as run:
+    with unit(ctx, "step_time", {"dim": cfg.timing_dim, "layers": cfg.timing_layers, "rank": cfg.timing_rank,
+                                 "rounds": cfg.timing_rounds, "steps": cfg.timing_steps}, threads=1) as u:
+        run = u.run
         times = step_times(list(cfg.optimizers), cfg.timing_dim, cfg.timing_layers, cfg.timing_rank, cfg.settings,
-                           cfg.timing_rounds, cfg.timing_steps, device)
+                           cfg.timing_rounds, cfg.timing_steps, u.device)
         run.log_metrics({f"{name}/{k}": v for name, row in times.items() for k, v in row.items()})
     return times
 

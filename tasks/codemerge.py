@@ -17,9 +17,10 @@ from paperline.methods.codemerge.config import CodeMergeConfig
 from paperline.methods.codemerge.summary import mean_curves, method_metrics, variant_row
 from paperline.methods.codemerge.tta import StreamResult
 from tasks import track, vit_source
-from tasks.paths import models_dir, params_path, plots_dir
+from tasks.paths import params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "codemerge"
 
@@ -70,23 +71,21 @@ def run_variant(cfg: CodeMergeConfig, variant: str, seed: int, source: SourceDat
     fingerprints' projections): its row on the MLflow run `<variant>/seed<seed>` nested under
     `variant_run`, the per-batch accuracy as a history, its resume checkpoint under
     models/codemerge/<variant>/seed<seed>/."""
-    import torch
-
     from paperline.methods.codemerge.corruptions import make_stream
     from paperline.methods.codemerge.tta import run_stream
     from paperline.nn.vit import load_classifier
     from paperline.train.vit import read_vit_source
 
-    torch.set_num_threads(cfg.threads)  # tiny matmuls; variants run side by side
     cfg = cfg.model_copy(update={"seed": seed})
-    with gpu_slot() as device, ctx.child(f"{variant}/seed{seed}", params={"variant": variant, "seed": seed,
-                                                                          "device": str(device)},
-                                         parent=variant_run) as run:
+    # cfg.threads: tiny matmuls; variants run side by side
+    with unit(ctx, f"{variant}/seed{seed}", {"variant": variant, "seed": seed}, threads=cfg.threads,
+              parent=variant_run) as u:
+        run = u.run
         split, _ = read_vit_source(source.folder, source.fingerprint)
         model = load_classifier(f"{source.folder}/{CLASSIFIER_FILE}")
         stream_x, stream_y = make_stream(split["test_x"], split["test_y"], cfg.stream, seed)
         result = run_stream(model, stream_x, stream_y, cfg, variant,
-                            checkpoint_path=models_dir(METHOD) / variant / f"seed{seed}" / "stream.pt",
+                            checkpoint_path=u.models / variant / f"seed{seed}" / "stream.pt",
                             fingerprint=source.fingerprint, progress=sys.stderr.isatty())
         run.log_history("accuracy_per_batch", range(len(result.accuracy)), result.accuracy)
         run.log_metrics({k: float(v) for k, v in variant_row(cfg, result).items()

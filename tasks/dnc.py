@@ -11,9 +11,10 @@ from paperline.methods.dnc.config import DNCConfig
 from paperline.methods.dnc.summary import best_seed, method_metrics, summarize
 from paperline.methods.dnc.ufm import UFMGroupResult, train_ufm_group
 from tasks import track
-from tasks.paths import models_dir, plots_dir
+from tasks.paths import plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "dnc"
 
@@ -26,16 +27,15 @@ def variant_name(K: int, L: int) -> str:
 @task(name="dnc-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_group(cfg: DNCConfig, K: int, L: int, ctx: track.RunContext) -> list[UFMGroupResult]:
     """Every width × seed of one (K, L): one MLflow child run, one checkpoint per width."""
-    import torch
-
-    torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give; groups run side by side on Dask
     variant = variant_name(K, L)
     results = []
-    with gpu_slot() as device, ctx.child(variant, params={"K": K, "L": L, "device": str(device)}) as run:
+    # one thread: tiny matmuls, threads cost more than they give; groups run side by side on Dask
+    with unit(ctx, variant, {"K": K, "L": L}, threads=1) as u:
+        run = u.run
         for m in cfg.width_multipliers:
             width = m * K
-            checkpoint = models_dir(METHOD) / variant / f"d{width}.pt"
-            result = train_ufm_group(cfg, K, L, width, device, checkpoint_path=checkpoint,
+            checkpoint = u.models / variant / f"d{width}.pt"
+            result = train_ufm_group(cfg, K, L, width, u.device, checkpoint_path=checkpoint,
                                      progress=sys.stderr.isatty())
             for s, curve in enumerate(result.history["objective"]):
                 run.log_history(f"objective/d{width}/seed{s}", result.history["step"], curve)

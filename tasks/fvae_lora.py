@@ -23,7 +23,8 @@ from paperline.methods.fvae_lora.text import TextData
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import set_threads, unit
 
 METHOD = "fvae_lora"
 BACKBONE_FILE = "backbone.pt"
@@ -52,7 +53,7 @@ def data(cfg: FvaeLoraConfig) -> FvaeLoraData:
                          f"{cfg.backbone.model} takes {image_size_of(model)}×{image_size_of(model)}")
     split = clean_split(x, y, cfg.task, cfg.seed, source)
     threshold(cfg.task, split.classes)
-    spurious_task(split, cfg.task, cfg.seeds[0])  # a test pool too small for four groups fails here
+    spurious_task(split, cfg.task, cfg.run_seeds()[0])  # a test pool too small for four groups fails here
     skeleton = model if model is not None else DigitsMLP(x.shape[1], cfg.backbone.hidden, split.classes)
     check_targets(skeleton, cfg.adapter.target_modules, cfg.adapter.rank, where="fvae_lora.adapter.target_modules")
     digest = hashlib.sha256()
@@ -83,7 +84,6 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
 
     from paperline.methods.fvae_lora.train import load_backbone, save_backbone, train_backbone
 
-    torch.set_num_threads(cfg.threads)
     if source.model:
         return {"path": source.model, "trained_here": False}
     path = models_dir(METHOD) / BACKBONE_FILE
@@ -93,11 +93,11 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
         if saved.get("fingerprint") == fingerprint:
             load_backbone(path)
             return {"path": str(path), "trained_here": True, **saved["record"]}
-    with gpu_slot(), ctx.child("backbone", params={"backbone": cfg.backbone.model_dump()}) as run:
+    with unit(ctx, "backbone", {"backbone": cfg.backbone.model_dump()}, threads=cfg.threads, log_device=False) as u:
         model, record = train_backbone(source.split, cfg.backbone, cfg.seed)
         save_backbone(path, model, fingerprint=fingerprint, record=record)
-        run.log_metrics(record)
-        run.log_artifact(path, "checkpoints")
+        u.run.log_metrics(record)
+        u.run.log_artifact(path, "checkpoints")
     return {"path": str(path), "trained_here": True, **record}
 
 
@@ -108,12 +108,10 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
     variant's (its figures and loss curves), each seed's result saved as
     models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
     A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
-    import torch
-
     from paperline.methods.fvae_lora.data import spurious_task
     from paperline.methods.fvae_lora.train import INIT_LOCK, adapt, load_backbone
 
-    torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)  # before the model is built (outside the slot), not by the unit below
     if variant.startswith(TEXT_PREFIX):
         from paperline.methods.fvae_lora.text import LMFeatures, text_task
         from paperline.train.lm_base import load_causal_lm
@@ -138,8 +136,8 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
         def task_of(seed):
             return spurious_task(source.split, cfg.task, seed)
     out = {}
-    with gpu_slot() as device:
-        for seed in run_cfg.seeds:
+    with unit(ctx) as u:  # one slot for every seed; a run per seed below
+        for seed in run_cfg.run_seeds():
             # the seed's own run, nested under the variant's (a seed a killed run finished is read
             # back, and recorded under this run too)
             with ctx.child(f"{variant}/seed{seed}", params={"seed": seed}, parent=parent) as run:
@@ -147,13 +145,13 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
                 if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
                     result = saved["result"]
                 else:
-                    result = adapt(run_cfg, own, model, task_of(seed), seed, device)
+                    result = adapt(run_cfg, own, model, task_of(seed), seed, u.device)
                     write_json(path, {"fingerprint": fingerprint, "result": result})
                 out[seed] = result
                 run.log_final(result["metrics"])
                 for name, curve in result["history"].items():
                     run.log_history(name, range(1, len(curve) + 1), curve)
-    parent.log_params({"kind": VARIANT_SPECS[own][0], "device": str(device),
+    parent.log_params({"kind": VARIANT_SPECS[own][0], "device": str(u.device),
                        "modality": "text" if own != variant else "image",
                        **{f"fvae.{k}": v for k, v in VARIANT_SPECS[own][1].items()}})
     return out

@@ -18,9 +18,10 @@ from paperline.methods.geoada import plots
 from paperline.methods.geoada.config import GeoAdaConfig, fits
 from paperline.methods.geoada.summary import method_metrics, row_name
 from tasks import nbody_prep, track
-from tasks.paths import models_dir, params_path, plots_dir
+from tasks.paths import params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "geoada"
 BASE_FILE = "base.pt"
@@ -68,14 +69,13 @@ def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dic
 
     from paperline.methods.geoada.experiment import evaluate_base, pretrain_base, task_windows
 
-    torch.set_num_threads(cfg.threads)
-    with gpu_slot() as device, ctx.child("base", params={"device": str(device)}) as run:
+    with unit(ctx, "base", threads=cfg.threads) as u:
+        run, folder = u.run, u.models
         windows = task_windows(source.folder, cfg)
-        folder = models_dir(METHOD)
         base, result = pretrain_base(cfg, windows, folder / "base_train.pt", _fingerprint(cfg, source, "base"),
-                                     progress=sys.stderr.isatty(), device=device)
+                                     progress=sys.stderr.isatty(), device=u.device)
         torch.save(base.state_dict(), folder / BASE_FILE)
-        original = {seed: evaluate_base(cfg, base, windows, seed, device) for seed in cfg.run_seeds()}
+        original = {seed: evaluate_base(cfg, base, windows, seed, u.device) for seed in cfg.run_seeds()}
         run.log_history("loss", result.steps, result.loss)
         run.log_metrics({f"seed{seed}/original_{k}": v for seed, o in original.items() for k, v in o.items()}
                         | {f"original_{k}": v for k, v in original[cfg.run_seeds()[0]].items()}
@@ -101,20 +101,19 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
 
     from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
 
-    torch.set_num_threads(cfg.threads)
     results = []
-    with gpu_slot() as device:
+    with unit(ctx, threads=cfg.threads) as u:  # one slot for all the variants; a run per variant below
         windows = task_windows(source.folder, cfg)
         for variant in (v for v in cfg.variants if fits(v, control)):
             name = row_name(control, variant)
             with ctx.child(f"{name}/seed{seed}", params={"control": control, "variant": variant, "seed": seed,
-                                                         "device": str(device)}, parent=runs[name]) as run:
+                                                         "device": str(u.device)}, parent=runs[name]) as run:
                 model = make_base(cfg)
                 model.load_state_dict(torch.load(base["path"], map_location="cpu", weights_only=True))
                 result = finetune_variant(cfg, model, control, variant, windows,
-                                          models_dir(METHOD) / name / f"seed{seed}" / "train.pt",
+                                          u.models / name / f"seed{seed}" / "train.pt",
                                           _fingerprint(cfg, source, control, variant, str(seed)), seed,
-                                          progress=sys.stderr.isatty(), device=device)
+                                          progress=sys.stderr.isatty(), device=u.device)
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
                 run.log_final({**result.new_task, "equivariance_error": result.equivariance_error,

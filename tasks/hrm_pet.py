@@ -19,9 +19,10 @@ from paperline.methods.hrm_pet.config import VARIANT_SPECS, HrmPetConfig
 from paperline.methods.hrm_pet.data import TaskSequence
 from paperline.methods.hrm_pet.summary import method_metrics, unit_key
 from tasks import track, vit_source
-from tasks.paths import models_dir, params_path, plots_dir
+from tasks.paths import params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "hrm_pet"
 
@@ -62,7 +63,7 @@ def data(cfg: HrmPetConfig, source_cfg: VitSourceConfig) -> HrmPetData:
     sequences = {}
     for s in cfg.sequences:
         x, y = load_source(s)
-        for seed in cfg.seeds:
+        for seed in cfg.run_seeds():
             seq = build_sequence(x, y, s, image_size, seed)
             sequences[f"{s.name}/{seed}"] = seq
             for a in (seq.train_x, seq.train_y, seq.test_x, seq.test_y):
@@ -84,19 +85,16 @@ def train_learners(cfg: HrmPetConfig, sequence: str, seed: int, source: HrmPetDa
     nested under the child run of the first variant it serves (`parents`: learner -> that run),
     with its losses and per-task accuracy, its per-task checkpoint under
     models/hrm_pet/<sequence>/<seed>/<learner>.pt. Returns unit key -> run_learner's output."""
-    import torch
-
     from paperline.methods.hrm_pet.train import learner_fingerprint, run_learner
     from paperline.nn.vit import load_classifier
 
-    torch.set_num_threads(cfg.threads)
     seq = source.sequences[f"{sequence}/{seed}"]
     out = {}
-    with gpu_slot() as device:
+    with unit(ctx, threads=cfg.threads) as u:  # one slot for every learner; a run per learner below
         for learner in cfg.learners():
             key = unit_key(sequence, seed, learner)
             with ctx.child(key, params={"learner": learner, "sequence": sequence, "seed": seed,
-                                        "source": seq.source, "device": str(device)}, parent=parents[learner]) as run:
+                                        "source": seq.source, "device": str(u.device)}, parent=parents[learner]) as run:
                 def on_task(t: int, state: dict, run=run) -> None:  # one write a task
                     run.log_metrics({"tii_loss": state["history"][-1]["tii_loss"],
                                      "lora_loss": state["history"][-1]["lora_loss"],
@@ -104,7 +102,7 @@ def train_learners(cfg: HrmPetConfig, sequence: str, seed: int, source: HrmPetDa
                                         for name, records in state["evaluations"].items() if "[" not in name}}, step=t)
 
                 result = run_learner(cfg, learner, seq, load_classifier(source.backbone), seed,
-                                     checkpoint=models_dir(METHOD) / sequence / str(seed) / f"{learner}.pt",
+                                     checkpoint=u.models / sequence / str(seed) / f"{learner}.pt",
                                      fingerprint=learner_fingerprint(cfg, learner, sequence, seed, source.fingerprint),
                                      progress=sys.stderr.isatty(), on_task=on_task)
                 run.log_metrics({"train_seconds": result["train_seconds"]})

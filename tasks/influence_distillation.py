@@ -14,10 +14,11 @@ from prefect.cache_policies import NO_CACHE
 from paperline.methods.influence_distillation.config import InfluenceDistillationConfig
 from paperline.methods.influence_distillation.summary import method_metrics, row_of
 from tasks import track
-from tasks.paths import models_dir, plots_dir
+from tasks.paths import plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
 from tasks.tulu_prep import selection_dir
+from tasks.unit import unit
 
 METHOD = "influence_distillation"
 
@@ -59,24 +60,20 @@ def finetune_variant(cfg: InfluenceDistillationConfig, method: str, seed: int, s
     `<method>/seed<seed>` nested under `variant_run`, this seed's row on it."""
     import json
 
-    import torch
-
     from paperline.methods.influence_distillation import pipeline
     from paperline.metrics import numeric
     from paperline.train.checkpoint import load_checkpoint
 
-    torch.set_num_threads(cfg.threads)
-    with gpu_slot() as device, ctx.child(f"{method}/seed{seed}", params={"method": method, "seed": seed,
-                                                                         "select_k": cfg.select_k,
-                                                                         "device": str(device)},
-                                         parent=variant_run) as run:
+    with unit(ctx, f"{method}/seed{seed}", {"method": method, "seed": seed, "select_k": cfg.select_k},
+              threads=cfg.threads, parent=variant_run) as u:
+        run = u.run
         ids, sel, sel_path = pipeline.seed_selection(cfg, selection, selection_dir(), method, seed)
-        out = models_dir(METHOD) / "finetune" / method
+        out = u.models / "finetune" / method
         if sel_path is None:  # random selection drawn for this seed: kept beside its fine-tune
             sel_path = out / f"seed{seed}.selection.jsonl"
             sel_path.parent.mkdir(parents=True, exist_ok=True)
             sel_path.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
-        prep = pipeline.prepare_finetune(cfg, cfg.pool_dir, ids).to(device)
+        prep = pipeline.prepare_finetune(cfg, cfg.pool_dir, ids).to(u.device)
         warm_path = selection_dir() / pipeline.WARMUP_CHECKPOINT
         warm = load_checkpoint(warm_path)
         if warm is None:

@@ -20,7 +20,8 @@ from paperline.train.lm_base import load_causal_lm
 from tasks import track
 from tasks.paths import models_dir, plots_dir, repo_path
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 
 def data_version(cfg: LEFFConfig) -> str:
@@ -70,7 +71,7 @@ def train_all(cfg: LEFFConfig, ctx: track.RunContext) -> Runs:
     done = _saved(cfg)
     if done:
         print(f"leff: resuming; {len(done)} finished run(s) kept: {sorted(seed_name(*k, cfg.alphas) for k in done)}")
-    with gpu_slot(), ctx.children(variants) as variant_runs:
+    with unit(ctx), ctx.children(variants) as variant_runs:
         return run_federated(cfg, base, done=done, on_result=lambda run: save(run, variant_runs), log=print)
 
 

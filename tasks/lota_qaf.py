@@ -17,7 +17,8 @@ from paperline.methods.lota_qaf.summary import method_metrics
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "lota_qaf"
 
@@ -50,13 +51,10 @@ def _digits_checkpoint() -> Path:
 @task(name="lota_qaf-float", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def float_models(cfg: LotaQafConfig, source: LotaData, ctx: track.RunContext) -> dict[str, dict]:
     """The float ceiling of each task (the digits MLP trained here once): a child run each."""
-    import torch
-
     from paperline.methods.lota_qaf.pipeline import build_task, float_model, score_row
 
-    torch.set_num_threads(cfg.threads)
     rows = {}
-    with gpu_slot():
+    with unit(ctx, threads=cfg.threads):  # one slot for every task; a run per task below
         for name in cfg.tasks:
             with ctx.child(f"{name}_float", params={"task": name}) as run:
                 model, record = float_model(cfg, name, source, _digits_checkpoint())
@@ -71,30 +69,32 @@ def float_models(cfg: LotaQafConfig, source: LotaData, ctx: track.RunContext) ->
 @task(name="lota_qaf-group", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def quantize_and_recover(cfg: LotaQafConfig, name: str, bits: int, source: LotaData,
                          ctx: track.RunContext) -> dict:
-    """One (task, bit width): the quantised model and each method's recovery and merge, each
-    variant on its own MLflow child run with its per-step loss. A group's result is written to
+    """One (task, bit width): the quantised model and each method's recovery and merge at every
+    seed, each variant on its own MLflow child run and each seed's recovery nested under it
+    (`<variant>/seed<s>`, its per-step loss). A group's result is written to
     models/lota_qaf/<task>_w<bits>.json: a killed run resumes with the groups it had finished
     (each group is a minute or less of work: no finer checkpoint)."""
-    import torch
-
     from paperline.io import read_json, write_json
     from paperline.methods.lota_qaf.pipeline import run_group
 
-    torch.set_num_threads(cfg.threads)
+    variant_runs: dict[str, track.Run] = {}  # the row's run, made at its first seed
 
-    def on_method(variant: str, row: dict, history: list[float]) -> None:
-        with ctx.child(variant, params={"task": name, "bits": bits, "quantizer": cfg.quantizer,
-                                        "method": variant.rsplit("_", 1)[1]}) as run:
+    def on_method(variant: str, s: int, history: list[float]) -> None:
+        params = {"task": name, "bits": bits, "quantizer": cfg.quantizer, "method": variant.rsplit("_", 1)[1]}
+        if variant not in variant_runs:
+            with ctx.child(variant, params=params) as row_run:
+                variant_runs[variant] = row_run  # its row lands on it when the flow publishes
+        with ctx.child(f"{variant}/seed{s}", params=params | {"seed": s}, parent=variant_runs[variant]) as run:
             run.log_history("train_loss", range(len(history)), history)
 
     done = models_dir(METHOD) / f"{name}_w{bits}.json"
     if done.is_file():
         result = read_json(done)
-        for variant, row in result["rows"].items():
-            if variant in result["histories"]:
-                on_method(variant, row, result["histories"][variant])
+        for variant, per_seed in result["seed_rows"].items():
+            for s in range(len(per_seed)):
+                on_method(variant, s, result["histories"][variant if s == 0 else f"{variant}/seed{s}"])
     else:
-        with gpu_slot():
+        with unit(ctx, threads=cfg.threads):
             result = run_group(cfg, name, bits, source, _digits_checkpoint(), on_method=on_method)
         write_json(done, result)
     with ctx.child(f"{name}_w{bits}_quantized", params={"task": name, "bits": bits, "quantizer": cfg.quantizer}):
@@ -104,10 +104,10 @@ def quantize_and_recover(cfg: LotaQafConfig, name: str, bits: int, source: LotaD
 
 @task(name="lota_qaf-report", cache_policy=NO_CACHE)
 def report(cfg: LotaQafConfig, float_rows: dict, groups: list[dict], ctx: track.RunContext) -> Report:
-    rows = dict(float_rows)
-    histories = {}
+    rows, seed_rows, histories = dict(float_rows), {}, {}
     for group in groups:
         rows |= group["rows"]
+        seed_rows |= group["seed_rows"]
         histories |= group["histories"]
-    metrics = method_metrics(cfg, rows, histories, ctx.profile)
+    metrics = method_metrics(cfg, rows, seed_rows, histories, ctx.profile)
     return Report(metrics, plots.write_all(metrics, plots_dir(METHOD)))

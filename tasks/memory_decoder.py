@@ -20,7 +20,8 @@ from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "memory_decoder"
 BASES = pipeline.BASES
@@ -60,27 +61,26 @@ def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, ctx: track
                distributed: DistributedConfig = DistributedConfig()) -> dict:
     """A base LM pretrained on the general (Shakespeare train) corpus, spread over devices by
     `distributed` (params.yaml runtime.distributed)."""
-    import torch
 
     from paperline.data.tokens import open_tokens
     from paperline.nn.causal_lm import CausalLM
+    from paperline.seeds import seeded_init
     from paperline.train.lm import train_lm_spread
 
-    torch.set_num_threads(cfg.threads)
     shape = cfg.base_small if size == "small" else cfg.base_large
     name = f"base_{size}"
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            name, params={"shape": shape.model_dump(), "train": cfg.base_train.model_dump(),
-                          "device": ",".join(map(str, devices)), "distributed": distributed.model_dump()}) as run:
-        device = devices[0]
-        torch.manual_seed(cfg.seed)
-        model = CausalLM(pipeline.lm_config(shape, data.vocab_size, cfg.block_size))
+    with unit(ctx, name, {"shape": shape.model_dump(), "train": cfg.base_train.model_dump(),
+                          "distributed": distributed.model_dump()},
+              threads=cfg.threads, devices=distributed.devices) as u:
+        run, device, devices = u.run, u.device, u.devices
+        with seeded_init(cfg.seed):
+            model = CausalLM(pipeline.lm_config(shape, data.vocab_size, cfg.block_size))
         general = Path(data.general_dir)
         train = open_tokens(general / "train.bin", data.vocab_size, cfg.block_size)
         val = open_tokens(general / "val.bin", data.vocab_size, cfg.block_size)
         result = train_lm_spread(distributed, model, train, val, settings(cfg.base_train, cfg.block_size, cfg.seed),
                                  device, device_indices=[d.index for d in devices],
-                                 checkpoint_path=models_dir(METHOD) / name / "checkpoint.pt",
+                                 checkpoint_path=u.models / name / "checkpoint.pt",
                                  fingerprint={"data": data.version}, progress=sys.stderr.isatty(), description=name,
                                  on_log=lambda step, m: run.log_metrics(m, step) if "val_loss" in m else None)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
@@ -94,14 +94,10 @@ def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, ctx: track
 @task(name="memory_decoder-datastore", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def build_datastore(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.RunContext) -> dict:
     """The large base's datastore over the domain training set and the MemDec's kNN targets."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
-    with gpu_slot() as device, ctx.child("knn_datastore", params={"datastore": cfg.datastore.model_dump(),
-                                                                  "knn": cfg.knn.model_dump(),
-                                                                  "keys_from": "base_large"}) as run:
-        row = pipeline.build_datastore(cfg, data, _hf_dir("base_large"), device, models_dir(METHOD) / "datastore")
-        run.log_metrics(row)
+    with unit(ctx, "knn_datastore", {"datastore": cfg.datastore.model_dump(), "knn": cfg.knn.model_dump(),
+                                     "keys_from": "base_large"}, threads=cfg.threads, log_device=False) as u:
+        row = pipeline.build_datastore(cfg, data, _hf_dir("base_large"), u.device, u.models / "datastore")
+        u.run.log_metrics(row)
     return row
 
 
@@ -119,26 +115,26 @@ def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, seed: int, ctx
     from the seed) trained on the domain training set, in the seed's batch order, with
     α·KL(p_kNN ‖ p_MemDec) + (1 − α)·CE."""
     import numpy as np
-    import torch
 
     from paperline.methods.memory_decoder.corpora import load_domain
     from paperline.methods.memory_decoder.memdec import train_memdec
     from paperline.nn.causal_lm import CausalLM
+    from paperline.seeds import seeded_init
 
-    torch.set_num_threads(cfg.threads)
     t = cfg.memdec_train
     name = f"memdec/seed{seed}"
-    with gpu_slot() as device, ctx.child(name, params={"seed": seed, "device": str(device)}, parent=parent) as run:
+    with unit(ctx, name, {"seed": seed}, threads=cfg.threads, parent=parent) as u:
+        run, device = u.run, u.device
         if t.init_from_small_base:
             model = pipeline.load_lm(_hf_dir("base_small")).train()
         else:
-            torch.manual_seed(seed)
-            model = CausalLM(pipeline.lm_config(cfg.memdec, data.vocab_size, cfg.block_size))
+            with seeded_init(seed):
+                model = CausalLM(pipeline.lm_config(cfg.memdec, data.vocab_size, cfg.block_size))
         train, _ = load_domain(data.domain_dir, data.vocab_size, cfg.block_size)
-        targets = np.load(models_dir(METHOD) / "datastore" / "knn_targets.npz")
+        targets = np.load(u.models / "datastore" / "knn_targets.npz")
         result = train_memdec(model, train.tokens, targets["values"], targets["weights"],
                               settings(t, cfg.block_size, seed), t.alpha, device,
-                              checkpoint_path=models_dir(METHOD) / name / "checkpoint.pt",
+                              checkpoint_path=u.models / name / "checkpoint.pt",
                               fingerprint={"data": data.version, "init": t.init_from_small_base},
                               on_log=lambda step, m: run.log_metrics(m, step))
         pipeline.save_lm(model.cpu(), _hf_dir(name), data)
@@ -157,17 +153,15 @@ def evaluate(cfg: MemoryDecoderConfig, data: MemDecData, ctx: track.RunContext) 
     base kNN-LM also runs the large model (its queries' keys) — MemDec needs neither. One MLflow
     child per evaluated variant, `<size>/<variant>`, the sweep as steps (a MemDec's: the mean over
     seeds, each seed's on a run nested under it)."""
-    import torch
-
     from paperline.methods.memory_decoder.datastore import load_datastore
     from paperline.methods.memory_decoder.summary import mean_sweep
 
-    torch.set_num_threads(cfg.threads)
     seeds = cfg.run_seeds()
-    with gpu_slot() as device:
+    with unit(ctx, threads=cfg.threads) as u:  # the runs are logged after, outside the slot
+        device = u.device
         bases = {size: pipeline.load_lm(_hf_dir(f"base_{size}")).to(device) for size in BASES}
         memdecs = {seed: pipeline.load_lm(_hf_dir(f"memdec/seed{seed}")).to(device) for seed in seeds}
-        store, _ = load_datastore(models_dir(METHOD) / "datastore")
+        store, _ = load_datastore(u.models / "datastore")
         splits = pipeline.eval_splits(cfg, data)
         log_p = pipeline.split_log_probs(cfg, bases, memdecs, store, splits, device)
         results = {seed: pipeline.perplexity_sweeps(log_p, cfg.lambdas, seed) for seed in seeds}

@@ -22,7 +22,8 @@ from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
+from tasks.runners import GPU_TAG, gpu_slot
+from tasks.unit import set_threads, unit
 
 METHOD = "model_shapley"
 
@@ -61,12 +62,10 @@ def _at_seed(cfg: ModelShapleyConfig, seed: int) -> ModelShapleyConfig:
 def train_digits(cfg: ModelShapleyConfig, seed: int, data: ShapleyData, ctx: track.RunContext,
                  parent: track.Run | None = None) -> dict:
     """The digits MLP at `seed` (CPU: it is tiny)."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     cfg, ckpt = _at_seed(cfg, seed), _checkpoint("digits_mlp", seed)
-    with gpu_slot(), ctx.child(f"digits_mlp/seed{seed}", params={"digits": cfg.digits.model_dump(), "seed": seed},
-                               parent=parent) as run:
+    with unit(ctx, f"digits_mlp/seed{seed}", {"digits": cfg.digits.model_dump(), "seed": seed},
+              threads=cfg.threads, parent=parent, log_device=False) as u:
+        run = u.run
         result = pipeline.train_digits(cfg, ckpt, progress=sys.stderr.isatty())
         run.log_history("train_loss", result["history"]["epoch"], result["history"]["train_loss"])
         run.log_metrics({k: result[k] for k in ("val_loss", "test_accuracy", "test_loss", "train_time_s")})
@@ -79,16 +78,13 @@ def train_lm(cfg: ModelShapleyConfig, seed: int, data: ShapleyData, ctx: track.R
              distributed: DistributedConfig = DistributedConfig(), parent: track.Run | None = None) -> dict:
     """The causal LM at `seed` trained briefly (over `distributed`'s devices), its neurons/heads/layers
     scored, the estimator's cost timed."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     cfg = _at_seed(cfg, seed)
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"causal_lm/seed{seed}", params={"shape": cfg.lm.shape.model_dump(), "train": cfg.lm.train.model_dump(),
+    with unit(ctx, f"causal_lm/seed{seed}", {"shape": cfg.lm.shape.model_dump(), "train": cfg.lm.train.model_dump(),
                                              "estimator": cfg.lm.estimator.model_dump(), "seed": seed,
-                                             "device": ",".join(map(str, devices)),
-                                             "distributed": distributed.model_dump()}, parent=parent) as run:
-        result = pipeline.train_lm(cfg, data, _checkpoint("causal_lm", seed), devices[0], progress=sys.stderr.isatty(),
+                                             "distributed": distributed.model_dump()},
+              threads=cfg.threads, parent=parent, devices=distributed.devices) as u:
+        run, devices = u.run, u.devices
+        result = pipeline.train_lm(cfg, data, _checkpoint("causal_lm", seed), u.device, progress=sys.stderr.isatty(),
                                    on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
                                    if "val_loss" in m else None, distributed=distributed,
                                    device_indices=[d.index for d in devices])
@@ -102,12 +98,10 @@ def train_lm(cfg: ModelShapleyConfig, seed: int, data: ShapleyData, ctx: track.R
 def ground_truth(cfg: ModelShapleyConfig, seed: int, trained: dict, ctx: track.RunContext,
                  parent: track.Run | None = None) -> dict:
     """Permutation-sampling Shapley values of the seed's MLP's neurons (resumes from its chunks)."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     cfg = _at_seed(cfg, seed)
-    with gpu_slot(), ctx.child(f"ground_truth/seed{seed}", params={"permutations": cfg.permutations, "seed": seed},
-                               parent=parent) as run:
+    with unit(ctx, f"ground_truth/seed{seed}", {"permutations": cfg.permutations, "seed": seed},
+              threads=cfg.threads, parent=parent, log_device=False) as u:
+        run = u.run
         model = pipeline.load_digits_model(cfg, _checkpoint("digits_mlp", seed))
         gt = pipeline.ground_truth(cfg, model, _checkpoint("ground_truth", seed), progress=sys.stderr.isatty())
         run.log_metrics({k: gt[k] for k in ("split_half_spearman", "sum_phi", "value_full_minus_empty", "seconds")})
@@ -116,10 +110,9 @@ def ground_truth(cfg: ModelShapleyConfig, seed: int, trained: dict, ctx: track.R
 
 @task(name="model_shapley-scores", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def scores(cfg: ModelShapleyConfig, seed: int, trained: dict) -> dict:
-    """Every estimator's neuron scores of the seed's MLP (validation and shifted task), and the cost."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
+    """Every estimator's neuron scores of the seed's MLP (validation and shifted task), and the cost.
+    No run of its own (so no RunContext): the prologue's two parts by hand."""
+    set_threads(cfg.threads)
     cfg = _at_seed(cfg, seed)
     with gpu_slot():
         return pipeline.digits_scores(cfg, pipeline.load_digits_model(cfg, _checkpoint("digits_mlp", seed)))
@@ -131,13 +124,10 @@ def evaluate_variant(cfg: ModelShapleyConfig, seed: int, variant: str, data: Sha
                      variant_run: track.Run | None = None) -> dict:
     """One ranking at one seed, on its run `<variant>/seed<seed>`: against the ground truth, pruning
     (MLP and LM), top-neuron fine-tuning."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     cfg = _at_seed(cfg, seed)
-    with gpu_slot() as device, ctx.child(f"{variant}/seed{seed}", params={"variant": variant, "seed": seed,
-                                                                          "device": str(device)},
-                                         parent=variant_run) as run:
+    with unit(ctx, f"{variant}/seed{seed}", {"variant": variant, "seed": seed}, threads=cfg.threads,
+              parent=variant_run) as u:
+        run, device = u.run, u.device
         model = pipeline.load_digits_model(cfg, _checkpoint("digits_mlp", seed))
         result = {"digits": pipeline.evaluate_digits(cfg, variant, model, gt, mlp_scores),
                   "lm": pipeline.evaluate_lm(cfg, variant, data, _checkpoint("causal_lm", seed), lm_result, device)}

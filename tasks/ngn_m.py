@@ -14,9 +14,10 @@ from paperline.methods.ngn_m.problems import PRIMARY_METRIC
 from paperline.methods.ngn_m.summary import band_decades, c_tag, method_metrics, seed_mean, summarize, variant_curves
 from paperline.methods.ngn_m.sweep import VariantResult, run_variant
 from tasks import track
-from tasks.paths import models_dir, params_path, plots_dir, repo_root
+from tasks.paths import params_path, plots_dir, repo_root
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "ngn_m"
 
@@ -57,24 +58,22 @@ def _log_curves(run: track.Run, curves: dict[str, tuple[list, list]]) -> None:
 def sweep(cfg: NGNMConfig, problem: str, optimizer: str, ctx: track.RunContext,
           optimizer_run: track.Run) -> VariantResult:
     """Every c × seed of one (problem, optimizer): an MLflow run nested under the optimizer's."""
-    import torch
-
-    torch.set_num_threads(1)  # tiny models: threads cost more than they give
     variant = variant_name(problem, optimizer)
     pcfg = cfg.problems[problem]
     params = {"problem": problem, "optimizer": optimizer, "seeds": cfg.seeds_for(problem),
               "c_values": cfg.c_values_for(problem), "momentum": cfg.momentum, "betas": cfg.betas,
               "eps": cfg.eps, "weight_decay": cfg.weight_decay, problem: pcfg.model_dump()}
-    with gpu_slot() as device, ctx.child(variant, params=params | {"device": str(device)},
-                                         parent=optimizer_run) as run:
-        result = run_variant(cfg, problem, optimizer, models_dir(METHOD) / variant, root=repo_root(),
-                             device=device, progress=sys.stderr.isatty())
+    # one thread: tiny models, threads cost more than they give
+    with unit(ctx, variant, params, threads=1, parent=optimizer_run) as u:
+        run = u.run
+        result = run_variant(cfg, problem, optimizer, u.models / variant, root=repo_root(),
+                             device=u.device, progress=sys.stderr.isatty())
         _log_curves(run, variant_curves(result))
         metric, higher = PRIMARY_METRIC[pcfg.kind]
         run.log_metrics({f"final_{metric}/c_{c_tag(c)}": float(value)
                          for c, value in zip(result.c_values, seed_mean(result, metric))})
         run.log_metrics(band_decades(result.c_values, seed_mean(result, metric), higher, cfg.band))
-        checkpoints = sorted((models_dir(METHOD) / variant).glob("*.pt"))
+        checkpoints = sorted((u.models / variant).glob("*.pt"))
         for checkpoint in checkpoints:
             run.log_artifact(checkpoint, "checkpoints")
     return result

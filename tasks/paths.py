@@ -22,6 +22,21 @@ def repo_path(*parts: str) -> Path:
     return repo_root().joinpath(*parts)
 
 
+# A run outside DVC writes its outputs to a scratch folder (flows/launch.py sets this); the inputs
+# it reads (params.yaml, prepared data, upstream models) stay the project's.
+OUTPUT_ROOT_ENV = "PAPERLINE_OUTPUT_ROOT"
+
+
+def output_root() -> Path:
+    """Where a method's outputs (models/, metrics/, results/, plots/, runs/) go: the project root unless a
+    run outside DVC points them at its scratch folder."""
+    return Path(os.environ.get(OUTPUT_ROOT_ENV) or repo_root())
+
+
+def output_path(*parts: str) -> Path:
+    return output_root().joinpath(*parts)
+
+
 def project_path(value: str | os.PathLike) -> Path:
     """A path from params.yaml: absolute as given (after ~), else relative to the project root."""
     path = Path(value).expanduser()
@@ -42,16 +57,22 @@ def params_path() -> Path:
 
 
 def models_dir(method: str) -> Path:
-    return repo_path("models", method)
+    return output_path("models", method)
 
 
 def metrics_path(method: str) -> Path:
-    return repo_path("metrics", f"{method}.json")
+    """The claims' outcome counts `dvc metrics show` prints (the same few keys for every method)."""
+    return output_path("metrics", f"{method}.json")
+
+
+def results_path(method: str) -> Path:
+    """The run's whole record (`paperline.metrics.MethodMetrics`): what the report reads."""
+    return output_path("results", f"{method}.json")
 
 
 def plots_dir(method: str) -> Path:
-    return repo_path("plots", method)
+    return output_path("plots", method)
 
 
 def run_pointer_path(method: str) -> Path:
-    return repo_path("runs", method, "mlflow_run.json")
+    return output_path("runs", method, "mlflow_run.json")

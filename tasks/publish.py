@@ -10,7 +10,9 @@ drew); `publish` then
 - logs the headline figures on the parent run, and each comparison row's columns (with the
   primary metric's ratio to the baseline) on the child run of that variant, under the same names
   on every child (so the chart view lines the variants up);
-- writes `metrics/<method>.json` (validated) and `runs/<method>/mlflow_run.json`.
+- writes `results/<method>.json` (the validated record), `metrics/<method>.json` (its claims'
+  outcome counts, the few keys `dvc metrics show` prints for every method) and
+  `runs/<method>/mlflow_run.json`.
 """
 from __future__ import annotations
 
@@ -23,11 +25,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.claims import Claim, verdict_counts
+from paperline.claims import Claim, counts_text, outcome_counts
 from paperline.io import write_json
 from paperline.metrics import MethodMetrics, numeric, table_columns
 from tasks import track
-from tasks.paths import metrics_path, run_pointer_path
+from tasks.paths import metrics_path, results_path, run_pointer_path
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,7 @@ def claim_metrics(claims: list[Claim]) -> dict[str, float]:
 
 
 def claim_tags(claims: list[Claim]) -> dict[str, str]:
-    counts = verdict_counts(claims)
-    return {f"claim.{c.name}.verdict": c.verdict for c in claims} | {
-        "verdicts": ", ".join(f"{v} {n}" for v, n in counts.items() if n)}
+    return {f"claim.{c.name}.verdict": c.verdict for c in claims} | {"verdicts": counts_text(claims)}
 
 
 @task(name="publish", cache_policy=NO_CACHE)
@@ -86,6 +86,7 @@ def publish(ctx: track.RunContext, report: Report) -> dict:
         if name in children:
             track.Run(children[name], parent.experiment_id).log_final(numeric(row))
     record = metrics.model_dump(mode="json")
-    write_json(metrics_path(ctx.method), record, sort_keys=False)  # rows in the method's order
+    write_json(results_path(ctx.method), record, sort_keys=False)  # rows in the method's order
+    write_json(metrics_path(ctx.method), outcome_counts(metrics.claims), sort_keys=False)
     write_json(run_pointer_path(ctx.method), track.run_pointer(parent, ctx.method))
     return record

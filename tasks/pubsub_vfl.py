@@ -19,7 +19,8 @@ from paperline.methods.pubsub_vfl.summary import METHOD, method_metrics, metric_
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 
 def data_version(cfg: PubSubVFLConfig) -> str:
@@ -34,7 +35,7 @@ def train_all(cfg: PubSubVFLConfig, ctx: track.RunContext) -> tuple[Experiment, 
     the mean over seeds, lands on it when the flow publishes) with a run per seed nested under it:
     the seed's figures, test-metric curve and final models. CPU only: the slot keeps it alone."""
     data = load(cfg.data)
-    with gpu_slot():
+    with unit(ctx):  # the runs are logged after, outside the slot
         exp = run_experiment(cfg, data, log=print)
     name = metric_name(data.task)
     dp_runs = [r for r in exp.dp if r.dp_mu == DP_CLAIM_MU]

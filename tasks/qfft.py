@@ -22,8 +22,10 @@ from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
 from tasks.runners import GPU_TAG, gpu_devices
+from tasks.unit import set_threads, unit
 
 METHOD = "qfft"
+VARIANTS = pipeline.VARIANTS  # the four fine-tunes, in the flow's order (flows never import the library)
 
 
 def data(cfg: QFFTConfig) -> QFFTData:
@@ -85,14 +87,12 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
 
     from paperline.methods.qfft.hf import load_causal_lm
 
-    torch.set_num_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"base_s{cfg.seed}", params={"seed": cfg.seed, "init": cfg.base_init, "shape": cfg.base.model_dump(),
+    with unit(ctx, f"base_s{cfg.seed}", {"seed": cfg.seed, "init": cfg.base_init, "shape": cfg.base.model_dump(),
                                          "train": cfg.base_train.model_dump(), "model_path": cfg.base_model_path,
-                                         "device": ",".join(map(str, devices)),
-                                         "distributed": distributed.model_dump()}, parent=parent) as run:
-        device = devices[0]
+                                         "distributed": distributed.model_dump()},
+              threads=cfg.threads, parent=parent, devices=distributed.devices) as u:
+        run, device, devices = u.run, u.device, u.devices
         train: dict = {}
         if cfg.base_model_path:
             model = load_causal_lm(cfg.base_model_path).to(device)
@@ -113,12 +113,11 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
 def first_pass_sets(cfg: QFFTConfig, data: QFFTData, distributed: DistributedConfig = DistributedConfig()) -> QFFTData:
     """`problems.first_pass: base`: the example sets of one seed (`data/seed<S>/`), the fine-tuning
     sets written from that seed's trained base's own greedy answers to the fine-tuning questions
-    (kept where right, else followed by "Wait, recheck:")."""
-    import torch
-
+    (kept where right, else followed by "Wait, recheck:"). No run of its own (so no RunContext):
+    the prologue's two parts by hand."""
     from paperline.methods.qfft.hf import load_causal_lm
 
-    torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
     with gpu_devices(distributed.devices) as devices:
         model = load_causal_lm(_hf_dir("base", cfg.seed)).to(devices[0])
@@ -134,21 +133,17 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
     """One fine-tune of the base of `cfg.seed` (a run under the variant's run `parent`): `sft*` on
     [question; response] (loss on the response), `qfft*` on the response alone (no question, no
     template: spec §b); `*_noise_iv` on the shuffled pairs. Same settings, same seed for all four."""
-    import torch
-
     from paperline.methods.qfft.hf import add_lora, load_causal_lm, merged, trainable, unwrap
 
-    torch.set_num_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
     with_question = variant.startswith("sft")
     source = "finetune_noise_iv" if variant.endswith("noise_iv") else "finetune"
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"{variant}_s{cfg.seed}", params={"seed": cfg.seed, "train": cfg.finetune.model_dump(),
+    with unit(ctx, f"{variant}_s{cfg.seed}", {"seed": cfg.seed, "train": cfg.finetune.model_dump(),
                                               "with_question": with_question, "data": source,
                                               "first_pass": cfg.problems.first_pass,
-                                              "device": ",".join(map(str, devices)),
-                                              "distributed": distributed.model_dump()}, parent=parent) as run:
-        device = devices[0]
+                                              "distributed": distributed.model_dump()},
+              threads=cfg.threads, parent=parent, devices=distributed.devices) as u:
+        run, device, devices = u.run, u.device, u.devices
         base_dir = cfg.base_model_path or str(_hf_dir("base", cfg.seed))
         model = load_causal_lm(base_dir)
         lora = cfg.finetune.lora

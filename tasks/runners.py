@@ -8,9 +8,10 @@ annotation `GPU: 1`, which only workers advertising a `GPU` resource accept.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 from pydantic import Field
 
@@ -161,30 +162,37 @@ def gpu_devices(count: int = 1, where: str = "runtime.distributed.devices") -> I
             gate.release()
 
 
-def _task_runner_name() -> str | None:
-    from prefect.context import FlowRunContext
+def _no_annotation(gpus: int) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
-    ctx = FlowRunContext.get()
-    return None if ctx is None else type(ctx.task_runner).__name__
+
+@functools.lru_cache(maxsize=None)
+def gpu_annotation(runner_type: type) -> Callable[[int], contextlib.AbstractContextManager[Any]]:
+    """How a GPU task asking for `gpus` devices is submitted under a task runner of this type,
+    decided once per type: the Dask resource annotation, Ray's `num_gpus`, else as it is. By class
+    name, so that neither prefect-dask nor prefect-ray is imported when the runner is not theirs."""
+    name = runner_type.__name__
+    if name == "DaskTaskRunner":
+        import dask
+
+        return lambda gpus: dask.annotate(resources={"GPU": gpus})
+    if name == "RayTaskRunner":
+        from prefect_ray.context import remote_options
+
+        return lambda gpus: remote_options(num_gpus=gpus)
+    return _no_annotation
 
 
 def submit_gpu(task: Any, *args: Any, gpus: int = 1, **kwargs: Any) -> Any:
-    """`task.submit(...)` for a GPU task: with the Dask resource annotation under the Dask runner,
-    Ray's `num_gpus` under the Ray runner (`gpus`: a training spread over several devices)."""
+    """`task.submit(...)` for a GPU task, annotated for the flow's task runner (`gpus`: a training
+    spread over several devices)."""
+    from prefect.context import FlowRunContext
+
     if GPU_TAG not in task.tags:
         raise ValueError(f"task {task.name!r} is submitted as a GPU task but lacks the {GPU_TAG!r} tag")
-    runner = _task_runner_name()
-    if runner == "DaskTaskRunner":
-        import dask
-
-        with dask.annotate(resources={"GPU": gpus}):
-            return task.submit(*args, **kwargs)
-    if runner == "RayTaskRunner":
-        from prefect_ray.context import remote_options
-
-        with remote_options(num_gpus=gpus):
-            return task.submit(*args, **kwargs)
-    return task.submit(*args, **kwargs)
+    ctx = FlowRunContext.get()
+    with (gpu_annotation(type(ctx.task_runner)) if ctx is not None else _no_annotation)(gpus):
+        return task.submit(*args, **kwargs)
 
 
 # Chunks of a prep stage's items per worker: enough to balance items of unequal cost (slides of

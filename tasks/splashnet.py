@@ -20,8 +20,9 @@ from paperline.train.distributed import DistributedConfig
 from tasks import track
 from tasks.paths import committed_data_path, models_dir, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_devices
+from tasks.runners import GPU_TAG
 from tasks.semg_prep import require_prepared
+from tasks.unit import unit
 
 METHOD = "splashnet"
 
@@ -67,21 +68,16 @@ def train_variant(cfg: SplashNetConfig, variant: str, seed: int, data: Features,
                   distributed: DistributedConfig = DistributedConfig()) -> dict:
     """One variant at one seed, on its MLflow run `<variant>/seed<seed>` (nested under `variant_run`),
     its weights under models/splashnet/<variant>/seed<seed>/."""
-    import torch
-
     from paperline.methods.splashnet.pipeline import beam_decoder, load_split, model_spec, train_and_evaluate
 
-    torch.set_num_threads(cfg.threads)
     spec = model_spec(cfg, variant)
     params = {"variant": variant, "seed": seed, "rtn": spec.rtn, "six_bands": spec.six_bands, "share_hand_weights": spec.share_hand_weights,
               "mlp_features": list(spec.mlp_features), "block_channels": list(spec.block_channels)}
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"{variant}/seed{seed}", params=params | {"device": ",".join(map(str, devices)),
-                                                      "distributed": distributed.model_dump()},
-            parent=variant_run) as run:
-        device = devices[0]
+    with unit(ctx, f"{variant}/seed{seed}", params | {"distributed": distributed.model_dump()},
+              threads=cfg.threads, parent=variant_run, devices=distributed.devices) as u:
+        run, device, devices = u.run, u.device, u.devices
         train, finetune, test, val = load_split(cfg, data.path, spec.six_bands)
-        out = models_dir(METHOD) / variant / f"seed{seed}"
+        out = u.models / variant / f"seed{seed}"
         result = train_and_evaluate(cfg, variant, train, finetune, test, device, out, data.version,
                                     log=lambda user, m: run.log_metrics({f"{k}/{user}": v for k, v in m.items()}),
                                     beam=beam_decoder(cfg, lm_path), val=val, distributed=distributed,

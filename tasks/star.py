@@ -11,15 +11,16 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from paperline.methods.star import plots
-from paperline.methods.star.config import StarConfig, row_name
+from paperline.methods.star.config import StarConfig, row_name, runs_of
 from paperline.methods.star.envs import check_env
 from paperline.methods.star.offline import read_offline, run_offline
 from paperline.methods.star.summary import method_metrics
 from paperline.methods.star.train import load_agent, train_run
 from tasks import track
-from tasks.paths import models_dir, plots_dir
+from tasks.paths import plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "star"
 
@@ -35,22 +36,29 @@ def data(cfg: StarConfig) -> str:
     return track.data_version()
 
 
+def planned_rows(cfg: StarConfig) -> dict[str, tuple[str, str, int | None]]:
+    """Row name -> (task, variant, budget) of every online row the flow trains."""
+    return {row_name(t.name, v, b): (t.name, v, b) for t, v, b in runs_of(cfg)}
+
+
+def oracle_row(cfg: StarConfig) -> str:
+    """The row whose SAC is the offline variant's expert (its task's oracle)."""
+    return row_name(cfg.offline.task, "oracle", None)
+
+
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="star-train", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_row(cfg: StarConfig, task_name: str, variant: str, budget: int | None, ctx: track.RunContext) -> dict:
     """Every seed of one row, on the slot's device (the paper profile's 1024×2 networks want a GPU)."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     t = next(t for t in cfg.tasks if t.name == task_name)
     name = row_name(task_name, variant, budget)
     seeds = []
-    with gpu_slot() as device, ctx.child(name, params={"task": t.model_dump(), "variant": variant, "budget": budget,
-                                                       "device": str(device)}) as row_run:
-        for s in range(cfg.seeds):
-            seed = cfg.seed + s
+    with unit(ctx, name, {"task": t.model_dump(), "variant": variant, "budget": budget},
+              threads=cfg.threads) as u:
+        row_run, device = u.run, u.device
+        for seed in cfg.run_seeds():
             with ctx.child(f"{name}/seed{seed}", params={"seed": seed}, parent=row_run) as run:
-                result = train_run(cfg, t, variant, budget, seed, models_dir(METHOD) / name / f"seed{seed}.pt",
+                result = train_run(cfg, t, variant, budget, seed, u.models / name / f"seed{seed}.pt",
                                    progress=sys.stderr.isatty(), device=device)
                 run.log_history("eval_return", result["curve"]["step"], result["curve"]["return"])
                 run.log_metrics({k: result[k] for k in ("return", "random_return", "overestimation",
@@ -64,22 +72,18 @@ def train_row(cfg: StarConfig, task_name: str, variant: str, budget: int | None,
 def train_offline(cfg: StarConfig, ctx: track.RunContext) -> list[dict]:
     """The offline variant, every seed (after the oracle row of its task: its SAC is the expert
     behaviour policy). A child run per extraction (`offline-<variant>`), a nested run per seed."""
-    import torch
-
     from paperline.methods.star.summary import normalised
 
-    torch.set_num_threads(cfg.threads)
     off = cfg.offline
     t = next(t for t in cfg.tasks if t.name == off.task)
-    oracle = row_name(t.name, "oracle", None)
+    oracle = oracle_row(cfg)
     params = {f"offline-{v}": {"task": off.task, "variant": v, "offline": off.model_dump()} for v in off.variants}
     seeds = []
-    with gpu_slot(), ctx.children(params) as runs:
-        for s in range(cfg.seeds):
-            seed = cfg.seed + s
-            agent, info = load_agent(cfg, t, "oracle", None, seed, models_dir(METHOD) / oracle / f"seed{seed}.pt")
+    with unit(ctx, threads=cfg.threads) as u, ctx.children(params) as runs:
+        for seed in cfg.run_seeds():
+            agent, info = load_agent(cfg, t, "oracle", None, seed, u.models / oracle / f"seed{seed}.pt")
             result = run_offline(cfg, t, info, lambda obs: agent.act(obs, deterministic=True), seed,
-                                 models_dir(METHOD) / "offline" / f"seed{seed}", progress=sys.stderr.isatty())
+                                 u.models / "offline" / f"seed{seed}", progress=sys.stderr.isatty())
             for v, res in result["variants"].items():
                 with ctx.child(f"offline-{v}/seed{seed}", params={"seed": seed}, parent=runs[f"offline-{v}"]) as run:
                     run.log_metrics({"return": res["return"], "expert_return": result["expert_return"],

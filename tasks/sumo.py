@@ -20,9 +20,10 @@ from paperline.methods.sumo.theory import ns_error_vs_condition_number
 from paperline.methods.sumo.train import digits_step_times, train_one
 from paperline.train.distributed import DistributedConfig
 from tasks import track
-from tasks.paths import models_dir, plots_dir
+from tasks.paths import plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "sumo"
 
@@ -107,19 +108,16 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
     """Every seed of one (optimizer, lr): an MLflow run nested under the optimizer's, a run per seed
     nested under it, a checkpoint per seed. `distributed` (params.yaml runtime.distributed) spreads
     LLaMA-on-C4 over devices."""
-    import torch
-
-    torch.set_num_threads(1)  # small matmuls; the flow's other task runs beside this one
     variant = variant_name(optimizer, lr)
     results = []
-    with gpu_devices(training_devices(cfg, distributed)) as devices, ctx.child(
-            variant, params={"optimizer": optimizer, "lr": lr, "device": ",".join(map(str, devices))},
-            parent=optimizer_run) as run:
-        device = devices[0]
+    # one thread: small matmuls; the flow's other task runs beside this one
+    with unit(ctx, variant, {"optimizer": optimizer, "lr": lr}, threads=1, parent=optimizer_run,
+              devices=training_devices(cfg, distributed)) as u:
+        run, device, devices = u.run, u.device, u.devices
         if cfg.task == "digits_mlp":
             digits = load_digits_split(cfg.test_fraction, cfg.split_seed).to(device)
-        for s in range(cfg.seeds):
-            checkpoint = models_dir(METHOD) / variant / f"seed{s}.pt"
+        for s in cfg.run_seeds():
+            checkpoint = u.models / variant / f"seed{s}.pt"
             if cfg.task == "digits_mlp":
                 result = train_one(cfg, digits, optimizer, lr, s, device, checkpoint_path=checkpoint,
                                    progress=sys.stderr.isatty())
@@ -133,7 +131,7 @@ def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunCont
                            parent=run) as seed_run:
                 _log_result(seed_run, result)
             results.append(result)
-        run.log_artifact(models_dir(METHOD) / variant / "seed0.pt", "checkpoints")
+        run.log_artifact(u.models / variant / "seed0.pt", "checkpoints")
         entry = lr_table(results)[optimizer][lr]
         run.log_metrics({k: v for k, v in entry.items() if isinstance(v, (int, float))})
     return results
@@ -145,18 +143,15 @@ def train_text_lm_seed(cfg: SumoConfig, optimizer: str, lr: float, seed: int, ct
     """One seed of one (optimizer, lr) on the causal LM: an MLflow run nested under the (optimizer,
     lr)'s with the loss per step and, for SUMO, the moment condition numbers every k steps.
     `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
-    import torch
-
     from paperline.methods.sumo.text_lm import train_text_lm
 
-    torch.set_num_threads(1)
     variant = lm_variant_name(optimizer, lr)
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"{variant}/seed{seed}", params={"optimizer": optimizer, "lr": lr, "seed": seed,
-                                             "device": ",".join(map(str, devices))}, parent=lr_run) as run:
-        result = train_text_lm(cfg, optimizer, lr, seed, devices[0], models_dir(METHOD) / variant / f"seed{seed}.pt",
+    with unit(ctx, f"{variant}/seed{seed}", {"optimizer": optimizer, "lr": lr, "seed": seed}, threads=1,
+              parent=lr_run, devices=distributed.devices) as u:
+        run = u.run
+        result = train_text_lm(cfg, optimizer, lr, seed, u.device, u.models / variant / f"seed{seed}.pt",
                                progress=sys.stderr.isatty(), distributed=distributed,
-                               device_indices=[d.index for d in devices])
+                               device_indices=[d.index for d in u.devices])
         _log_result(run, result)
         c = result["condition"]
         for key in ("median", "max"):
@@ -175,11 +170,9 @@ def text_lm_best_lrs(cfg: SumoConfig, sweep: list[dict]) -> dict[str, float]:
 @task(name="sumo-step-time", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def step_time(cfg: SumoConfig, ctx: track.RunContext) -> dict:
     """Step time and state bytes of every optimizer against AdamW, round-robin in this one task."""
-    import torch
-
-    torch.set_num_threads(1)  # as the training tasks, so times compare with theirs
-    with gpu_slot() as device, ctx.child("step_time", params={"device": str(device), "rounds": cfg.timing_rounds,
-                                                             "steps": cfg.timing_steps}) as run:
+    # one thread, as the training tasks, so times compare with theirs
+    with unit(ctx, "step_time", {"rounds": cfg.timing_rounds, "steps": cfg.timing_steps}, threads=1) as u:
+        run, device = u.run, u.device
         if cfg.task == "digits_mlp":
             times = digits_step_times(cfg, load_digits_split(cfg.test_fraction, cfg.split_seed).to(device), device)
         else:

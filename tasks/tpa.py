@@ -21,9 +21,10 @@ from paperline.methods.tpa.summary import mean_curves, method_metrics
 from paperline.metrics import numeric
 from paperline.train.distributed import DistributedConfig
 from tasks import track
-from tasks.paths import models_dir, params_path, plots_dir
+from tasks.paths import params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_devices, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import unit
 
 METHOD = "tpa"
 
@@ -67,15 +68,13 @@ def train_variant(cfg: TPAConfig, variant: str, seed: int, data: TokenData, ctx:
     from paperline.methods.tpa.models import build_model
     from paperline.train.lm import evaluate, train_lm_spread, validation_windows
 
-    torch.set_num_threads(cfg.threads)
     heads = balanced_heads(variant, cfg.shape)
-    out = models_dir(METHOD) / variant / f"seed{seed}"
-    with gpu_devices(distributed.devices) as devices, ctx.child(
-            f"{variant}/seed{seed}", params={"variant": variant, "seed": seed, "heads": heads,
-                                             "device": ",".join(map(str, devices)), "shape": cfg.shape.model_dump(),
-                                             "train": cfg.train.model_dump(), "distributed": distributed.model_dump()},
-            parent=variant_run) as run:
-        device = devices[0]
+    with unit(ctx, f"{variant}/seed{seed}", {"variant": variant, "seed": seed, "heads": heads,
+                                             "shape": cfg.shape.model_dump(), "train": cfg.train.model_dump(),
+                                             "distributed": distributed.model_dump()},
+              threads=cfg.threads, parent=variant_run, devices=distributed.devices) as u:
+        run, device, devices = u.run, u.device, u.devices
+        out = u.models / variant / f"seed{seed}"
         model = build_model(variant, cfg.shape, data.vocab_size, cfg.train.block_size, seed)
         train, val = data.tokens(cfg.train.block_size)
         # the trivial baseline: this model before training, on the windows every evaluation uses
@@ -117,16 +116,13 @@ def train_variant(cfg: TPAConfig, variant: str, seed: int, data: TokenData, ctx:
 def decode_time(cfg: TPAConfig, data: TokenData, ctx: track.RunContext) -> dict:
     """Decode ms/token of every variant at each context length (fresh weights: time does not depend
     on them), round-robin in this one task."""
-    import torch
-
     from paperline.methods.tpa.decode import decode_step_times
     from paperline.methods.tpa.models import build_model
 
-    # one thread: single-token steps are small ops, and extra threads on a shared CPU only add noise
-    torch.set_num_threads(1)
     positions = max(cfg.decode_contexts) + cfg.decode_tokens
-    with gpu_slot() as device, ctx.child("decode_time", params={"device": str(device), "contexts": cfg.decode_contexts,
-                                                                "tokens": cfg.decode_tokens}) as run:
+    # one thread: single-token steps are small ops, and extra threads on a shared CPU only add noise
+    with unit(ctx, "decode_time", {"contexts": cfg.decode_contexts, "tokens": cfg.decode_tokens}, threads=1) as u:
+        run, device = u.run, u.device
         models = {v: build_model(v, cfg.shape, data.vocab_size, positions, cfg.seed) for v in cfg.variants}
         times = decode_step_times(models, cfg.decode_contexts, cfg.decode_tokens, cfg.decode_repeats, device, cfg.seed)
         run.log_metrics({f"{v}/ctx{c}/{k}": x for v, rows in times.items() for c, row in rows.items()

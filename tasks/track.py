@@ -31,7 +31,7 @@ STEP_BATCH = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 # DVC outputs a run rewrites (and params.yaml under `dvc exp run`): not what makes code dirty
-_NOT_CODE = ("metrics", "plots", "runs", "reports", "dvc.lock", "params.yaml")
+_NOT_CODE = ("metrics", "results", "plots", "runs", "reports", "dvc.lock", "params.yaml")
 
 
 def tracking_uri() -> str:

@@ -83,6 +83,20 @@ def release_selection_states() -> None:
         _states.clear()
 
 
+def start_selection() -> str:
+    """The selection folder, marked unfinished while a killed run's warm-up checkpoint stays."""
+    from paperline.methods.influence_distillation import pipeline
+
+    return str(pipeline.start_selection(selection_dir()))
+
+
+def finish_selection(cfg, warm: dict, results: dict[str, dict]) -> dict:
+    """The stage's outputs from the warm-up and each method's selection (selection.json last)."""
+    from paperline.methods.influence_distillation import pipeline
+
+    return pipeline.finish_selection(cfg, selection_dir(), warm, results)
+
+
 @task(name="tulu-warm-up", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def warm_up(cfg, out_dir: str) -> dict:
     """The warm-up (resumed from warmup.pt when a killed run left it), then the model's target

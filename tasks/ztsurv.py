@@ -27,7 +27,8 @@ from paperline.methods.ztsurv.train import (
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
-from tasks.runners import GPU_TAG, gpu_slot
+from tasks.runners import GPU_TAG
+from tasks.unit import set_threads, unit
 from tasks.wsi_prep import data_dir
 from tasks.wsi_prep import resolve as resolve_wsi
 
@@ -55,13 +56,11 @@ def graphs_path() -> Path:
 def build_graphs(cfg: ZTSurvConfig) -> Path:
     """Segment every slide zero-shot and build its graph; kept in models/ztsurv/graphs.pt (a
     resumed run reuses it)."""
-    import torch
-
     from paperline.methods.ztsurv.pipeline import build_cohort_graphs, save_cohort_graphs
 
     path = graphs_path()
     if not path.exists():
-        torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads)  # CPU work, no slot, no run of its own
         save_cohort_graphs(path, build_cohort_graphs(data_dir(), cfg, progress=sys.stderr.isatty()))
     return path
 
@@ -108,11 +107,9 @@ def _seed_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext,
 def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> dict[int, list[FoldResult]]:
     """One neural method over every seed and fold: an MLflow child run, nested runs per seed and
     fold, a checkpoint per fold."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     cohort = load_cohort_graphs(graphs)
-    with gpu_slot() as device, ctx.child(method, params={"method": method, "device": str(device)}) as run:
+    with unit(ctx, method, {"method": method}, threads=cfg.threads) as u:
+        run, device = u.run, u.device
         train_one = lambda tr, te, k, seed: train_neural_fold(method, cohort.graphs, tr, te,
                                                                cfg.model_copy(update={"seed": seed}), k, device,
                                                                progress=sys.stderr.isatty())

@@ -1,6 +1,6 @@
 """Test environment: a temporary PREFECT_HOME and one Prefect server per session (a second one for
 the tiny DAG), a migrated MLflow template database copied per test, and a temporary project root
-(PAPERLINE_ROOT) so no test writes into the checkout's models/, metrics/ or mlflow.db.
+(PAPERLINE_ROOT) so no test writes into the checkout's models/, metrics/, results/ or mlflow.db.
 
 When the collected tests need them, the session's Prefect server and its one tiny `dvc repro` of
 the whole DAG (on a server of its own) start in the background as soon as collection ends: the
@@ -316,7 +316,7 @@ def finished_flow_runs(project: Path, method: str, profile: str = "tiny"):
 
 
 # DVC outputs a clone must make itself (a fresh clone's `dvc repro` writes them)
-OUTPUT_DIRS = ("metrics/", "runs/", "reports/", "plots/")
+OUTPUT_DIRS = ("metrics/", "results/", "runs/", "reports/", "plots/")
 
 
 def run_git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:

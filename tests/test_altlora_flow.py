@@ -27,7 +27,7 @@ def _tiny(project) -> dict:
 
 
 def _metrics(project):
-    path = project / "metrics" / "altlora.json"
+    path = project / "results" / "altlora.json"
     return validate_metrics(json.loads(path.read_text()), str(path))
 
 
@@ -35,7 +35,7 @@ def test_tiny_dag_outputs(dag):
     metrics, tiny = _metrics(dag), _tiny(dag)
     assert sorted(metrics.rows) == sorted([*tiny["optimizers"], NO_ADAPTATION]) == sorted(report_rows(dag, "altlora"))
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("lora_adamw", "final_error", False)
-    seeds = tiny["linear"]["seeds"]
+    seeds = len(tiny["seeds"])
     untouched = metrics.rows[NO_ADAPTATION]  # W₀ itself: ΔW = 0, scored as every run
     assert untouched["seeds"] == seeds and untouched["relative_error"] == 1.0
     rows = {name: row for name, row in metrics.rows.items() if name != NO_ADAPTATION}
@@ -57,14 +57,14 @@ def test_tiny_dag_outputs(dag):
         rows["altlora"]["final_error"] / rows["lora_adamw"]["final_error"])
     claims = {c.name: c for c in metrics.claims}
     assert set(claims) == {s.name for s in SPECS} and claims["altlora_below_no_adaptation_error"].trivial
-    assert all(c.seeds == seeds for name, c in claims.items() if not name.startswith("lm_"))
+    assert all(c.seeds == seeds for c in claims.values())  # the LM runs too: the best lr at every seed
     assert claims["altlora_below_lora_adamw_error"].effect == pytest.approx(
         rows["altlora"]["final_error"] - rows["lora_adamw"]["final_error"])
-    assert claims["lm_altlora_below_base_val_loss"].seeds == 1  # the LM adaptation: one seed
     assert all(c.verdict == "inconclusive" for c in claims.values())  # fewer than 3 seeds at tiny
     # the LM adaptation of the tiny lm-base: its optimizers only, the base's losses beside them
     for name, row in rows.items():
         assert (row.get("lm_val_loss") is not None) == (name in tiny["lm"]["optimizers"]), name
+        assert row.get("lm_seeds", seeds) == seeds, name
     assert rows["altlora"]["lm_val_loss"] < metrics.details["lm_base"]["base_target_val_loss"] == untouched["lm_val_loss"]
     assert metrics.headline["altlora_over_lora_adamw_lm_val_loss"] == pytest.approx(
         rows["altlora"]["lm_val_loss"] / rows["lora_adamw"]["lm_val_loss"])
@@ -82,7 +82,8 @@ def test_tiny_dag_outputs(dag):
     nested = c.search_runs([parent.info.experiment_id],
                            filter_string=f"tags.mlflow.parentRunId = '{by_variant['altlora'].info.run_id}'")
     assert sorted(run.data.tags["variant"] for run in nested) == [
-        *(f"altlora_linear_r{r}/seed{s}" for s in range(seeds)), "altlora_lm_lr0.1"]
+        *(f"altlora_linear_r{r}/seed{s}" for s in range(seeds)), "altlora_lm_lr0.1",
+        *(f"altlora_lm_lr0.1/seed{s}" for s in range(1, seeds))]
     linear_run = next(run for run in nested if run.data.tags["variant"] == f"altlora_linear_r{r}/seed0")
     curve = c.get_metric_history(linear_run.info.run_id, "error/c1_lr0.1")
     assert len(curve) == tiny["linear"]["steps"] // tiny["linear"]["log_every"] + 1

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from paperline.claims import Claim, ClaimError, ClaimSpec, t_interval, verdict_counts
+from paperline.claims import Claim, ClaimError, ClaimSpec, counts_text, outcome_counts, t_interval, verdict_counts
 from paperline.metrics import MetricsError, validate_metrics
 from paperline.report import claims_table, method_section, verdict_summary
 
@@ -81,19 +81,19 @@ def _record(**changes) -> dict:
 
 
 def test_metrics_carry_validated_claims_and_no_claim_keys_in_the_headline():
-    metrics = validate_metrics(_record(), "metrics/tpa.json")
+    metrics = validate_metrics(_record(), "results/tpa.json")
     assert metrics.claims[0].verdict == "shown"
     with pytest.raises(MetricsError, match="headline.*claim_fastest.*name claims"):
-        validate_metrics(_record(headline={"claim_fastest": True}), "metrics/tpa.json")
+        validate_metrics(_record(headline={"claim_fastest": True}), "results/tpa.json")
     with pytest.raises(MetricsError, match="claims: Value error, claim names \\['m_below_b'\\] repeated"):
-        validate_metrics(_record(claims=_record()["claims"] * 2), "metrics/tpa.json")
+        validate_metrics(_record(claims=_record()["claims"] * 2), "results/tpa.json")
     forged = _record()["claims"][0] | {"seeds": 2}
-    with pytest.raises(MetricsError, match="metrics/tpa.json: claims.0: Value error.*does not follow"):
-        validate_metrics(_record(claims=[forged]), "metrics/tpa.json")
+    with pytest.raises(MetricsError, match="results/tpa.json: claims.0: Value error.*does not follow"):
+        validate_metrics(_record(claims=[forged]), "results/tpa.json")
 
 
 def test_the_claims_table_and_the_verdict_count():
-    metrics = validate_metrics(_record(), "metrics/tpa.json")
+    metrics = validate_metrics(_record(), "results/tpa.json")
     one = SPEC.model_copy(update={"name": "one_seed", "trivial": True}).paired([1.0], [2.0])
     by_method = {"tpa": metrics.claims, "dnc": [one]}
     table = claims_table(by_method)
@@ -101,11 +101,23 @@ def test_the_claims_table_and_the_verdict_count():
     assert "| tpa | m_below_b | lower loss than b | `m` vs `b` | loss (lower) | -1.05 [" in table
     assert "| **shown** |" in table and "(trivial baseline)" in table and "| 1 | **inconclusive** |" in table
     summary = verdict_summary(by_method)
-    assert summary.startswith("shown 1, reversed 0, inconclusive 1, exact 0, not_exact 0 (2 claims of 2 methods)")
+    assert summary.startswith("1 shown, 1 inconclusive (2 claims of 2 methods)")
     assert "at least one claim shown: 1 (tpa)" in summary
     assert summary.endswith("every claim against the trivial baseline shown: 0 (none)")  # dnc's is one seed
     assert "| m_below_b |" in method_section(metrics)  # the method's own claims open its section
     assert verdict_counts(metrics.claims)["shown"] == 1
+
+
+def test_the_verdicts_as_text_and_as_the_outcome_counts_of_the_metrics_file():
+    exact = ClaimSpec(name="lossless", claim="x", metric="y", method="m", versus="")
+    claims = [SPEC.paired([1.0, 1.1, 0.9], [2.0, 2.05, 2.1]), SPEC.paired([3.0, 3.1, 2.9], [2.0, 2.05, 2.1]),
+              SPEC.paired([1.0], [2.0]), exact.exact(0.0, 0.0, 1e-6), exact.exact(1.0, 0.0, 1e-6)]
+    assert [c.verdict for c in claims] == ["shown", "reversed", "inconclusive", "exact", "not_exact"]
+    assert counts_text(claims + claims[:1]) == "2 shown, 1 reversed, 1 inconclusive, 1 exact, 1 not_exact"
+    assert counts_text([]) == "no claims"
+    # an identity that holds counts as held, one that misses its tolerance as failed
+    assert outcome_counts(claims + claims[:1]) == {"held": 3, "failed": 2, "inconclusive": 1}
+    assert outcome_counts([]) == {"held": 0, "failed": 0, "inconclusive": 0}
 
 
 @pytest.mark.parametrize("method", sorted(__import__("flows").METHODS))
@@ -135,7 +147,7 @@ def test_the_verdicts_figure_places_every_paired_claim(tmp_path):
 
 def test_readme_and_pages_get_their_generated_blocks(tmp_path):
     """`python -m flows report --docs`: README's methods block and each page's claims table from the
-    metrics, rewritten in place (a page without a block gets one under its `## Claims` heading)."""
+    results, rewritten in place (a page without a block gets one under its `## Claims` heading)."""
     import json
 
     from paperline.report import (
@@ -143,22 +155,24 @@ def test_readme_and_pages_get_their_generated_blocks(tmp_path):
         README_BEGIN,
         README_END,
         page_claims,
+        read_records,
         readme_methods,
         update_page,
         update_readme,
     )
 
-    metrics = tmp_path / "metrics"
-    metrics.mkdir()
-    (metrics / "tpa.json").write_text(json.dumps(_record()))
-    block = readme_methods(metrics, {"tpa": "TPA: tensor products", "dnc": "Deep NC"})
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "tpa.json").write_text(json.dumps(_record()))
+    methods = {"tpa": "TPA: tensor products", "dnc": "Deep NC"}
+    block = readme_methods(read_records(results, methods), methods)
     assert "| [TPA](docs/methods/tpa.md) | 1 shown |" in block and "): 1 shown (1 claims;" in block
     assert "| [Deep NC](docs/methods/dnc.md) | not run yet |" in block
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{README_BEGIN}\nold\n{README_END}\n\n## after\n")
     assert update_readme(readme, block) == f"# x\n\n{block}\n\n## after\n" == readme.read_text()
     with pytest.raises(ValueError, match="no methods block"):
-        update_readme(tmp_path / "metrics" / "tpa.json", block)
+        update_readme(results / "tpa.json", block)
 
     page = tmp_path / "tpa.md"
     page.write_text("# TPA\n\n## Claims\n\nprose\n\n## Memory plan\n")

@@ -26,7 +26,7 @@ def _tiny(project) -> dict:
 def test_tiny_dag_outputs(dag):
     record = json.loads((dag / "data" / "vit_source" / "source.json").read_text())
     assert record["source"] == "digits" and 0 <= record["test_accuracy"] <= 1 and len(record["fingerprint"]) > 8
-    path = dag / "metrics" / "codemerge.json"
+    path = dag / "results" / "codemerge.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert list(metrics.rows) == list(VARIANTS) and metrics.profile == "tiny" and metrics.baseline == "source"
     seeds = _tiny(dag)["seeds"]

@@ -8,7 +8,8 @@ import time
 import pytest
 import yaml
 
-from paperline.config import ParamsError, load_method_config, parse_override, read_params
+from flows import METHODS
+from paperline.config import MethodConfig, ParamsError, load_method_config, parse_override, read_params
 from paperline.methods.dnc.config import DNCConfig
 from tests.conftest import CHECKOUT
 
@@ -31,9 +32,11 @@ def test_default_profile_is_smoke():
     ("depths=[0, 2]", "dnc.profiles.smoke.depths.0"),
     ("classes=[4.5]", "dnc.profiles.smoke.classes.0"),
     ("seeds=many", "dnc.profiles.smoke.seeds"),
+    ("seeds=3", "dnc.profiles.smoke.seeds: Input should be a valid list"),  # seeds, not a count
+    ("seeds=[1, 1, 2]", "seeds: [1] listed more than once"),
 ])
 def test_bad_values_name_the_key(override, key):
-    with pytest.raises(ParamsError, match=key.replace(".", r"\.")):
+    with pytest.raises(ParamsError, match=key.replace(".", r"\.").replace("[", r"\[")):
         load_method_config(DNCConfig, PARAMS, "dnc", "smoke", [override])
 
 
@@ -52,8 +55,25 @@ def test_overrides_are_yaml_values():
     assert parse_override("lam=1e-3") == ("lam", 1e-3)
     with pytest.raises(ParamsError, match="expected key=value"):
         parse_override("lam")
-    _, cfg = load_method_config(DNCConfig, PARAMS, "dnc", "tiny", ["lam=0.01", "seeds=3"])
-    assert cfg.lam == 0.01 and cfg.seeds == 3
+    _, cfg = load_method_config(DNCConfig, PARAMS, "dnc", "tiny", ["lam=0.01", "seeds=[0, 1, 2]"])
+    assert cfg.lam == 0.01 and cfg.seeds == [0, 1, 2]
+
+
+def test_run_seeds_are_the_listed_seeds_or_seed_alone():
+    assert MethodConfig(seed=7).run_seeds() == [7]
+    assert MethodConfig(seed=7, seeds=[3, 1]).run_seeds() == [3, 1]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_takes_its_seeds_from_method_config(method):
+    """One `seeds` for every method: MethodConfig's list and its run_seeds(), never redeclared by a
+    method's config (an int count, or a list with a default of its own, would read otherwise)."""
+    model = METHODS[method].load_config_model()
+    assert issubclass(model, MethodConfig)
+    redeclared = [k.__name__ for k in model.__mro__[:model.__mro__.index(MethodConfig)]
+                  if "seeds" in vars(k).get("__annotations__", {}) or "run_seeds" in vars(k)]
+    assert not redeclared, f"{method}: {redeclared} redeclare seeds or run_seeds (MethodConfig has them)"
+    assert model.model_fields["seeds"].annotation == list[int] and model.model_fields["seeds"].default_factory is list
 
 
 def test_malformed_params_file_names_the_file(tmp_path):

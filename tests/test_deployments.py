@@ -23,7 +23,7 @@ from tests.conftest import run_git as _git
 BIN = Path(sys.executable).parent
 RUN_TIMEOUT_S = 300
 SERVER_TIMEOUT_S = 120
-TRACKED_OUTPUTS = ("dvc.lock", "params.yaml", "metrics", "runs", "plots", "reports")
+TRACKED_OUTPUTS = ("dvc.lock", "params.yaml", "metrics", "results", "runs", "plots", "reports")
 
 
 def _stop_group(process: subprocess.Popen) -> None:
@@ -178,7 +178,7 @@ def _assert_recorded(workspace: Path, url: str, flow_run, overrides: dict, exper
 
 # The smallest dnc grid (one group, one width, one seed); the second run adds a float and a key
 # the tiny profile lacks (a model default), as the UI sends them: `key=value` strings.
-SMALL = {"seeds": 1, "depths": [1], "width_multipliers": [1]}
+SMALL = {"seeds": [0], "depths": [1], "width_multipliers": [1]}
 OVERRIDES = [SMALL, SMALL | {"lam": 2e-3, "grad_tol": 1e-5}]
 
 

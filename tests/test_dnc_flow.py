@@ -20,7 +20,7 @@ def _variants(project) -> list[str]:
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "dnc.json"
+    path = dag / "results" / "dnc.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     variants = _variants(dag)
     assert sorted(metrics.rows) == variants and metrics.profile == "tiny"
@@ -62,9 +62,9 @@ def test_tiny_dag_outputs(dag):
 def test_scale_out_runners_reproduce_the_dag_run(runner, dag_stage, project, prefect_server):
     """The same seed gives the same metrics, and the Dask and Ray runners give what the thread
     runner gave."""
-    expected = json.loads((dag_stage / "metrics" / "dnc.json").read_text())
+    expected = json.loads((dag_stage / "results" / "dnc.json").read_text())
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["runtime"]["task_runner"] = runner
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     run_method("dnc", "tiny")
-    assert json.loads((project / "metrics" / "dnc.json").read_text()) == expected
+    assert json.loads((project / "results" / "dnc.json").read_text()) == expected

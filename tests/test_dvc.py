@@ -1,5 +1,5 @@
 """dvc.yaml and the flow registries name the same methods and data-prep stages; each stage's deps
-cover the code its flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
+are exactly the code its flow imports; `dvc repro` runs on a fresh clone and a second one is a no-op."""
 from __future__ import annotations
 
 import importlib
@@ -13,9 +13,18 @@ import pytest
 import yaml
 
 from flows import METHODS, PREP_STAGES
+from flows.dvc_stages import (
+    NOT_IMPORTED,
+    NOT_RUN_IN_A_STAGE,
+    deps_diff,
+    direct_imports,
+    files_loaded_by,
+    registered_stages,
+    stage_modules,
+)
+from paperline.claims import outcome_counts
 from paperline.metrics import validate_metrics
 from tests.conftest import CHECKOUT, clone_env
-from tests.import_graph import files_loaded_by
 
 DVC_YAML = yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())
 REPORT = "report"
@@ -31,8 +40,10 @@ def test_dvc_stages_and_flow_registries_name_the_same_stages():
     for name in METHODS:
         stage = DVC_YAML["stages"][name]
         assert stage["cmd"] == f"python -m flows run {name}"
-        assert f"metrics/{name}.json" in [next(iter(m)) for m in stage["metrics"]]
-        assert f"metrics/{name}.json" in _deps(REPORT)
+        # `dvc metrics show` gets the flat outcome counts; the report reads the whole record
+        assert stage["metrics"] == [{f"metrics/{name}.json": {"cache": False}}]
+        assert {f"results/{name}.json": {"cache": False}} in stage["outs"]
+        assert f"results/{name}.json" in _deps(REPORT) and f"metrics/{name}.json" not in _deps(REPORT)
         assert f"{name}.profiles.${{{name}.profile}}" in stage["params"]
         assert {"flows/registry.yaml": [f"methods.{name}"]} in stage["params"]
     for name, spec in PREP_STAGES.items():
@@ -63,24 +74,41 @@ def test_a_misspelt_registry_entry_names_the_file(tmp_path, monkeypatch):
 
 
 def test_each_stage_depends_on_the_code_its_flow_imports():
-    flows = {name: ["flows.__main__", "flows.launch", spec.flow.split(":")[0]] for name, spec in METHODS.items()}
-    flows |= {name: ["flows.__main__", "flows.prep", spec.flow.split(":")[0], spec.config.split(":")[0]]
-              for name, spec in PREP_STAGES.items()}
+    """Exactly: every file the stage's command can load is a dep, and every listed code dep (a
+    folder: each .py file in it) is loaded, or named in NOT_IMPORTED with its reason."""
     produced = {o if isinstance(o, str) else next(iter(o))  # another stage's outs: made by dvc repro
                 for s in DVC_YAML["stages"].values() for o in s.get("outs", [])}
-    for name, modules in flows.items():
-        ours = files_loaded_by(modules)
-        assert f"{modules[-1].replace('.', '/')}.py" in ours  # the graph reached the flow's own file
-        deps = _deps(name)
-        uncovered = [f for f in ours if not f.startswith("tests/")
-                     and not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]
-        assert not uncovered, f"stage {name} reads code it does not depend on: {uncovered}"
-        missing = [d for d in deps if d not in produced and not (CHECKOUT / d).exists()]
+    stages = registered_stages()
+    assert set(stages) == set(DVC_YAML["stages"])
+    for name, spec in (METHODS | PREP_STAGES).items():  # the graph reached the flow's own file
+        assert f"{spec.flow.split(':')[0].replace('.', '/')}.py" in files_loaded_by(stages[name])
+    diffs = [diff for name, modules in stages.items() if (diff := deps_diff(name, _deps(name), modules))]
+    assert not diffs, ("the code deps differ from the import graph; apply (`python -m flows.dvc_stages` "
+                       "does):\n" + "\n".join(diffs))
+    for name in stages:
+        missing = [d for d in _deps(name) if d not in produced and not (CHECKOUT / d).exists()]
         assert not missing, f"stage {name} depends on paths that do not exist: {missing}"
+    assert all(reason for reason in NOT_IMPORTED.values())
+    for importer, imported in NOT_RUN_IN_A_STAGE:  # each still an import of the tree: the list stays exact
+        assert imported in direct_imports(importer, every=True), (importer, imported)
 
 
-def test_the_import_graph_follows_import_time_statements_and_relative_imports(tmp_path, monkeypatch):
-    import tests.import_graph as graph
+def test_a_deps_list_with_a_file_the_flow_does_not_load_prints_the_edit():
+    spec = METHODS["dnc"]
+    modules = stage_modules(spec.flow, spec.config, prep=False)
+    extra = "paperline/methods/sumo/lm.py"
+    diff = deps_diff("dnc", [*_deps("dnc"), extra], modules)
+    assert diff == f"dvc.yaml stage dnc, its deps:\n  - {extra}"
+    dropped = next(d for d in _deps("dnc") if d.startswith("tasks/"))
+    assert deps_diff("dnc", [d for d in _deps("dnc") if d != dropped], modules) == \
+        f"dvc.yaml stage dnc, its deps:\n  + {dropped}"
+    # a folder some of whose files the flow does not load: its loaded files instead
+    folder = deps_diff("dnc", [*_deps("dnc"), "paperline/methods/sumo"], modules)
+    assert folder.endswith("  - paperline/methods/sumo") and "  + " not in folder
+
+
+def test_the_import_graph_follows_every_import_statement_and_relative_imports(tmp_path, monkeypatch):
+    import flows.dvc_stages as graph
 
     package = tmp_path / "paperline"
     (package / "sub").mkdir(parents=True)
@@ -93,12 +121,19 @@ def test_the_import_graph_follows_import_time_statements_and_relative_imports(tm
     (package / "deep" / "__init__.py").write_text("")
     (package / "deep" / "er.py").write_text("")
     (package / "called_only.py").write_text("")
+    (package / "other_command.py").write_text("")
+    (tmp_path / "flows").mkdir()  # the dispatcher: its function-level imports are other subcommands
+    (tmp_path / "flows" / "__main__.py").write_text("def main():\n    import paperline.other_command\n")
     monkeypatch.setattr(graph, "ROOT", tmp_path)
     graph.direct_imports.cache_clear()
     try:
-        assert graph.files_loaded_by(["paperline.sub"]) == [
-            "paperline/__init__.py", "paperline/deep/__init__.py", "paperline/deep/er.py", "paperline/lazy.py",
-            "paperline/sub/__init__.py", "paperline/sub/leaf.py"]
+        assert graph.files_loaded_by(["flows.__main__", "paperline.sub"]) == [
+            "flows/__main__.py", "paperline/__init__.py", "paperline/called_only.py", "paperline/deep/__init__.py",
+            "paperline/deep/er.py", "paperline/lazy.py", "paperline/sub/__init__.py", "paperline/sub/leaf.py"]
+        monkeypatch.setattr(graph, "NOT_RUN_IN_A_STAGE", {("paperline.lazy", "paperline.deep.er"): "a test"})
+        graph.direct_imports.cache_clear()
+        assert "paperline/deep/er.py" not in graph.files_loaded_by(["paperline.sub"])
+        assert "paperline.deep.er" in graph.direct_imports("paperline.lazy", every=True)
     finally:
         graph.direct_imports.cache_clear()
 
@@ -108,20 +143,26 @@ def test_dvc_repro_on_a_fresh_clone_then_a_no_op(tiny_dag):
     second `dvc repro` that re-runs nothing."""
     clone = tiny_dag.root
     for name in METHODS:
-        assert (clone / "metrics" / f"{name}.json").exists()
+        assert (clone / "results" / f"{name}.json").exists() and (clone / "metrics" / f"{name}.json").exists()
         assert (clone / "runs" / name / "mlflow_run.json").exists()
     report = (clone / "reports" / "results.md").read_text()
     assert all(f"## {name}" in report for name in METHODS) and "_not run yet_" not in report
     assert report.index("## Claims") < report.index(f"## {next(iter(METHODS))}")  # the claims table first
     for name in METHODS:  # every method reports claims it declared, one against the trivial baseline
-        claims = validate_metrics(json.loads((clone / "metrics" / f"{name}.json").read_text()), name).claims
+        claims = validate_metrics(json.loads((clone / "results" / f"{name}.json").read_text()), name).claims
         declared = {s.name for s in importlib.import_module(f"paperline.methods.{name}.claims").SPECS}
         assert claims and {c.name for c in claims} <= declared, (name, [c.name for c in claims])
         assert any(c.trivial for c in claims), name
+        assert json.loads((clone / "metrics" / f"{name}.json").read_text()) == outcome_counts(claims), name
     assert (clone / "mlflow.db").exists()  # the default tracking URI, inside the project
     print(f"tiny dvc repro of the whole DAG: {tiny_dag.seconds:.0f} s")
 
     dvc = [str(Path(sys.executable).parent / "dvc")]
+    shown = subprocess.run(dvc + ["metrics", "show", "--md"], cwd=clone, env=clone_env(clone), capture_output=True,
+                           text=True, timeout=120)
+    lines = [line for line in shown.stdout.splitlines() if line]
+    assert shown.returncode == 0 and len(lines) == 2 + len(METHODS), shown.stdout + shown.stderr
+    assert max(map(len, lines)) <= 80, shown.stdout  # one readable row per method
     started = time.monotonic()
     second = subprocess.run(dvc + ["repro"], cwd=clone, env=clone_env(clone), capture_output=True, text=True,
                             timeout=120)
@@ -141,7 +182,7 @@ def test_claims_land_on_each_parent_run_for_the_runs_table(dag):
     from tests.conftest import finished_flow_runs
 
     for name in METHODS:
-        claims = validate_metrics(json.loads((dag / "metrics" / f"{name}.json").read_text()), name).claims
+        claims = validate_metrics(json.loads((dag / "results" / f"{name}.json").read_text()), name).claims
         parent, _ = finished_flow_runs(dag, name)
         tags, metrics = parent.data.tags, parent.data.metrics
         for c in claims:

@@ -23,7 +23,7 @@ TEXT_VARIANTS = [f"text_{v}" for v in TextConfig().variants]
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / f"{METHOD}.json"
+    path = dag / "results" / f"{METHOD}.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert list(metrics.rows) == list(VARIANTS) + TEXT_VARIANTS and metrics.profile == "tiny"
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("lora", "worst_group_accuracy", True)
@@ -80,7 +80,7 @@ def test_tiny_dag_outputs(dag):
 
 @pytest.mark.dag_stage(METHOD)
 def test_a_run_killed_after_a_seed_resumes_to_the_dag_metrics(dag_stage, project, prefect_server):
-    expected = json.loads((dag_stage / "metrics" / f"{METHOD}.json").read_text())
+    expected = json.loads((dag_stage / "results" / f"{METHOD}.json").read_text())
     for folder in ("data/lm_base", "data/text/shakespeare", "data/raw/shakespeare"):  # the text task's inputs
         shutil.copytree(dag_stage / folder, project / folder)
     # the DAG's backbone (reused: same fingerprint), so only the seeds' resume is exercised
@@ -99,12 +99,12 @@ def test_a_run_killed_after_a_seed_resumes_to_the_dag_metrics(dag_stage, project
             run_method(METHOD, "tiny")
     done = project / "models" / METHOD / "fvae_lora"
     assert [p.name for p in done.glob("*.json")] == ["seed1.json"]
-    assert not (project / "metrics" / f"{METHOD}.json").exists()
+    assert not (project / "results" / f"{METHOD}.json").exists()
     seed1 = done / "seed1.json"
     written = seed1.stat().st_mtime_ns
     run_method(METHOD, "tiny")
     assert seed1.stat().st_mtime_ns == written  # resumed: the finished seed was not trained again
-    got = json.loads((project / "metrics" / f"{METHOD}.json").read_text())["rows"]
+    got = json.loads((project / "results" / f"{METHOD}.json").read_text())["rows"]
     # Not the DAG's figures: a (variant, seed) trained in another process is not bit-reproducible
     # here (measured at tiny, same backbone: accuracy 0.558 -> 0.519, train accuracy 0.539 -> 0.500),
     # so the resume is checked by the finished seed left untouched above and the rows it completes.

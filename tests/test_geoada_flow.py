@@ -28,7 +28,7 @@ ROWS = [f"{c}_{v}" for c in CONTROLS for v in TINY_VARIANTS if fits(v, c)]
 def test_tiny_dag_outputs(dag):
     record = json.loads((dag / "data" / "nbody" / "nbody.json").read_text())
     assert record["source"] == "simulate" and record["trajectories"]["train_charged5"] == 40
-    path = dag / "metrics" / "geoada.json"
+    path = dag / "results" / "geoada.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert list(metrics.rows) == ROWS and metrics.profile == "tiny" and metrics.primary_metric == "ade"
     base_by_seed = {s: metrics.tables["seeds"][f"frame_frozen seed{s}"]["original_ade"] for s in SEEDS}

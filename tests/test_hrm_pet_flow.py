@@ -21,7 +21,7 @@ def _tiny(project) -> dict:
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "hrm_pet.json"
+    path = dag / "results" / "hrm_pet.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert list(metrics.rows) == list(VARIANTS) and metrics.profile == "tiny" and metrics.baseline == "hide_lora"
     tiny = _tiny(dag)

@@ -27,7 +27,7 @@ METHOD = "influence_distillation"
 def test_tiny_dag_outputs(dag):
     manifest = json.loads((dag / "data" / "tulu" / "manifest.json").read_text())
     assert manifest["pool_size"] == 120 and manifest["skipped"]["skipped"] == 0
-    path = dag / "metrics" / f"{METHOD}.json"
+    path = dag / "results" / f"{METHOD}.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     tiny = yaml.safe_load((dag / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]
     methods = ["random", "rds_plus", "exact_first_order", "influence_distillation"]
@@ -114,7 +114,7 @@ def test_tiny_dag_outputs(dag):
 
 @pytest.mark.dag_stage("influence_distillation")
 def test_a_mismatched_selection_is_refused_and_a_killed_run_resumes_to_the_dag_metrics(dag_stage, project, prefect_server):
-    expected = json.loads((dag_stage / "metrics" / f"{METHOD}.json").read_text())
+    expected = json.loads((dag_stage / "results" / f"{METHOD}.json").read_text())
     shutil.copytree(dag_stage / "data" / "tulu", project / "data" / "tulu")  # the DAG's pool and selections
 
     # a selection made with other parameters than the flow's is refused, naming the key
@@ -138,10 +138,10 @@ def test_a_mismatched_selection_is_refused_and_a_killed_run_resumes_to_the_dag_m
         patch.setattr(pipeline, "train", killed_mid_way)
         with pytest.raises(RuntimeError, match="killed mid-way"):
             run_method(METHOD, "tiny")
-    assert not (project / "metrics" / f"{METHOD}.json").exists()
+    assert not (project / "results" / f"{METHOD}.json").exists()
     assert not json.loads((project / "models" / METHOD / "run.json").read_text())["complete"]
     partial = [load_checkpoint(p)["progress"] for p in (project / "models" / METHOD / "finetune" /
                                                          "exact_first_order").glob("seed*.pt")]
     assert any(p["step"] == 1 and not p["done"] for p in partial)
     run_method(METHOD, "tiny")
-    assert json.loads((project / "metrics" / f"{METHOD}.json").read_text()) == expected
+    assert json.loads((project / "results" / f"{METHOD}.json").read_text()) == expected

@@ -15,28 +15,10 @@ from tests.conftest import CHECKOUT
 
 ORCHESTRATION = ("prefect", "prefect_dask", "prefect_ray", "mlflow", "dvc", "tasks", "flows")
 
-# (importing file, imported module) -> why it is still there (issue 39 removes them)
-KNOWN: dict[tuple[str, str], str] = {
-    ("flows/qfft.py", "paperline.methods.qfft.pipeline"): "the variant list: to come from the task module",
-    ("flows/star.py", "paperline.methods.star.config"): "row names: to come from the task module",
-    ("flows/prep_tulu.py", "paperline.methods.influence_distillation"): "tulu-select's method runs",
-    ("tests/methods/test_fvae_lora_task.py", "tasks.fvae_lora"): "a unit test of the task's data step",
-    ("tests/methods/test_star_offline.py", "tasks.star"): "a unit test of the task's data step",
-    ("tests/methods/test_star_offline.py", "flows.launch"): "a unit test resolving the profile",
-    ("tests/methods/test_altlora_claims.py", "flows.launch"): "a unit test resolving the tiny profile",
-}
+# (importing file, imported module) -> why it is still there
+KNOWN: dict[tuple[str, str], str] = {}  # an exception named here with its reason; none today
 # import cycles still in the tree (sorted module lists) -> why
-KNOWN_CYCLES: dict[tuple[str, ...], str] = {
-    tuple(sorted(c)): "issue 39: hidden by function-level imports, to untangle" for c in [
-        ["paperline.methods.ngn_m.cifar_problem", "paperline.methods.ngn_m.lm_problem", "paperline.methods.ngn_m.problems"],
-        ["paperline.methods.ngn_m.cifar_problem", "paperline.methods.ngn_m.problems"],
-        ["paperline.methods.ngn_m.lm_problem", "paperline.methods.ngn_m.problems"],
-        ["paperline.methods.sumo.lm", "paperline.methods.sumo.optimizers", "paperline.methods.sumo.text_lm"],
-        ["paperline.methods.sumo.lm", "paperline.methods.sumo.optimizers", "paperline.methods.sumo.text_lm",
-         "paperline.methods.sumo.train"],
-        ["paperline.methods.sumo.optimizers", "paperline.methods.sumo.text_lm"],
-        ["paperline.methods.sumo.optimizers", "paperline.methods.sumo.text_lm", "paperline.methods.sumo.train"],
-    ]}
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {}  # a cycle named here with its reason; none today
 
 
 def _module_name(path: Path) -> str:

@@ -19,7 +19,7 @@ METHODS = ["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "
 def test_tiny_dag_outputs(dag):
     from tasks import track
 
-    path = dag / "metrics" / "leff.json"
+    path = dag / "results" / "leff.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert sorted(metrics.rows) == sorted(report_rows(dag, "leff")) == sorted(METHODS + ["pretrained"])
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \

@@ -1,6 +1,6 @@
 """The LoTA-QAF flow's outputs in the tiny DAG (the record with its claims, headline and tables, a report row
-and an MLflow child run per variant, plots, the digits MLP), and a bad bit width or model folder
-refused before any work."""
+and an MLflow child run per variant with a run per recovery seed nested under it, plots, the digits
+MLP), and a bad bit width or model folder refused before any work."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,7 @@ import yaml
 
 from paperline.methods.lota_qaf.claims import SPECS
 from paperline.metrics import validate_metrics
+from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
 
 
@@ -25,7 +26,7 @@ def _variants(project) -> list[str]:
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "lota_qaf.json"
+    path = dag / "results" / "lota_qaf.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     variants = _variants(dag)
     assert sorted(metrics.rows) == sorted(report_rows(dag, "lota_qaf")) == variants
@@ -36,13 +37,19 @@ def test_tiny_dag_outputs(dag):
     assert set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
     assert {f"{t}_w{b}_lota_beats_{v}" for t in ("digits", "lm") for b in _tiny(dag)["bits"]
             for v in ("quantized", "lora", "qalora")} <= set(claims)
-    assert all(c.verdict == "inconclusive" for c in claims.values() if c.kind == "paired")  # one seed
+    seeds = len(_tiny(dag)["seeds"])
+    paired = [c for c in claims.values() if c.kind == "paired"]
+    assert all(c.seeds == seeds < 3 and c.verdict == "inconclusive" for c in paired)  # fewer than 3 at tiny
     for name, row in metrics.rows.items():
         if name.endswith("_lota"):
             assert row["merge_gap"] == 0 and row["max_output_diff"] == 0
             assert row["model_bytes"] < row["lora16_bytes"]
         if name.endswith("_qalora"):
             assert row["changed_share"] == 0
+    for variant, per_seed in metrics.details["seed_rows"].items():  # a method's row: the mean over seeds
+        assert len(per_seed) == metrics.rows[variant]["seeds"] == seeds
+        key = "accuracy" if variant.startswith("digits") else "perplexity"
+        assert metrics.rows[variant][key] == pytest.approx(sum(r[key] for r in per_seed) / seeds)
     assert set(metrics.tables) == {"digits_accuracy", "lm_perplexity"}
 
     parent, children = finished_flow_runs(dag, "lota_qaf")
@@ -51,6 +58,10 @@ def test_tiny_dag_outputs(dag):
         row = metrics.rows[child.data.tags["variant"]]
         key = "accuracy" if child.data.tags["variant"].startswith("digits") else "perplexity"
         assert child.data.metrics[key] == pytest.approx(row[key])
+    lota = next(child for child in children if child.data.tags["variant"] == "lm_w2_lota")
+    nested = track.client().search_runs([parent.info.experiment_id],
+                                        filter_string=f"tags.mlflow.parentRunId = '{lota.info.run_id}'")
+    assert sorted(r.data.tags["variant"] for r in nested) == [f"lm_w2_lota/seed{s}" for s in range(seeds)]
     names = sorted(p.name for p in (dag / "plots" / "lota_qaf").glob("*.png"))
     assert names == ["digits_accuracy_by_bits.png", "digits_losses.png", "lm_losses.png", "lm_perplexity_by_bits.png"]
     assert (dag / "models" / "lota_qaf" / "digits_mlp.pt").is_file()

@@ -62,7 +62,7 @@ def _post(url: str, path: str, body: dict) -> dict:
 
 @pytest.mark.dag_stage("dnc")
 def test_a_method_compared_through_the_mlflow_server(mlflow_server, dag_stage):
-    record = json.loads((dag_stage / "metrics" / "dnc.json").read_text())
+    record = json.loads((dag_stage / "results" / "dnc.json").read_text())
     pointer = json.loads((dag_stage / "runs" / "dnc" / "mlflow_run.json").read_text())
     exp = _get(mlflow_server, "experiments/get-by-name", experiment_name="dnc")["experiment"]
     assert {t["key"]: t["value"] for t in exp["tags"]}[track.EXPERIMENT_KIND_TAG] == "custom_model_development"

@@ -18,7 +18,7 @@ ESTIMATORS = ["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "model_shapley.json"
+    path = dag / "results" / "model_shapley.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     tiny = yaml.safe_load((dag / "params.yaml").read_text())["model_shapley"]["profiles"]["tiny"]
     assert sorted(metrics.rows) == sorted(report_rows(dag, "model_shapley")) == sorted(ESTIMATORS)

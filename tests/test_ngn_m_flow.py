@@ -19,7 +19,7 @@ OPTIMIZERS = ["adam", "ngn", "ngn_m", "ngn_md", "sgd", "sgdm"]
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "ngn_m.json"
+    path = dag / "results" / "ngn_m.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     problems = yaml.safe_load((dag / "params.yaml").read_text())["ngn_m"]["profiles"]["tiny"]["problems"]
     assert sorted(metrics.rows) == OPTIMIZERS == sorted(report_rows(dag, "ngn_m"))

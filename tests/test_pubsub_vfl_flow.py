@@ -16,7 +16,7 @@ VARIANTS = ["vfl", "vfl_ps", "avfl", "avfl_ps", "pubsub_vfl"]
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "pubsub_vfl.json"
+    path = dag / "results" / "pubsub_vfl.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert sorted(metrics.rows) == sorted(report_rows(dag, "pubsub_vfl")) == sorted(VARIANTS + ["active_alone"])
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \

@@ -1,5 +1,5 @@
 """The QFFT flow's outputs in the tiny DAG: base and four fine-tunes per seed (one MLflow child per
-model with the mean row on it, a run per seed under it with the seed's row), metrics/qfft.json
+model with the mean row on it, a run per seed under it with the seed's row), results/qfft.json
 with accuracy / length / long-CoT rate on easy and hard questions, RAK and AES for each against SFT
 (means and spreads over the seeds), loadable HF models and saved responses; a malformed JSONL line fails
 before training."""
@@ -21,7 +21,7 @@ SEEDS = [0, 1]  # the tiny profile's seeds
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "qfft.json"
+    path = dag / "results" / "qfft.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     assert sorted(metrics.rows) == sorted(report_rows(dag, "qfft")) == sorted(MODELS)
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \

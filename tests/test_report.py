@@ -1,4 +1,5 @@
-"""The metrics record's one shape (validated when written and read) and the report it renders."""
+"""The results record's one shape (validated when written and read), the report it renders, and the
+flat metrics file beside it (what `dvc metrics show` prints)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,7 @@ import json
 import pytest
 
 from paperline.metrics import MethodMetrics, MetricsError, validate_metrics
-from paperline.report import method_section, write_report
+from paperline.report import method_section, read_records, write_report
 
 
 def _record(**changes) -> dict:
@@ -35,23 +36,24 @@ def test_rows_become_the_comparison_table_with_the_ratio_to_the_baseline():
 ])
 def test_a_record_of_another_shape_is_refused_naming_the_key(change, message):
     with pytest.raises(MetricsError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        validate_metrics(_record(**change), "metrics/tpa.json")
+        validate_metrics(_record(**change), "results/tpa.json")
 
 
 def test_report_marks_missing_methods_and_names_a_malformed_file(tmp_path):
-    metrics = tmp_path / "metrics"
-    metrics.mkdir()
-    (metrics / "tpa.json").write_text(json.dumps(_record()))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "tpa.json").write_text(json.dumps(_record()))
     out = tmp_path / "reports" / "results.md"
-    text = write_report(metrics, out, {"tpa": "TPA", "other": "Other"})
+    methods = {"tpa": "TPA", "other": "Other"}
+    text = write_report(read_records(results, methods), out, methods)
     assert out.read_text() == text
     assert "## tpa: TPA" in text and "| tpa | 3 |" in text and "_not run yet_" in text
-    (metrics / "tpa.json").write_text(json.dumps({"K4_L1": {"dnc_objective": 0.1}}))
+    (results / "tpa.json").write_text(json.dumps({"K4_L1": {"dnc_objective": 0.1}}))
     with pytest.raises(MetricsError, match="tpa.json: method: Field required"):
-        write_report(metrics, out, {"tpa": "TPA"})
-    (metrics / "tpa.json").write_text("{not json")
+        read_records(results, {"tpa": "TPA"})
+    (results / "tpa.json").write_text("{not json")
     with pytest.raises(ValueError, match="tpa.json: line 1"):
-        write_report(metrics, out, {"tpa": "TPA"})
+        read_records(results, {"tpa": "TPA"})
     assert "| tpa | 3 |" in out.read_text()  # the failed writes left the previous report whole
 
 
@@ -59,12 +61,32 @@ def test_the_readme_and_the_pages_show_the_committed_runs_verdicts():
     """README's methods block and each method page's claims table are what `python -m flows report
     --docs` writes from the committed metrics: a re-run that moves a verdict must update them."""
     from flows import METHODS
-    from paperline.report import PAGE_BEGIN, PAGE_END, page_claims, read_records, readme_methods
+    from paperline.report import PAGE_BEGIN, PAGE_END, page_claims, readme_methods
     from tests.conftest import CHECKOUT
 
     readme = (CHECKOUT / "README.md").read_text()
-    assert readme_methods(CHECKOUT / "metrics", METHODS) in readme, "run `python -m flows report --docs`"
-    for name, record in read_records(CHECKOUT / "metrics", METHODS).items():
+    records = read_records(CHECKOUT / "results", METHODS)
+    assert readme_methods(records, METHODS) in readme, "run `python -m flows report --docs`"
+    for name, record in records.items():
         page = (CHECKOUT / "docs" / "methods" / f"{name}.md").read_text()
         assert page.count(PAGE_BEGIN) == 1 and page.count(PAGE_END) == 1, name
         assert page_claims(record) in page, f"{name}: run `python -m flows report --docs`"
+
+
+def test_the_committed_metrics_files_are_the_outcome_counts_of_the_results_claims():
+    """`dvc metrics show --md` is one row per method in an 80-column terminal: every metrics/<m>.json
+    has the same few keys (DVC gives each key of any file a column), the outcome counts of the claims
+    of results/<m>.json; a re-run that writes one without the other fails here."""
+    from flows import METHODS
+    from paperline.claims import OUTCOMES, VERDICTS, outcome_counts
+    from tests.conftest import CHECKOUT
+
+    assert sorted(v for verdicts in OUTCOMES.values() for v in verdicts) == sorted(VERDICTS)  # each counted once
+    for name, record in read_records(CHECKOUT / "results", METHODS).items():
+        assert record is not None, f"{name}: no results/{name}.json"
+        flat = json.loads((CHECKOUT / "metrics" / f"{name}.json").read_text())
+        assert list(flat) == list(OUTCOMES), name
+        assert flat == outcome_counts(record.claims) and sum(flat.values()) == len(record.claims), name
+    # the widest line of `dvc metrics show --md`: the longest path, then each key padded by DVC
+    path = max(len(f"metrics/{name}.json") for name in METHODS)
+    assert 1 + (path + 3) + sum(len(key) + 5 for key in OUTCOMES) <= 80

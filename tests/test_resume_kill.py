@@ -39,20 +39,21 @@ def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, pref
     # server its `gpu` slot would stay taken until the lease expires (tasks/runners.py
     # SLOT_LEASE_SECONDS), a wait of up to 75 s that says nothing about resuming. The resumed run
     # on the session's server: no second server to start (~11 s of CPU on a migrated database).
-    killed = _cli(project, *SETTINGS, prefect_db=prefect_template_db)
+    scratch = project / "scratch" / "dnc-killed"  # outside DVC the CLI writes there; --out resumes it
+    killed = _cli(project, *SETTINGS, "--out", str(scratch), prefect_db=prefect_template_db)
     deadline = time.monotonic() + 240
     checkpoints = []
     while not checkpoints and killed.poll() is None and time.monotonic() < deadline:
-        checkpoints = list((project / "models" / "dnc").glob("*/*.pt"))
+        checkpoints = list((scratch / "models" / "dnc").glob("*/*.pt"))
         time.sleep(0.2)
     assert checkpoints, "no checkpoint appeared before the run ended"
     time.sleep(1.0)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
-    assert not (project / "metrics" / "dnc.json").exists()  # nothing half-written
-    killed_parent = json.loads((project / "models" / "dnc" / "run.json").read_text())["parent_run"]
+    assert not (scratch / "results" / "dnc.json").exists()  # nothing half-written
+    killed_parent = json.loads((scratch / "models" / "dnc" / "run.json").read_text())["parent_run"]
 
-    resumed = _cli(project, *SETTINGS, api=prefect_server)
+    resumed = _cli(project, *SETTINGS, "--out", str(scratch), api=prefect_server)
     try:
         out, _ = resumed.communicate(timeout=600)
     except subprocess.TimeoutExpired:
@@ -60,7 +61,8 @@ def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, pref
         raise
     assert resumed.returncode == 0, out
     assert "resuming from its checkpoints" in out
-    resumed_metrics = json.loads((project / "metrics" / "dnc.json").read_text())
+    resumed_metrics = json.loads((scratch / "results" / "dnc.json").read_text())
+    assert not (project / "metrics").exists() and not (project / "models").exists()  # the workspace's
     assert track.client().get_run(killed_parent).info.status == "FAILED"
 
     clean = tmp_path / "clean"
@@ -69,4 +71,4 @@ def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, pref
     monkeypatch.setenv("PAPERLINE_ROOT", str(clean))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{clean / 'mlflow.db'}")
     run_method("dnc", "tiny", [s for s in SETTINGS if s != "--set"])
-    assert json.loads((clean / "metrics" / "dnc.json").read_text()) == resumed_metrics
+    assert json.loads((clean / "results" / "dnc.json").read_text()) == resumed_metrics

@@ -42,19 +42,19 @@ def test_no_two_schedules_fire_in_the_same_minute():
 def test_defaults_run_dvc_repro_and_parameters_a_dvc_experiment(project):
     assert dvc_command("dnc", None, [], "run")[0][1:] == ["repro", "dnc"]
     assert dvc_command("dnc", "smoke", [], "run")[0][1:] == ["repro", "dnc"]  # params.yaml's profile
-    command, experiment = dvc_command("dnc", "tiny", ["seeds=1", "depths=[1, 4]", "grad_tol=1e-5"],
+    command, experiment = dvc_command("dnc", "tiny", ["seeds=[0]", "depths=[1, 4]", "grad_tol=1e-5"],
                                       "crafty wolf-1a2b3c")
     assert experiment == "dnc-tiny-crafty-wolf-1a2b3c"  # a valid git ref name
     assert command[1:] == ["exp", "run", "--temp", "-n", experiment, "-S", "dnc.profile=tiny",
-                           "-S", "++dnc.profiles.tiny.seeds=1", "-S", "++dnc.profiles.tiny.depths=[1,4]",
+                           "-S", "++dnc.profiles.tiny.seeds=[0]", "-S", "++dnc.profiles.tiny.depths=[1,4]",
                            "-S", "++dnc.profiles.tiny.grad_tol=1e-05", "dnc"]
 
 
 def test_bad_parameters_fail_with_the_clis_message_before_dvc_starts(project):
     with pytest.raises(ParamsError, match=r"params.yaml: dnc.profiles.tiny.lamda: unknown parameter"):
         dvc_command("dnc", "tiny", ["lamda=0.1"], "run")
-    with pytest.raises(ParamsError, match=r"dnc.profiles.smoke.seeds: .*greater than or equal to 1"):
-        dvc_command("dnc", None, ["seeds=0"], "run")
+    with pytest.raises(ParamsError, match=r"dnc.profiles.smoke.seeds: .*valid list"):
+        dvc_command("dnc", None, ["seeds=3"], "run")
     with pytest.raises(ParamsError, match=r"unknown method 'dcn'"):
         dvc_command("dcn", None, [], "run")
 

@@ -37,14 +37,16 @@ def test_a_flow_that_ends_without_publishing_fails_and_stays_resumable(project, 
     state = json.loads((project / "models" / "dnc" / "run.json").read_text())
     assert not state["complete"]
     assert track.client().get_run(state["parent_run"]).info.status == "FAILED"
-    assert not (project / "metrics" / "dnc.json").exists()
+    assert not (project / "results" / "dnc.json").exists()
 
 
 def test_publish_writes_the_record_and_puts_each_row_on_its_child_run(project, prefect_server):
     claim = ClaimSpec(name="below_init", claim="below the initial objective", metric="objective", method="K4_L1",
                       versus="init", direction="lower", trivial=True).paired([0.5, 0.4, 0.6], [1.0, 1.1, 0.9])
     record = publishes({"converged": True}, [claim])
-    assert json.loads((project / "metrics" / "dnc.json").read_text()) == record
+    assert json.loads((project / "results" / "dnc.json").read_text()) == record
+    # what `dvc metrics show` prints: the outcome counts of the claims, no figure of the record
+    assert json.loads((project / "metrics" / "dnc.json").read_text()) == {"held": 1, "failed": 0, "inconclusive": 0}
     state = json.loads((project / "models" / "dnc" / "run.json").read_text())
     assert state["complete"]
     c = track.client()
@@ -53,7 +55,7 @@ def test_publish_writes_the_record_and_puts_each_row_on_its_child_run(project, p
     assert parent.info.status == "FINISHED" and parent.data.metrics == {
         "claim.below_init.effect": pytest.approx(-0.5), "claim.below_init.low": pytest.approx(claim.low),
         "claim.below_init.high": pytest.approx(claim.high), "claim.below_init.seeds": 3.0}
-    assert parent.data.tags["claim.below_init.verdict"] == "shown" and parent.data.tags["verdicts"] == "shown 1"
+    assert parent.data.tags["claim.below_init.verdict"] == "shown" and parent.data.tags["verdicts"] == "1 shown"
     described = c.get_experiment(parent.info.experiment_id).tags[track.NOTE_TAG]
     assert described == parent.data.tags[track.NOTE_TAG]
     assert "docs/methods/dnc.md" in described and "`below_init`" in described and "**shown**, 3 seeds" in described

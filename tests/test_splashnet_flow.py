@@ -26,7 +26,7 @@ def _tiny(project) -> dict:
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "splashnet.json"
+    path = dag / "results" / "splashnet.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     tiny, rows = _tiny(dag), metrics.rows
     assert sorted(rows) == sorted(tiny["variants"]) == sorted(report_rows(dag, "splashnet"))
@@ -131,7 +131,7 @@ def test_a_run_that_died_resumes_and_other_features_are_refused(dag_stage, proje
             run_method("splashnet", "tiny", only_baseline)
     assert (project / "models" / "splashnet" / "baseline" / "seed0" / "lightning_generic" / "last.ckpt").is_file()
     run_method("splashnet", "tiny", only_baseline)
-    resumed = json.loads((project / "metrics" / "splashnet.json").read_text())["rows"]["baseline"]
+    resumed = json.loads((project / "results" / "splashnet.json").read_text())["rows"]["baseline"]
     parent, children = finished_flow_runs(project, "splashnet")
     c = track.client()
     (seed_run,) = c.search_runs([parent.info.experiment_id],

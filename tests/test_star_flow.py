@@ -21,7 +21,7 @@ def _rows(project) -> list[str]:
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "star.json"
+    path = dag / "results" / "star.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     rows = _rows(dag)
     assert sorted(metrics.rows) == rows == sorted(report_rows(dag, "star"))

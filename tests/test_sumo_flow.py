@@ -27,7 +27,7 @@ def _tiny(project) -> dict:
 
 
 def _metrics(project):
-    path = project / "metrics" / "sumo.json"
+    path = project / "results" / "sumo.json"
     return validate_metrics(json.loads(path.read_text()), str(path))
 
 
@@ -43,9 +43,9 @@ def test_tiny_dag_outputs(dag):
         for key in ("final_train_loss", "mean_train_loss", "test_accuracy", "state_bytes_vs_adamw",
                     "step_time_vs_adamw"):
             assert isinstance(row[key], float), (name, key)
-        assert row["seeds"] == tiny["seeds"] and row["tuning"] == f"lr grid of {len(tiny['lr_grid'][name])} at every seed"
+        assert row["seeds"] == len(tiny["seeds"]) and row["tuning"] == f"lr grid of {len(tiny['lr_grid'][name])} at every seed"
     # the trivial baseline: each seed's initial model, scored as the trained ones
-    assert metrics.rows[INITIAL]["seeds"] == tiny["seeds"] and metrics.rows[INITIAL]["test_loss"] > rows["sumo"]["test_loss"]
+    assert metrics.rows[INITIAL]["seeds"] == len(tiny["seeds"]) and metrics.rows[INITIAL]["test_loss"] > rows["sumo"]["test_loss"]
     claims = {c.name: c for c in metrics.claims}
     assert set(claims) <= {s.name for s in SPECS} and any(c.trivial for c in claims.values())
     assert {"sumo_below_galore_train_loss", "sumo_svd_below_ns_train_loss", "sumo_below_initial_test_loss",
@@ -75,7 +75,7 @@ def test_tiny_dag_outputs(dag):
     lr_run = next(r for r in nested if r.data.tags["variant"] == "adamw_lr0.01")
     seed_runs = {r.data.tags["variant"]: r for r in c.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{lr_run.info.run_id}'")}
-    assert sorted(seed_runs) == [f"adamw_lr0.01/seed{s}" for s in range(tiny["seeds"])]
+    assert sorted(seed_runs) == [f"adamw_lr0.01/seed{s}" for s in tiny["seeds"]]
     curve = c.get_metric_history(seed_runs["adamw_lr0.01/seed0"].info.run_id, "train_loss")
     assert len(curve) > 2 and curve[-1].value < curve[0].value
     assert any(a.path.endswith(".pt") for a in c.list_artifacts(lr_run.info.run_id, "checkpoints"))
@@ -95,11 +95,11 @@ def test_tiny_dag_text_lm_rows(dag):
     metrics, t = _metrics(dag), _tiny(dag)["text_lm"]
     rows = metrics.tables["text_lm"]
     assert sorted(rows) == sorted([*t["optimizers"], INITIAL])
-    assert rows[INITIAL]["seeds"] == t["seeds"] and rows[INITIAL]["test_loss"] > rows["sumo"]["test_loss"]
+    assert rows[INITIAL]["seeds"] == len(t["seeds"]) and rows[INITIAL]["test_loss"] > rows["sumo"]["test_loss"]
     rows = {name: row for name, row in rows.items() if name != INITIAL}
     for name, row in rows.items():
         assert row["best_lr"] in t["lr_grid"][name] and isinstance(row["test_loss"], float), name
-        assert row["state_floats"] == row["state_floats_formula"] and row["seeds"] == t["seeds"]
+        assert row["state_floats"] == row["state_floats_formula"] and row["seeds"] == len(t["seeds"])
     assert rows["sumo"]["state_bytes"] < rows["adamw"]["state_bytes"]
     assert 1 <= rows["sumo"]["moment_condition_median"] <= rows["sumo"]["moment_condition_max"]
     lm_claim = next(c for c in metrics.claims if c.name == "lm_sumo_below_adamw_val_loss")
@@ -117,7 +117,7 @@ def test_tiny_dag_text_lm_rows(dag):
     sumo_lr = f"lm_sumo_lr{t['lr_grid']['sumo'][0]:g}"
     seed_runs = {r.data.tags["variant"]: r for r in c.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{nested[sumo_lr].info.run_id}'")}
-    assert sorted(seed_runs) == [f"{sumo_lr}/seed{s}" for s in range(t["seeds"])]
+    assert sorted(seed_runs) == [f"{sumo_lr}/seed{s}" for s in t["seeds"]]
     sumo_run = seed_runs[f"{sumo_lr}/seed0"]
     kappa = c.get_metric_history(sumo_run.info.run_id, "moment_condition_max")
     assert [m.step for m in kappa] == list(range(t["condition_every"], t["steps"] + 1, t["condition_every"]))
@@ -159,7 +159,7 @@ def test_llama_c4_path_runs_by_path_through_the_flow(project, prefect_server):
     before they exist, the flow's data check names the missing folder, then the tokenizer."""
     from paperline.data.c4 import write_c4_shard, write_word_level_tokenizer
 
-    overrides = ["task=llama_c4", "text_lm=null", "optimizers=[adamw, sumo]", "seeds=1", "steps=6", "batch_size=8",
+    overrides = ["task=llama_c4", "text_lm=null", "optimizers=[adamw, sumo]", "seeds=[0]", "steps=6", "batch_size=8",
                  "adamw_part_lr=null", "lm.model_size=tiny", "lm.c4_dir=c4", "lm.tokenizer=c4/tokenizer.json",
                  "lm.max_length=24", "lm.micro_batch_size=4", "lm.dtype=float32", "lm.eval_every=3",
                  "lm.eval_tokens=200", "lm.shuffle_buffer=20"]  # relative paths: to the project root

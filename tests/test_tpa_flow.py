@@ -1,5 +1,5 @@
 """The TPA flow's outputs in the tiny DAG: all six variants trained with the same budget at each
-seed (one MLflow child each with a nested run per seed, plus the decode timing), metrics/tpa.json
+seed (one MLflow child each with a nested run per seed, plus the decode timing), results/tpa.json
 holds the comparison against MHA (the mean over seeds) with Table 1's cache sizes and the claims,
 plots and a loadable HF model per variant; real token files are versioned by their contents."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.conftest import finished_flow_runs, report_rows
 
 
 def test_tiny_dag_outputs(dag):
-    path = dag / "metrics" / "tpa.json"
+    path = dag / "results" / "tpa.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     tiny = yaml.safe_load((dag / "params.yaml").read_text())["tpa"]["profiles"]["tiny"]
     variants, seeds = tiny["variants"], tiny["seeds"]

@@ -23,7 +23,7 @@ def test_tiny_dag_outputs(dag):
     index = json.loads((dag / "data" / "wsi" / "thumbnails" / "index.json").read_text())
     assert len(index["slides"]) == 16 and index["failed"] == []
 
-    path = dag / "metrics" / "ztsurv.json"
+    path = dag / "results" / "ztsurv.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     rows, headline = metrics.rows, metrics.headline
     assert sorted(rows) == sorted(METHODS) == sorted(report_rows(dag, "ztsurv"))

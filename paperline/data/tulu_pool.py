@@ -319,6 +319,7 @@ def write_pool(cfg: TuluPoolConfig, out_dir: str | Path, root: str | Path = ".",
 
 
 def _resolve(path: str | None, root: str | Path) -> Path:
+    assert path is not None  # the config's validator requires tulu_path and target_dir for tulu_file
     p = Path(path).expanduser()
     return p if p.is_absolute() else Path(root) / p
 

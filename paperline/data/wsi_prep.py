@@ -69,6 +69,7 @@ def build_cohort(cfg: WSIPrepConfig, data_dir: Path, raw_dir: Path, map_chunks: 
 
     out = Path(data_dir) / COHORT_DIR
     if cfg.source == "csv":
+        assert cfg.cohort_csv  # the config's validator requires it for source csv
         rows = wsi.read_cohort_csv(cfg.cohort_csv)
         missing = [str(r.slide_path) for r in rows if not r.slide_path.exists()]
         if missing:
@@ -91,7 +92,7 @@ def downsample_slides(rows: list[wsi.CohortRow], cfg: WSIPrepConfig, out_dir: st
     ({"patient_id", "entry"}) or its failure ({"failed"}) when the slide cannot be read."""
     from PIL import Image
 
-    results = []
+    results: list[dict] = []
     for row in rows:
         started = time.perf_counter()
         try:
@@ -149,7 +150,7 @@ def register_til_maps(rows: list[wsi.CohortRow], cfg: WSIPrepConfig, data_dir: s
     entry or its failure, as `downsample_slides`."""
     from PIL import Image
 
-    results = []
+    results: list[dict] = []
     for row in rows:
         thumb, mask = load_thumbnail(Path(data_dir), row.patient_id, thumbs[row.patient_id])
         try:

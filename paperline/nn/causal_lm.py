@@ -28,6 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, Pret
 from transformers.utils import ModelOutput
 
 from paperline.nn.attention import ATTENTION_VARIANTS, build_attention
+from paperline.seeds import seeded_init
 
 MODEL_TYPE = "paperline_causal_lm"
 
@@ -131,7 +132,7 @@ class CausalLM(PreTrainedModel, GenerationMixin):
         """A model whose weights are drawn from `generator` alone, in module order (as transformers'
         init and GaLore's), so runs in threads or on other devices start alike; the global RNG, which
         transformers' init draws from, is left as it was."""
-        with torch.random.fork_rng(devices=[]):
+        with seeded_init():
             model = cls(config)
         for module in model.modules():
             model._init_weights(module, generator)

@@ -188,10 +188,12 @@ def convert_transformers_checkpoint(source: str | os.PathLike, out: str | os.Pat
     downloaded) written as this module's checkpoint, which the `paper` profiles load by path."""
     from transformers import ViTForImageClassification
 
+    from paperline.seeds import load_pretrained
+
     source = Path(source)
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source}: not a transformers model folder (no config.json)")
-    model = ViTForImageClassification.from_pretrained(source, local_files_only=True)
+    model = load_pretrained(ViTForImageClassification, source, local_files_only=True)
     save_classifier(out, vit_from_transformers(model.eval()), converted_from=str(source))
     return Path(out)
 

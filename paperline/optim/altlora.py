@@ -76,7 +76,8 @@ def lora_pairs(model: nn.Module, adapter: str = "default") -> list[LoRAPair]:
     """Every peft LoRA layer of `model` as a (A, B, s) pair, paired by module."""
     from peft.tuners.lora import LoraLayer
 
-    pairs = [LoRAPair(name, m.lora_A[adapter].weight, m.lora_B[adapter].weight, float(m.scaling[adapter]))
+    pairs = [LoRAPair(name, m.lora_A[adapter].weight, m.lora_B[adapter].weight,  # type: ignore[arg-type]  # peft: a Module
+                      float(m.scaling[adapter]))
              for name, m in model.named_modules() if isinstance(m, LoraLayer) and adapter in m.lora_A]
     if not pairs:
         raise ValueError(f"the model has no peft LoRA layer with adapter {adapter!r}")
@@ -200,7 +201,7 @@ class AltLoRA(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            sides = ("A", "B")  # A first; B's preconditioner then reads the new A
+            sides: tuple[str, ...] = ("A", "B")  # A first; B's preconditioner then reads the new A
             if group["alter_freq"]:
                 sides = (phase_of(group["alter_step"], group["alter_freq"]),)
                 group["alter_step"] += 1

@@ -117,6 +117,7 @@ class SUMO(torch.optim.Optimizer):
 
     def _matrix_step(self, p: torch.Tensor, group: dict) -> None:
         state = self.state[p]
+        assert p.grad is not None  # step() skips parameters without a gradient
         grad, transposed = short_side_first(p.grad.float())  # s×l, fp32
         t = state.get("step", 0)
         if t % group["update_period"] == 0:  # 1. new subspace, transported moment

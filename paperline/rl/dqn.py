@@ -35,6 +35,8 @@ def one_hot(index: np.ndarray | torch.Tensor, n: int) -> torch.Tensor:
 
 
 class DQN(nn.Module):
+    updates: torch.Tensor  # a buffer (register_buffer), typed for mypy
+
     def __init__(self, n_states: int, n_actions: int, settings: DQNSettings, generator: torch.Generator | None = None):
         super().__init__()
         self.s, self.n_states, self.n_actions, self.generator = settings, n_states, n_actions, generator

@@ -73,7 +73,7 @@ class RewardEnsemble(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.members[0][0].weight.device
+        return next(self.members.parameters()).device  # the first member's first weight
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float32, device=self.device)

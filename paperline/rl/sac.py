@@ -24,6 +24,9 @@ class SACSettings(BackboneSettings):
 
 
 class Actor(nn.Module):
+    scale: torch.Tensor  # buffers (register_buffer), typed for mypy
+    centre: torch.Tensor
+
     def __init__(self, obs_dim: int, act_dim: int, hidden: int, layers: int, low: np.ndarray, high: np.ndarray,
                  generator: torch.Generator | None = None):
         super().__init__()
@@ -62,6 +65,8 @@ def _optimizer(params, s: SACSettings) -> torch.optim.Optimizer:
 
 
 class SAC(nn.Module):
+    updates: torch.Tensor  # a buffer (register_buffer), typed for mypy
+
     def __init__(self, obs_dim: int, act_dim: int, low: np.ndarray, high: np.ndarray, settings: SACSettings,
                  generator: torch.Generator | None = None):
         super().__init__()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -17,6 +18,7 @@ from paperline.data.lm_base import RECORD_FILE, TRAIN_STATE_FILE, LMBaseConfig
 from paperline.data.text_corpus import load_corpus
 from paperline.io import DataError, json_digest, read_json, write_json
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+from paperline.seeds import load_pretrained
 from paperline.train.lm import LMTrainSettings, train_lm_spread
 
 
@@ -41,7 +43,7 @@ def causal_lm_skeleton(path: str | Path) -> torch.nn.Module:
     if not (path / "config.json").is_file():
         raise ModelDirError(f"{path}: not a transformers model directory (no config.json)")
     try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        config = load_pretrained(AutoConfig, path, local_files_only=True)
     except (ValueError, OSError, KeyError) as err:
         raise ModelDirError(f"{path}/config.json: not a transformers config ({err})") from None
     try:
@@ -51,14 +53,18 @@ def causal_lm_skeleton(path: str | Path) -> torch.nn.Module:
         raise ModelDirError(f"{path}: {config.model_type!r} is not a causal LM ({err})") from None
 
 
-def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
-    """A local transformers causal-LM directory (ours or any AutoModelForCausalLM architecture),
-    never downloaded; ModelDirError naming the path when it is not one."""
+def load_causal_lm(path: str | Path, dtype: torch.dtype | str | None = None, **options: Any):
+    """The one LM loader: a local transformers causal-LM directory (ours, CausalLM, or any
+    AutoModelForCausalLM architecture), never downloaded, under the one init lock
+    (paperline.seeds.load_pretrained); ModelDirError naming the path when it is not one.
+    `dtype`: None or "auto", the saved dtype (transformers' default); `options` go to
+    `from_pretrained`: config entries to replace (`max_position_embeddings`: a longer RoPE limit)
+    or loading options (`attn_implementation="eager"`)."""
     from transformers import AutoModelForCausalLM
 
     causal_lm_skeleton(path)
     try:
-        return AutoModelForCausalLM.from_pretrained(Path(path), local_files_only=True, dtype=dtype)
+        return load_pretrained(AutoModelForCausalLM, Path(path), local_files_only=True, dtype=dtype, **options)
     except OSError as err:  # config without weights
         raise ModelDirError(f"{path}: no loadable weights ({err})") from None
 

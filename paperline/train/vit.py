@@ -16,6 +16,7 @@ from paperline.data.images import check_images, load_images, split_images
 from paperline.data.vit_source import CLASSIFIER_FILE, RECORD_FILE, SPLIT_FILE, TRAIN_STATE_FILE, VitSourceConfig
 from paperline.io import DataError, atomic_path, json_digest, read_json, write_json
 from paperline.nn.vit import ViT, load_classifier, save_classifier
+from paperline.seeds import seeded_init
 from paperline.train.checkpoint import Resumable
 
 
@@ -33,8 +34,8 @@ def accuracy(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, batch_size: i
 
 
 def _train(cfg: VitSourceConfig, split: dict[str, np.ndarray], state_path: Path, progress: bool) -> tuple[ViT, dict]:
-    torch.manual_seed(cfg.seed)  # the ViT's initial weights
-    model = ViT.from_config(cfg.shape)
+    with seeded_init(cfg.seed):  # the ViT's initial weights
+        model = ViT.from_config(cfg.shape)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.train.epochs)
     gen = torch.Generator().manual_seed(cfg.seed)  # the batch order

@@ -1,13 +1,15 @@
 """AltLoRA's claims from per-seed values: shown, reversed and inconclusive on hand-made numbers, and
-the summary's per-seed figures (best lr of seed 0 repeated at every seed, the rescaling spread, the
-no-adaptation row read off the runs' first point)."""
+the summary's per-seed figures (best lr of seed 0 repeated at every seed, linear and LM, the
+rescaling spread, the no-adaptation row read off the runs' first point)."""
 from __future__ import annotations
 
 import pytest
 
-from flows.launch import resolve
+from paperline.config import load_method_config, read_params
 from paperline.methods.altlora.claims import NO_ADAPTATION, SPECS, evaluate
-from paperline.methods.altlora.summary import linear_rows, method_metrics, seed_rows
+from paperline.methods.altlora.config import AltLoRAConfig
+from paperline.methods.altlora.summary import linear_rows, lm_rows, method_metrics, seed_rows
+from tests.conftest import CHECKOUT
 
 OPTIMIZERS = ["lora_adamw", "altlora", "altlora_plus"]
 
@@ -59,7 +61,8 @@ def _run(name, seed, lr, c, error, role, rank=4):
 
 
 def test_rows_are_the_mean_over_seeds_at_seed0s_best_lr():
-    cfg = resolve("altlora", "tiny", ["optimizers=[lora_adamw, altlora]", "linear.scales=[1.0, 10.0]", "lm=null"])[1]
+    cfg = load_method_config(AltLoRAConfig, read_params(CHECKOUT / "params.yaml"), "altlora", "tiny",
+                             ["optimizers=[lora_adamw, altlora]", "linear.scales=[1.0, 10.0]", "lm=null"], root=CHECKOUT)[1]
     runs = []
     for name, good in (("lora_adamw", 0.04), ("altlora", 0.002)):
         runs += [_run(name, 0, 0.1, 1.0, good, "best"), _run(name, 0, 0.3, 1.0, good * 3, "sweep"),
@@ -76,3 +79,34 @@ def test_rows_are_the_mean_over_seeds_at_seed0s_best_lr():
     assert metrics.rows[NO_ADAPTATION]["final_error"] == pytest.approx(5.5)
     assert {c.name for c in metrics.claims} == {"altlora_below_lora_adamw_error", "altlora_c_spread_below_lora_adamw",
                                                 "altlora_below_no_adaptation_error"}
+
+
+def _lm_run(name, seed, lr, val_loss, diverged=False):
+    return {"optimizer": name, "seed": seed, "lr": lr, "diverged": diverged, "val_loss": val_loss,
+            "source_val_loss": val_loss + 1, "state_floats": 8, "trainable_params": 4}
+
+
+def test_lm_rows_repeat_seed0s_best_lr_and_the_claims_pair_by_seed():
+    cfg = load_method_config(AltLoRAConfig, read_params(CHECKOUT / "params.yaml"), "altlora", "tiny",
+                             ["lm.lr_grid.lora_adamw=[0.01, 0.03]", "lm.lr_grid.altlora=[0.1, 0.3]"], root=CHECKOUT)[1]
+    # seed 0's sweep picks lora_adamw 0.01 and altlora 0.3; seeds 1, 2 repeat those lrs (a run at
+    # another lr, as a resumed older run might leave, is not read)
+    runs = [_lm_run("lora_adamw", 0, 0.01, 3.5), _lm_run("lora_adamw", 0, 0.03, 3.6),
+            _lm_run("altlora", 0, 0.1, 3.45), _lm_run("altlora", 0, 0.3, 3.4),
+            _lm_run("lora_adamw", 1, 0.01, 3.52), _lm_run("lora_adamw", 2, 0.01, 3.54),
+            _lm_run("altlora", 1, 0.3, 3.42), _lm_run("altlora", 2, 0.3, 3.44), _lm_run("altlora", 1, 0.1, 1.0)]
+    rows = lm_rows(cfg, runs)
+    assert rows["altlora"]["lm_best_lr"] == 0.3 and rows["altlora"]["lm_seeds"] == 3
+    assert rows["altlora"]["lm_val_loss"] == pytest.approx(3.42)
+    assert rows["altlora"]["lm_val_loss_std"] == pytest.approx(0.02)
+    assert rows["lora_adamw"]["lm_source_val_loss"] == pytest.approx(4.52)
+    base = {"base_target_val_loss": 3.9, "base_source_val_loss": 3.0}
+    _, lm = seed_rows(cfg, [], runs, base)
+    assert sorted(lm) == [0, 1, 2] and all(lm[s][NO_ADAPTATION]["lm_val_loss"] == 3.9 for s in lm)
+    claims = {c.name: c for c in evaluate({}, [], lm, cfg.lm_optimizers)}
+    assert claims["lm_altlora_below_lora_adamw_val_loss"].seeds == 3
+    assert claims["lm_altlora_below_lora_adamw_val_loss"].verdict == "shown"  # 0.1 below at every seed
+    assert claims["lm_altlora_below_base_val_loss"].effect == pytest.approx(-0.48)
+    diverged = [r if (r["optimizer"], r["seed"]) != ("altlora", 2) else r | {"diverged": True, "val_loss": None}
+                for r in runs]
+    assert lm_rows(cfg, diverged)["altlora"]["lm_seeds"] == 2  # a seed that diverged has no value

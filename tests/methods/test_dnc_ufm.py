@@ -32,7 +32,7 @@ def one_thread():
 
 
 def tiny(**overrides) -> DNCConfig:
-    values = dict(classes=[4], depths=[1], width_multipliers=[2], samples_per_class=3, seeds=2, lam=5e-3,
+    values = dict(classes=[4], depths=[1], width_multipliers=[2], samples_per_class=3, seeds=[0, 1], lam=5e-3,
                   init="orthogonal", init_scale=1.0, adam_steps=300, adam_lr=1e-2, gd_steps=100, gd_lr=0.05,
                   checkpoint_every=50, log_every=20)
     return DNCConfig(**{**values, **overrides})
@@ -42,7 +42,7 @@ def tiny(**overrides) -> DNCConfig:
 @pytest.mark.parametrize("L", [1, 2, 3])
 def test_manual_gradient_matches_autograd(activation, L):
     K, n, width, lam = 3, 2, 5, 1e-2
-    cfg = tiny(classes=[K], samples_per_class=n, seeds=3, init="normal", init_scale=0.7)
+    cfg = tiny(classes=[K], samples_per_class=n, seeds=[0, 1, 2], init="normal", init_scale=0.7)
     theta = ufm.init_theta(cfg, K, L, width, CPU)
     shapes, labels = ufm.param_shapes(K, L, width, K * n), ufm.labels_for(K, n, CPU)
     obj, grad = ufm.objective_and_grad(theta, shapes, labels, lam, activation)
@@ -66,7 +66,7 @@ def test_balanced_dnc_is_a_critical_point_at_f_dnc_star(L):
 
 
 def test_trained_one_layer_ufm_reaches_dnc():
-    cfg = tiny(samples_per_class=5, seeds=3, adam_steps=1500)
+    cfg = tiny(samples_per_class=5, seeds=[0, 1, 2], adam_steps=1500)
     result = ufm.train_ufm_group(cfg, 4, 1, 8, CPU)
     f_star, _ = theory.f_dnc_min(4, 5, 1, cfg.lam)
     assert result.f_dnc_star == f_star
@@ -85,14 +85,14 @@ def test_same_seed_same_result_and_another_seed_differs():
 
 
 def test_a_seed_does_not_depend_on_the_batch_it_trains_in():
-    alone = ufm.train_ufm_group(tiny(seeds=1), 4, 2, 8, CPU).seeds[0]
-    batched = ufm.train_ufm_group(tiny(seeds=3), 4, 2, 8, CPU).seeds[0]
+    alone = ufm.train_ufm_group(tiny(seeds=[0]), 4, 2, 8, CPU).seeds[0]
+    batched = ufm.train_ufm_group(tiny(seeds=[0, 1, 2]), 4, 2, 8, CPU).seeds[0]
     assert batched["objective"] == pytest.approx(alone["objective"], rel=1e-9)
     assert batched["singular_values"] == pytest.approx(alone["singular_values"], rel=1e-6, abs=1e-9)
 
 
 def test_history_is_logged_every_log_every_steps():
-    cfg = tiny(seeds=3, adam_steps=95, gd_steps=0, log_every=10)
+    cfg = tiny(seeds=[0, 1, 2], adam_steps=95, gd_steps=0, log_every=10)
     history = ufm.train_ufm_group(cfg, 4, 1, 8, CPU).history
     assert history["step"] == list(range(0, 95, 10)) + [95]
     assert len(history["objective"]) == 3 and all(len(h) == 11 for h in history["objective"])
@@ -100,7 +100,7 @@ def test_history_is_logged_every_log_every_steps():
 
 
 def test_gd_stops_each_seed_at_the_gradient_tolerance():
-    cfg = tiny(seeds=2, adam_steps=200, gd_steps=5000, gd_lr=2.0, grad_tol=1e-5)
+    cfg = tiny(seeds=[0, 1], adam_steps=200, gd_steps=5000, gd_lr=2.0, grad_tol=1e-5)
     result = ufm.train_ufm_group(cfg, 4, 1, 8, CPU)
     for seed in result.seeds:
         assert seed["converged"] and seed["grad_norm"] < 1e-5 and 200 <= seed["steps_run"] < 5200
@@ -146,7 +146,7 @@ def test_a_checkpoint_of_another_config_is_not_mixed_in(tmp_path):
 
 
 def test_resume_from_a_checkpoint_in_either_phase_matches_an_uninterrupted_run(tmp_path, monkeypatch):
-    cfg = tiny(seeds=3, adam_steps=120, gd_steps=120, grad_tol=1e-300, checkpoint_every=40)
+    cfg = tiny(seeds=[0, 1, 2], adam_steps=120, gd_steps=120, grad_tol=1e-300, checkpoint_every=40)
     path = tmp_path / "group.pt"
     saved = {}
     real_save = checkpoint.save_checkpoint
@@ -174,7 +174,7 @@ Path(sys.argv[3]).write_text(json.dumps(result.to_dict()))
 
 
 def test_resume_after_sigkill_is_bit_identical(tmp_path):
-    values = dict(classes=[4], depths=[3], width_multipliers=[2], samples_per_class=3, seeds=3, lam=5e-3,
+    values = dict(classes=[4], depths=[3], width_multipliers=[2], samples_per_class=3, seeds=[0, 1, 2], lam=5e-3,
                   init="orthogonal", init_scale=1.0, adam_steps=600, adam_lr=1e-2, gd_steps=600, gd_lr=1.0,
                   grad_tol=1e-300, checkpoint_every=10, log_every=10)
     ckpt, out = tmp_path / "group.pt", tmp_path / "result.json"
@@ -202,7 +202,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
     ({"classes": [4.5]}, "classes.0: Input should be a valid integer"),
     ({"classes": [1]}, "classes.0: Input should be greater than or equal to 2"),
     ({"width_multipliers": [0]}, "width_multipliers.0"),
-    ({"seeds": 0}, "seeds: Input should be greater than or equal to 1"),
+    ({"seeds": 3}, "seeds: Input should be a valid list"),
     ({"activation": "tanh"}, "activation: Input should be 'linear' or 'relu'"),
     ({"checkpoint_every": 0}, "checkpoint_every"),
 ])
@@ -215,7 +215,7 @@ def test_config_errors_name_the_key(override, key):
 
 
 def test_summary_plots_and_tables(tmp_path):
-    cfg = tiny(classes=[3, 4], depths=[1, 2], width_multipliers=[1, 2], seeds=2, adam_steps=200)
+    cfg = tiny(classes=[3, 4], depths=[1, 2], width_multipliers=[1, 2], seeds=[0, 1], adam_steps=200)
     results = [ufm.train_ufm_group(cfg, K, L, m * K, CPU)
                for K in cfg.classes for L in cfg.depths for m in cfg.width_multipliers]
     summary = summarize(cfg, results)

@@ -76,9 +76,12 @@ def _write_folder(root, classes=4, per_class=12, size=10):
 
 
 def test_an_image_folder_and_a_local_vit_by_path_run_end_to_end(tmp_path):
-    from paperline.methods.fvae_lora.train import adapt, load_backbone
+    """The library steps the flow's `data` task chains: the folder read at the model's input size,
+    the clean split, the adapter's targets checked against the backbone."""
+    from paperline.methods.fvae_lora.adapter import check_targets
+    from paperline.methods.fvae_lora.data import load_source
+    from paperline.methods.fvae_lora.train import adapt, image_size_of, load_backbone
     from paperline.nn.vit import ViT, save_classifier
-    from tasks.fvae_lora import data
 
     _write_folder(tmp_path / "images")
     x, y, classes = read_image_folder(tmp_path / "images", 8)
@@ -93,10 +96,13 @@ def test_an_image_folder_and_a_local_vit_by_path_run_end_to_end(tmp_path):
                          adapter={"rank": 2, "alpha": 2, "target_modules": ["qkv"]},
                          fvae={"encoder_hidden": 2, "decoder_hidden": 4},
                          train={"epochs": 1, "batch_size": 8})
-    prepared = data(cfg)  # the folder read at the model's input size
-    assert prepared.split.train_x.shape[1:] == (8, 8) and prepared.split.classes == 4
     backbone = load_backbone(tmp_path / "vit.pt")
-    task = spurious_task(prepared.split, cfg.task, 1)
+    x, y, source = load_source(cfg.task, image_size_of(backbone))  # the folder read at the model's input size
+    split = clean_split(x, y, cfg.task, cfg.seed, source)
+    assert split.train_x.shape[1:] == (8, 8) and split.classes == 4
+    where = "fvae_lora.adapter.target_modules"
+    assert check_targets(backbone, cfg.adapter.target_modules, cfg.adapter.rank, where) == ["blocks.0.attn.qkv"]
+    task = spurious_task(split, cfg.task, 1)
     assert set(task.train_y) == {0, 1}  # y = the upper half of the 4 classes
     for v in cfg.variants:
         out = adapt(cfg, v, backbone, task, 1)
@@ -106,9 +112,9 @@ def test_an_image_folder_and_a_local_vit_by_path_run_end_to_end(tmp_path):
 
     # refused before any training, naming the key or the path
     with pytest.raises(ValueError, match=r"fvae_lora.adapter.target_modules: 'fc1' matches no nn.Linear"):
-        data(cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"target_modules": ["fc1"]})}))
+        check_targets(backbone, ["fc1"], cfg.adapter.rank, where)
     with pytest.raises(ValueError, match=r"rank 9 is above the width 8 of layer 'blocks.0.attn.qkv'"):
-        data(cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"rank": 9})}))
+        check_targets(backbone, cfg.adapter.target_modules, 9, where)
     (tmp_path / "images" / "class0" / "broken.png").write_text("not an image")
     with pytest.raises(ImageDataError, match="broken.png: not a readable image"):
         read_image_folder(tmp_path / "images", 8)

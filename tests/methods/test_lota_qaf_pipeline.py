@@ -80,11 +80,20 @@ def test_digits_to_metrics(tmp_path):
     model, record = float_model(cfg, "digits", data, tmp_path / "mlp.pt")
     assert record and (tmp_path / "mlp.pt").is_file()
     rows = {"digits_float": score_row(build_task(cfg, "digits", data), model)}
-    rows |= run_group(cfg, "digits", 3, data, tmp_path / "mlp.pt")["rows"]
-    metrics = method_metrics(cfg, rows, {}, "tiny")
+    one = run_group(cfg, "digits", 3, data, tmp_path / "mlp.pt")
+    two = run_group(cfg.model_copy(update={"seeds": [0, 7]}), "digits", 3, data, tmp_path / "mlp.pt")
+    # seed 0's recoveries are the one-seed run's, figure for figure; the rows the mean over seeds
+    assert all(two["seed_rows"][v][0] | {"train_seconds": 0} == row | {"train_seconds": 0}
+               for v, (row,) in one["seed_rows"].items())
+    assert two["histories"]["digits_w3_lota"] == one["histories"]["digits_w3_lota"]
+    assert two["rows"]["digits_w3_lora"]["seeds"] == 2 and "digits_w3_lora/seed1" in two["histories"]
+    assert two["rows"]["digits_w3_lora"]["accuracy"] == pytest.approx(
+        sum(r["accuracy"] for r in two["seed_rows"]["digits_w3_lora"]) / 2)
+    rows |= two["rows"]
+    metrics = method_metrics(cfg, rows, two["seed_rows"], two["histories"], "tiny")
     claims = {c.name: c for c in metrics.claims}
     assert claims["lota_merge_bit_identical"].verdict == claims["lota_codes_on_grid"].verdict == "exact"
-    assert claims["digits_w3_lota_beats_quantized"].trivial and claims["digits_w3_lota_beats_quantized"].seeds == 1
+    assert claims["digits_w3_lota_beats_quantized"].trivial and claims["digits_w3_lota_beats_quantized"].seeds == 2
     assert metrics.headline["lota_max_merge_loss"] == 0
     assert set(metrics.tables["digits_accuracy"]["w3"]) >= {"float", "quantized", "lota_merged", "lora_unmerged"}
 

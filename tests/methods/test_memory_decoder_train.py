@@ -2,6 +2,8 @@
 tokens, and a run resumed from its checkpoint ends where an uninterrupted one does."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -38,6 +40,14 @@ def test_memdec_training_lowers_the_kl_to_the_knn_targets():
     assert kl[-1] < 0.8 * kl[0]
     with pytest.raises(ValueError, match="kNN targets"):
         train_memdec(_model(), tokens, values[:-1], weights[:-1], SETTINGS, alpha=0.5, device="cpu")
+
+
+def test_memdec_trains_without_gradient_clipping():
+    # grad_clip None means "no clipping" (LMTrainSettings); it once reached clip_grad_norm_ as max_norm
+    tokens, values, weights = _data()
+    unclipped = dataclasses.replace(SETTINGS, steps=3, grad_clip=None)
+    result = train_memdec(_model(), tokens, values, weights, unclipped, alpha=0.5, device="cpu")
+    assert np.isfinite(result["history"]["kl"]).all()
 
 
 def test_memdec_resumes_from_its_checkpoint(tmp_path):

@@ -22,7 +22,7 @@ SMALL = {"least_squares": {"kind": "least_squares", "batch_size": 16, "epochs": 
 
 
 def config(**extra) -> NGNMConfig:
-    return NGNMConfig(**({"c_grid": {"low": -2, "high": 0, "points": 3}, "seeds": 2, "problems": SMALL} | extra))
+    return NGNMConfig(**({"c_grid": {"low": -2, "high": 0, "points": 3}, "seeds": [0, 1], "problems": SMALL} | extra))
 
 
 # ---------------------------------------------------------------- decades within the band
@@ -139,7 +139,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_same_result(tmp_path):
 
 
 def test_run_variant_is_deterministic_and_reuses_finished_runs(tmp_path):
-    cfg = config(seeds=1)
+    cfg = config(seeds=[0])
     first = run_variant(cfg, "rosenbrock", "ngn_m", tmp_path / "a", root=tmp_path)
     assert len(first.runs) == 3 and len(list((tmp_path / "a").glob("*.json"))) == 3
     again = run_variant(cfg, "rosenbrock", "ngn_m", tmp_path / "b", root=tmp_path)

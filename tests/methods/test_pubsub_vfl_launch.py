@@ -45,7 +45,7 @@ def test_two_launched_parties_match_the_in_stage_run(variant, tolerance):
     assert launched["dropped"] == 0 and launched["dead_workers"] == {"active": [], "passive": []}
 
     _, cfg = load_method_config(PubSubVFLConfig, read_params(ROOT / "params.yaml"), "pubsub_vfl", "tiny", root=ROOT)
-    in_stage = run_variant(cfg, load(cfg.data), variant, cfg.seeds[0])
+    in_stage = run_variant(cfg, load(cfg.data), variant, cfg.run_seeds()[0])
     assert (launched["workers_active"], launched["batch_size"]) == (in_stage.workers_active, in_stage.batch_size)
     assert launched["metric"] == pytest.approx(in_stage.metric, abs=tolerance)
 

@@ -331,8 +331,8 @@ def test_seeds_default_to_the_seed_and_a_repeated_seed_is_refused():
 
     from paperline.methods.qfft.config import QFFTConfig
 
-    assert QFFTConfig(seed=7).run_seeds == [7] and QFFTConfig(seeds=[3, 4]).run_seeds == [3, 4]
-    with pytest.raises(ValidationError, match="names a seed twice"):
+    assert QFFTConfig(seed=7).run_seeds() == [7] and QFFTConfig(seeds=[3, 4]).run_seeds() == [3, 4]
+    with pytest.raises(ValidationError, match=r"seeds: \[1\] listed more than once"):
         QFFTConfig(seeds=[1, 1])
 
 

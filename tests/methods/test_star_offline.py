@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from paperline.config import load_method_config, read_params
 from paperline.io import DataError
+from paperline.methods.star.config import StarConfig
 from paperline.methods.star.offline import ExpectileQ, GaussianPolicy, awr_loss, awr_weights, expectile_loss, mc_returns
 from paperline.rl.offline import (
     OfflineDataError,
@@ -20,7 +22,14 @@ from paperline.rl.offline import (
     write_d4rl,
     write_preference_labels,
 )
+from tests.conftest import CHECKOUT
 from tests.methods.star_helpers import lbfgs_minimise
+
+
+def resolve(method: str, profile: str, overrides: list[str] | None = None) -> tuple[str, StarConfig]:
+    """(profile, config) from the checkout's params.yaml, as the flow resolves it."""
+    return load_method_config(StarConfig, read_params(CHECKOUT / "params.yaml"), method, profile, overrides or [],
+                              root=CHECKOUT)
 
 
 def _d4rl(path, n=7):
@@ -181,7 +190,6 @@ def test_plain_awr_returns_stop_at_each_episode_end(tmp_path):
 
 
 def test_the_offline_settings_are_checked_before_any_work():
-    from flows.launch import resolve
     from paperline.config import ParamsError
 
     with pytest.raises(ParamsError, match=r"offline.task 'grid' is not a continuous task"):
@@ -192,21 +200,25 @@ def test_the_offline_settings_are_checked_before_any_work():
         resolve("star", "tiny", ["offline.segment=50"])
 
 
-def test_configured_offline_files_are_refused_by_the_data_step_before_any_training(tmp_path):
+def test_configured_offline_files_are_refused_by_the_reader_the_data_step_calls(tmp_path):
     """`offline.dataset`/`offline.labels` given: the flow's `data` step (run before any training
-    row) reads them, so a bad file is named first, not after the online rows."""
-    from flows.launch import resolve
-    from tasks.star import data
+    row) reads them with `read_offline` against the task's environment, so a bad file is named
+    first, not after the online rows."""
+    from paperline.methods.star.envs import check_env
+    from paperline.methods.star.offline import read_offline
 
     path = _d4rl(tmp_path / "d.hdf5")  # 2-wide observations, 1-wide actions
     folder = write_preference_labels(tmp_path / "labels", np.array([0, 3]), np.array([1, 0]), np.array([1.0, 0.0]))
     _, cfg = resolve("star", "tiny", [f"offline.dataset={path}", f"offline.labels={folder}", "offline.segment=2"])
+    off = cfg.offline
+    task = next(t for t in cfg.tasks if t.name == off.task)
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
     with pytest.raises(OfflineDataError, match=r"d\.hdf5: observations/actions of width 2/1, but Pendulum-v1 has 3/1"):
-        data(cfg)
+        read_offline(path, folder, off.segment, info)
     with h5py.File(path, "a") as f:
         del f["terminals"]
     with pytest.raises(OfflineDataError, match=r"d\.hdf5: field 'terminals' is missing"):
-        data(cfg)
+        read_offline(path, folder, off.segment, info)
 
 
 class Killed(Exception):
@@ -214,7 +226,6 @@ class Killed(Exception):
 
 
 def test_a_killed_offline_run_resumes_variant_by_variant_to_the_same_result(tmp_path, monkeypatch):
-    from flows.launch import resolve
     from paperline.methods.star import offline
     from paperline.methods.star.envs import check_env
 

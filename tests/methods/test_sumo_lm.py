@@ -51,7 +51,7 @@ def _cfg(c4, **kw) -> SumoConfig:
     root, tokenizer = c4
     base = dict(task="llama_c4", optimizers=["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"],
                 lr_grid={"adamw": [3e-3], "galore_adamw": [3e-2], "muon": [0.02], "sumo": [0.1], "sumo_ns": [0.1]},
-                seeds=1, steps=12, batch_size=16, rank=4, update_period=5, adamw_part_lr=None, log_every=2,
+                seeds=[0], steps=12, batch_size=16, rank=4, update_period=5, adamw_part_lr=None, log_every=2,
                 checkpoint_every=4, timing_rounds=1, timing_steps=2,
                 lm=dict(model_size="tiny", c4_dir=str(root), tokenizer=tokenizer, max_length=32,
                         micro_batch_size=8, dtype="float32", eval_every=6, eval_tokens=500, shuffle_buffer=50))

@@ -14,8 +14,9 @@ from paperline.config import ParamsError, load_method_config
 from paperline.data.text_corpus import prepare_corpus, read_slice
 from paperline.methods.sumo import text_lm
 from paperline.methods.sumo.config import SumoConfig
+from paperline.methods.sumo.optimizers import condition_number, moment_condition_numbers
 from paperline.methods.sumo.summary import method_metrics, summarize, text_lm_summary
-from paperline.methods.sumo.text_lm import condition_number, moment_condition_numbers, train_text_lm
+from paperline.methods.sumo.text_lm import train_text_lm
 from paperline.optim.sumo import SUMO
 from tests.conftest import two_play_slice
 

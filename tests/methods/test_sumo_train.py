@@ -20,7 +20,7 @@ CPU = torch.device("cpu")
 def _cfg(**kw) -> SumoConfig:
     base = dict(optimizers=NAMES, lr_grid={"adamw": [1e-2], "galore_adamw": [0.1], "muon": [0.03],
                                            "sumo": [0.3], "sumo_ns": [0.3]},
-                seeds=1, steps=40, batch_size=32, hidden_sizes=[16, 16], rank=4, update_period=10,
+                seeds=[0], steps=40, batch_size=32, hidden_sizes=[16, 16], rank=4, update_period=10,
                 log_every=10, checkpoint_every=10, timing_rounds=1, timing_steps=2)
     return SumoConfig(**(base | kw))
 

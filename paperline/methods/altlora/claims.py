@@ -12,8 +12,9 @@ What the paper claims (in our words):
 4. (Trivial) adapting does something: the error to Δ is below W₀'s own (no adaptation, ΔW = 0),
    and the adapted LM's held-out loss below the base's.
 
-The linear claims pair by seed (each seed its own W₀, Δ, data and initialisation, every optimizer at
-its seed-0 best lr); the LM adaptation runs one seed (inconclusive until it runs three).
+The claims pair by seed, every optimizer at its seed-0 best lr: linear, each seed its own W₀, Δ,
+data and initialisation; LM, each seed its own LoRA initialisation, batches and dropout on one
+held-out text (the base's loss one figure at every seed).
 """
 from __future__ import annotations
 

@@ -43,9 +43,6 @@ class LinearConfig(StrictModel):
     eval_samples: PositiveInt = 1024
     log_every: PositiveInt = 20
     lr_grid: dict[OptimizerName, list[PositiveFloat]]
-    # problems (W₀, Δ, data, initialisation) the claims pair by: the lr grid (and the other ranks)
-    # at the first, each optimizer's best lr at the first rank and every c at all of them
-    seeds: PositiveInt = 1
 
 
 class LMAdaptConfig(StrictModel):
@@ -83,6 +80,12 @@ class LMAdaptConfig(StrictModel):
 
 
 class AltLoRAConfig(MethodConfig):
+    """`seeds` (MethodConfig's): the runs the claims pair by. Linear: each seed its own problem (W₀,
+    Δ, data, initialisation), the lr grid (and the other ranks) at the first, each optimizer's best
+    lr at the first rank and every c at all of them. LM: the lr grid at the first seed, each
+    optimizer's best lr at every other (its LoRA initialisation, batches and dropout; one held-out
+    text, split by `seed`)."""
+
     optimizers: list[OptimizerName] = Field(
         default=["lora_adamw", "lora_sgdm", "scaledgd", "altlora", "altlora_plus", "lora_pro", "full_ft"], min_length=1)
     settings: OptimizerSettings = OptimizerSettings()

@@ -18,6 +18,7 @@ from torch import nn
 from paperline.methods.altlora.adapters import add_lora, expected_state_floats, make_optimizer, rescale
 from paperline.methods.altlora.config import LinearConfig, OptimizerName, OptimizerSettings
 from paperline.optim.altlora import count_state_floats, lora_pairs
+from paperline.seeds import seeded_init
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,7 @@ def build(name: OptimizerName, problem: LinearProblem, rank: int, c: float, lr: 
         model = base
     else:
         base.proj.weight.requires_grad_(False)
-        with torch.random.fork_rng(devices=[]):  # peft draws A from the global RNG: seed it, leave it as it was
-            torch.manual_seed(seed)
+        with seeded_init(seed):  # peft draws A from the global RNG: seed it, leave it as it was
             model = add_lora(base, ["proj"], rank, cfg.alpha, 0.0, where="linear")
         rescale(model, c)
     return model, make_optimizer(name, model, lr, settings)

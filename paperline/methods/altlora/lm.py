@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from paperline.io import json_digest, read_json, sha256_file
 from paperline.methods.altlora.adapters import (
     OptimizerFactory,
@@ -30,6 +28,7 @@ from paperline.methods.altlora.adapters import (
 from paperline.methods.altlora.config import AltLoRAConfig, LMAdaptConfig, OptimizerName
 from paperline.methods.altlora.texts import lm_texts
 from paperline.optim.altlora import lora_pairs
+from paperline.seeds import seeded_init
 from paperline.train.distributed import DistributedConfig, DistributedError, runs_in_process
 from paperline.train.lm import LMTrainSettings, evaluate, train_lm_spread, validation_windows
 
@@ -58,8 +57,10 @@ def lm_data_version(lm: LMAdaptConfig) -> str:
 
 def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpoint_path: str | Path | None = None,
              progress: bool = False, distributed: DistributedConfig | None = None,
-             device_indices: list[int] | None = None) -> dict:
+             device_indices: list[int] | None = None, seed: int | None = None) -> dict:
     """Adapt the base with optimizer `name` at `lr`; a non-finite loss ends the run as diverged.
+    `seed` (default cfg.seed) draws the LoRA initialisation, the batches and the dropout; the
+    held-out text is split by cfg.seed at every seed, so the base scores one figure.
     `distributed` (params.yaml runtime.distributed) spreads the training over devices
     (`device_indices`: the CUDA devices the task holds)."""
     from paperline.train.lm_base import load_causal_lm
@@ -69,6 +70,7 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
         raise DistributedError("runtime.distributed.strategy: fsdp shards the LoRA factors that AltLoRA's "
                                "optimizers precondition whole; use ddp")
     lm = cfg.lm
+    seed = cfg.seed if seed is None else seed
     model = load_causal_lm(lm.base)
     texts = lm_texts(lm, model.config.vocab_size, cfg.seed)  # in the model's vocabulary (texts.py)
     train = texts.target_train
@@ -80,14 +82,13 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
         model.requires_grad_(True)
     else:
         model.requires_grad_(False)
-        with torch.random.fork_rng(devices=[]):  # peft's A draws from the global RNG
-            torch.manual_seed(cfg.seed)
+        with seeded_init(seed):  # peft's A draws from the global RNG
             model = add_lora(model, lm.target_modules, lm.rank, lm.alpha, lm.dropout, where="lm.target_modules")
     settings = LMTrainSettings(
         steps=lm.steps, batch_size=lm.batch_size, block_size=lm.block_size, lr=lr, min_lr=lm.min_lr_ratio * lr,
         warmup_steps=lm.warmup_steps, weight_decay=cfg.settings.weight_decay, beta1=cfg.settings.betas[0],
         beta2=cfg.settings.betas[1], grad_clip=lm.grad_clip, eval_every=lm.eval_every, eval_windows=lm.eval_windows,
-        log_every=lm.log_every, checkpoint_every=lm.checkpoint_every, seed=cfg.seed)
+        log_every=lm.log_every, checkpoint_every=lm.checkpoint_every, seed=seed)
     if not runs_in_process(distributed):
         model.to("cpu")  # each spawned process moves its copy to its own device
     # LoRA dropout draws from the global RNG: the factory seeds it in each training process, so a
@@ -98,7 +99,7 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
                              fingerprint={"optimizer": name, "settings": cfg.settings.model_dump(),
                                           "lm": lm.model_dump()},
                              progress=progress, description=f"{name} lr {lr:g}", val_batches=target_windows,
-                             optimizer_factory=OptimizerFactory(name, lr, cfg.settings, cfg.seed),
+                             optimizer_factory=OptimizerFactory(name, lr, cfg.settings, seed),
                              stop_on_divergence=True)
     source = None if result["diverged"] else evaluate(model, source_windows, lm.batch_size, device)
     return result | {"optimizer": name, "lr": lr, "source_val_loss": source, "base_target_val_loss": base_target,

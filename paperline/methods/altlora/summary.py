@@ -8,8 +8,9 @@ optimizer swept over its own grid of the same size), then at every seed (each it
 rescaling, and the spread across c (max/min of the final loss: 1 is invariant); the row is the mean
 over seeds (`<figure>_std` their sample std). Other ranks (seed 0 only): final error columns
 `final_error_r<r>`. State floats against LoRA-AdamW's and full fine-tuning's. `no_adaptation`: W₀
-itself (ΔW = 0, where every run starts), scored the same way. LM adaptation (when run, one seed):
-the best lr's held-out loss on the target text and on the base's own held-out Shakespeare."""
+itself (ΔW = 0, where every run starts), scored the same way. LM adaptation (when run): the best
+lr of the first seed's sweep (lowest held-out target loss), then at every seed that lr's held-out
+loss on the target text and on the base's own held-out Shakespeare, the row the mean over seeds."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -22,6 +23,7 @@ from paperline.seeds import mean_over_seeds
 
 PRIMARY_METRIC = "final_error"
 SEED_FIGURES = ("final_error", "final_loss", "relative_error", "c_spread", "error_c_spread")
+LM_SEED_FIGURES = ("lm_val_loss", "lm_source_val_loss")
 
 
 def _label(c: float) -> str:
@@ -104,8 +106,8 @@ def no_adaptation_figures(runs: list[dict], seed: int) -> dict[str, float] | Non
 
 def seed_rows(cfg: AltLoRAConfig, linear_runs: list[dict], lm_runs: list[dict] | None,
               lm_base: dict | None) -> tuple[dict, dict]:
-    """({seed: {variant: figures}} of the linear problem, the same of the LM adaptation (seed 0)):
-    what the claims pair by seed."""
+    """({seed: {variant: figures}} of the linear problem, the same of the LM adaptation): what the
+    claims pair by seed (a seed is its index in `cfg.run_seeds()`)."""
     linear: dict[int, dict[str, dict]] = defaultdict(dict)
     for s in sorted({r.get("seed", 0) for r in linear_runs}):
         for name in cfg.optimizers:
@@ -113,26 +115,50 @@ def seed_rows(cfg: AltLoRAConfig, linear_runs: list[dict], lm_runs: list[dict] |
                 linear[s][name] = f
         if (f := no_adaptation_figures(linear_runs, s)) is not None:
             linear[s][NO_ADAPTATION] = f
-    lm: dict[int, dict[str, dict]] = {}
+    lm: dict[int, dict[str, dict]] = defaultdict(dict)
     if lm_runs:
-        lm[0] = {name: {"lm_val_loss": row["lm_val_loss"]} for name, row in lm_rows(cfg, lm_runs).items()}
+        for name, runs in lm_seed_runs(cfg, lm_runs).items():
+            for s, run in runs.items():
+                lm[s][name] = {"lm_val_loss": run["val_loss"], "lm_source_val_loss": run["source_val_loss"]}
         if lm_base and lm_base.get("base_target_val_loss") is not None:
-            lm[0][NO_ADAPTATION] = {"lm_val_loss": lm_base["base_target_val_loss"],
-                                    "lm_source_val_loss": lm_base.get("base_source_val_loss")}
-    return dict(linear), lm
+            for s in sorted({r.get("seed", 0) for r in lm_runs}):  # one held-out text: the base's figure at every seed
+                lm[s][NO_ADAPTATION] = {"lm_val_loss": lm_base["base_target_val_loss"],
+                                        "lm_source_val_loss": lm_base.get("base_source_val_loss")}
+    return dict(linear), dict(lm)
+
+
+def lm_best_runs(cfg: AltLoRAConfig, runs: list[dict]) -> dict[str, dict | None]:
+    """{optimizer: its run at the best lr of the first seed's sweep} (lowest held-out target loss,
+    diverged runs excluded; None: it diverged at every lr)."""
+    out: dict[str, dict | None] = {}
+    for name in cfg.lm_optimizers:
+        mine = [r for r in runs if r["optimizer"] == name and r.get("seed", 0) == 0 and not r["diverged"]]
+        out[name] = min(mine, key=lambda r: r["val_loss"]) if mine else None
+    return out
+
+
+def lm_seed_runs(cfg: AltLoRAConfig, runs: list[dict]) -> dict[str, dict[int, dict]]:
+    """{optimizer: {seed: its run at the first seed's best lr}}, the seeds where it did not diverge."""
+    out: dict[str, dict[int, dict]] = {}
+    for name, best in lm_best_runs(cfg, runs).items():
+        out[name] = {} if best is None else {
+            r.get("seed", 0): r for r in runs
+            if r["optimizer"] == name and r["lr"] == best["lr"] and not r["diverged"]}
+    return out
 
 
 def lm_rows(cfg: AltLoRAConfig, runs: list[dict]) -> dict[str, dict[str, Any]]:
-    """{optimizer: {lm_best_lr, lm_val_loss, lm_source_val_loss, ...}} at the best lr (lowest
-    held-out target loss)."""
+    """{optimizer: {lm_best_lr, lm_val_loss, lm_source_val_loss, ...}}: the first seed's best lr
+    (lowest held-out target loss), its losses the mean over the seeds (`_std` their spread)."""
     out: dict[str, dict[str, Any]] = {}
+    best_runs, seed_runs = lm_best_runs(cfg, runs), lm_seed_runs(cfg, runs)
     for name in cfg.lm_optimizers:
-        mine = [r for r in runs if r["optimizer"] == name and not r["diverged"]]
-        best = min(mine, key=lambda r: r["val_loss"]) if mine else None
-        grid = cfg.lm.lr_grid[name]
-        out[name] = {"lm_best_lr": best["lr"] if best else None, "lm_tuning": f"lr grid of {len(grid)}",
-                     "lm_val_loss": best["val_loss"] if best else None,
-                     "lm_source_val_loss": best["source_val_loss"] if best else None,
+        best, grid = best_runs[name], cfg.lm.lr_grid[name]
+        per_seed = [{"lm_val_loss": r["val_loss"], "lm_source_val_loss": r["source_val_loss"]}
+                    for _, r in sorted(seed_runs[name].items())]
+        out[name] = {"lm_best_lr": best["lr"] if best else None, "lm_tuning": f"lr grid of {len(grid)} at seed 0",
+                     "lm_seeds": len(per_seed), "lm_val_loss": None, "lm_source_val_loss": None,
+                     **(mean_over_seeds(per_seed, spread=lambda k: k in LM_SEED_FIGURES) if per_seed else {}),
                      "lm_lr_at_grid_edge": best is not None and len(grid) > 1 and best["lr"] in (min(grid), max(grid)),
                      "lm_state_floats": best["state_floats"] if best else None,
                      "lm_trainable_params": best["trainable_params"] if best else None}

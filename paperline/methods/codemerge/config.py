@@ -39,9 +39,8 @@ class StreamConfig(StrictModel):
 
 class CodeMergeConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
-    # each seed draws its own stream (images, order) and the fingerprints' projections; the source
-    # model is the vit-source stage's, the same for every seed. Empty: [seed]
-    seeds: list[int] = Field(default_factory=list)
+    # `seeds` (MethodConfig's): each seed draws its own stream (images, order) and the fingerprints'
+    # projections; the source model is the vit-source stage's, the same for every seed. Empty: [seed]
     stream: StreamConfig = StreamConfig()
     # the student's parameters: "backbone" all but the head (the official code adapts the image
     # backbone only), "norm" LayerNorm affine only; TENT always adapts the norms (its definition)
@@ -66,10 +65,6 @@ class CodeMergeConfig(MethodConfig):
     checkpoint_every: PositiveInt = 20  # batches between resume checkpoints
     threads: PositiveInt = 1
 
-    def run_seeds(self) -> list[int]:
-        """The seeds every variant runs its stream at: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
-
     @model_validator(mode="after")
     def _primary(self):
         if "codemerge" not in self.variants or "source" not in self.variants:
@@ -77,6 +72,4 @@ class CodeMergeConfig(MethodConfig):
                              "the trivial baseline)")
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants repeat a name: {self.variants}")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds repeat: {self.seeds}")
         return self

@@ -57,7 +57,7 @@ def summarize(cfg: CodeMergeConfig, per_seed: dict[int, dict[str, dict]]) -> dic
     """Rows in the order of cfg.variants: the mean over seeds of every figure (a variant without a
     teacher has no teacher accuracy), the online accuracy's sample std over seeds, and on how many
     seeds the variant collapsed."""
-    rows = {}
+    rows: dict[str, dict] = {}
     for v in cfg.variants:
         mine = [by[v] for by in per_seed.values()]
         figures = [{k: x for k, x in r.items() if k != "collapsed" and x is not None} for r in mine]

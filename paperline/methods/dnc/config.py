@@ -11,12 +11,12 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class DNCConfig(MethodConfig):
-    # grid: every (K, L, d = m·K) is one training group of `seeds` independent runs
+    # grid: every (K, L, d = m·K) is one training group of independent runs, one per seed of
+    # `seeds` (MethodConfig's): a seed is the run's index in its generator's seed (ufm.generator_seed)
     classes: list[Annotated[int, Field(ge=2)]] = Field(min_length=1)  # K
     samples_per_class: PositiveInt = 10  # n; N = K·n
     depths: list[PositiveInt] = Field(min_length=1)  # L: number of weight matrices
     width_multipliers: list[PositiveInt] = Field(min_length=1)  # d = m·K
-    seeds: PositiveInt = 8
     activation: Literal["linear", "relu"] = "linear"
     lam: float = Field(1e-3, ge=0)  # one λ on H1 and on every W_l (the reduction needs it common)
     # "normal": entries N(0, init_scale²); "orthogonal": semi-orthogonal factors (unit singular

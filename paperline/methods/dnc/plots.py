@@ -26,8 +26,8 @@ def _pairs(summary: dict) -> dict[int, list[tuple[int, dict]]]:
 
 
 def _normalised(sv: list[float]) -> np.ndarray:
-    sv = np.asarray(sv, dtype=float)
-    return sv / sv[0] if sv[0] > 0 else sv
+    values = np.asarray(sv, dtype=float)
+    return values / values[0] if values[0] > 0 else values
 
 
 def plot_z_spectra(results: list[UFMGroupResult], K: int, path: Path) -> Path:

@@ -101,7 +101,7 @@ def init_theta(cfg: DNCConfig, K: int, L: int, width: int, device: torch.device)
     its draw is the same on every device and in every batch of seeds."""
     shapes = param_shapes(K, L, width, K * cfg.samples_per_class)
     rows = []
-    for s in range(cfg.seeds):
+    for s in cfg.run_seeds():
         gen = torch.Generator().manual_seed(generator_seed(cfg.seed, K, L, width, s))
         factors = []
         for shape in shapes:
@@ -151,7 +151,7 @@ def objective_and_grad(theta: torch.Tensor, shapes, labels: torch.Tensor, lam: f
     obj = ce + lam / 2 * theta.pow(2).sum(1)
     dZ = log_p.exp().scatter_add_(1, index, -torch.ones_like(Z[:, :1])) / Z.shape[-1]  # (softmax − Y)/N
     L = len(params) - 1
-    grads = [None] * (L + 1)
+    grads: list[torch.Tensor] = [dZ] * (L + 1)  # every slot is overwritten below
     grads[L] = dZ @ features[L - 1].mT
     dH = params[L].mT @ dZ
     for l in range(L - 1, 0, -1):  # W_l maps H_l = features[l−1] to H_{l+1} = features[l]
@@ -236,11 +236,11 @@ def group_fingerprint(cfg: DNCConfig, K: int, L: int, width: int) -> dict:
 
 def train_ufm_group(cfg: DNCConfig, K: int, L: int, width: int, device: torch.device,
                     checkpoint_path: Path | None = None, progress: bool = False) -> UFMGroupResult:
-    """Train cfg.seeds deep UFMs of (K, L, width) together; resume from checkpoint_path when it holds
-    this group's checkpoint. Checkpoints every cfg.checkpoint_every steps and once at the end (a
+    """Train a deep UFM of (K, L, width) per seed of cfg.run_seeds(), together; resume from
+    checkpoint_path when it holds this group's checkpoint. Checkpoints every cfg.checkpoint_every steps and once at the end (a
     finished checkpoint is reloaded, not retrained). Thread count is the caller's (it is
     process-wide): use torch.set_num_threads(1) on CPU, as 2 threads made a smoke group ~7× slower."""
-    n, S = cfg.samples_per_class, cfg.seeds
+    n, S = cfg.samples_per_class, len(cfg.run_seeds())
     shapes = param_shapes(K, L, width, K * n)
     labels = labels_for(K, n, device)
     total_steps = cfg.adam_steps + cfg.gd_steps
@@ -255,7 +255,7 @@ def train_ufm_group(cfg: DNCConfig, K: int, L: int, width: int, device: torch.de
         step, done = 0, False
         active = torch.ones(S, dtype=torch.bool, device=device)  # GD still running for this seed
         converged_at = torch.full((S,), -1, dtype=torch.long, device=device)
-        history = {"step": [], "objective": [], "grad_norm": []}  # per logged step: S values each
+        history: dict[str, list] = {"step": [], "objective": [], "grad_norm": []}  # per logged step: S values each
     else:
         theta, adam_m, adam_v, active, converged_at = (
             saved[k].to(device) for k in ("theta", "adam_m", "adam_v", "active", "converged_at"))

@@ -133,7 +133,7 @@ TEXT_PREFIX = "text_"  # the text rows' and MLflow children's names: text_<varia
 
 class FvaeLoraConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
-    seeds: list[int] = Field([1, 2, 3, 4, 5], min_length=1)
+    # `seeds` (MethodConfig's): every variant trains once per seed (its split draw is the first seed's)
     task: TaskConfig = TaskConfig()
     backbone: BackboneConfig = BackboneConfig()
     adapter: AdapterConfig = AdapterConfig()
@@ -148,8 +148,6 @@ class FvaeLoraConfig(MethodConfig):
             raise ValueError("variants must include 'lora' (the baseline) and 'fvae_lora' (the method)")
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants repeat a name: {self.variants}")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds repeat: {self.seeds}")
         return self
 
     def run_variants(self) -> list[str]:

@@ -32,7 +32,7 @@ def plot_accuracy(rows: dict[str, dict], path: Path) -> Path:
 
 def plot_losses(cfg: FvaeLoraConfig, results: dict, path: Path) -> Path:
     """Per-epoch task cross-entropy (every variant) and FVAE-LoRA's ELBO terms, first seed."""
-    seed = cfg.seeds[0]
+    seed = cfg.run_seeds()[0]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for v in cfg.variants:
         axes[0].plot(results[v][seed]["history"]["ce"], label=v)

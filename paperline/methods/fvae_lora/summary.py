@@ -21,18 +21,18 @@ FIGURES = ("accuracy", "worst_group_accuracy", "group_y0_a0", "group_y0_a1", "gr
 
 def row(cfg: FvaeLoraConfig, by_seed: dict[int, dict]) -> dict:
     """Mean and sample std (`<figure>_std`) over seeds of every figure; time and parameters."""
-    per_seed = [{k: by_seed[s]["metrics"][k] for k in (*FIGURES, "train_seconds")} for s in cfg.seeds]
+    per_seed = [{k: by_seed[s]["metrics"][k] for k in (*FIGURES, "train_seconds")} for s in cfg.run_seeds()]
     out = mean_over_seeds(per_seed, spread=lambda k: k in FIGURES)
-    first = by_seed[cfg.seeds[0]]["metrics"]
+    first = by_seed[cfg.run_seeds()[0]]["metrics"]
     out["trainable_parameters"] = first["trainable_parameters"]
     out["inference_parameters"] = first["inference_parameters"]
-    out["seeds"] = len(cfg.seeds)
+    out["seeds"] = len(cfg.run_seeds())
     return out
 
 
 def paired_gap(cfg: FvaeLoraConfig, results: dict, a: str, b: str, key: str) -> float:
     """The mean over seeds of a − b (paired: the same task per seed)."""
-    return float(statistics.fmean(results[a][s]["metrics"][key] - results[b][s]["metrics"][key] for s in cfg.seeds))
+    return float(statistics.fmean(results[a][s]["metrics"][key] - results[b][s]["metrics"][key] for s in cfg.run_seeds()))
 
 
 def headline(cfg: FvaeLoraConfig, rows: dict, results: dict) -> dict:
@@ -43,8 +43,8 @@ def headline(cfg: FvaeLoraConfig, rows: dict, results: dict) -> dict:
                  "worst_group_gain_vs_lora": paired_gap(cfg, results, "fvae_lora", BASELINE, PRIMARY),
                  "accuracy_gain_vs_lora": paired_gap(cfg, results, "fvae_lora", BASELINE, "accuracy"),
                  "seeds_fvae_worst_group_ge_lora": sum(results["fvae_lora"][s]["metrics"][PRIMARY]
-                                                       >= results[BASELINE][s]["metrics"][PRIMARY] for s in cfg.seeds),
-                 "seeds": len(cfg.seeds)}
+                                                       >= results[BASELINE][s]["metrics"][PRIMARY] for s in cfg.run_seeds()),
+                 "seeds": len(cfg.run_seeds())}
     if "linear_probe" in rows:  # does the adapter find more than the frozen features give a new head?
         out["linear_probe_worst_group"] = rows["linear_probe"][PRIMARY]
         out["worst_group_gain_vs_probe"] = paired_gap(cfg, results, "fvae_lora", "linear_probe", PRIMARY)
@@ -75,8 +75,8 @@ def method_metrics(cfg: FvaeLoraConfig, results: dict[str, dict[int, dict]], bac
         figures |= {prefix + k: x for k, x in headline(c, part_rows, res).items()}
         claims += fvae_claims.evaluate(res, modality)
         per_seed |= {f"{prefix}{v} seed{s}": {k: res[v][s]["metrics"][k] for k in ("accuracy", PRIMARY, "train_accuracy")}
-                     for v in c.variants for s in c.seeds}
-        history |= {prefix + v: {s: res[v][s]["history"] for s in c.seeds} for v in c.variants}
+                     for v in c.variants for s in c.run_seeds()}
+        history |= {prefix + v: {s: res[v][s]["history"] for s in c.run_seeds()} for v in c.variants}
     details = {"source": source, "backbone": {k: v for k, v in backbone.items() if k != "path"}, "history": history}
     if text is not None:
         details["text"] = text

@@ -6,7 +6,6 @@ evaluated on the balanced test set (average and worst-group accuracy)."""
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from pathlib import Path
 
@@ -19,10 +18,8 @@ from paperline.io import atomic_path
 from paperline.methods.fvae_lora.adapter import fvae_loss, inject, set_generator
 from paperline.methods.fvae_lora.config import VARIANT_SPECS, BackboneConfig, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit, SpuriousTask, group_accuracy
-
-# Initialisations (the head's, peft's, the adapters') draw from torch's global RNG: seeded under this
-# lock, so variants built side by side in threads of one process get the same weights as alone.
-INIT_LOCK = threading.Lock()
+from paperline.seeds import INIT_LOCK as INIT_LOCK  # the one lock, for tasks/fvae_lora.py's loads
+from paperline.seeds import seeded_init
 
 
 class DigitsMLP(nn.Module):
@@ -77,8 +74,7 @@ def train_backbone(split: CleanSplit, cfg: BackboneConfig, seed: int) -> tuple[D
     """The MLP trained on the clean training images' classes (Adam, cross-entropy); its record."""
     g = torch.Generator().manual_seed(seed)
     x, y = torch.from_numpy(split.train_x), torch.from_numpy(split.train_y)
-    with INIT_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         model = DigitsMLP(x.shape[1], cfg.hidden, split.classes)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     start = time.perf_counter()
@@ -137,8 +133,7 @@ def adapt(cfg: FvaeLoraConfig, variant: str, backbone: nn.Module, task: Spurious
     encoder 1 and B only are needed; `inference_parameters`)."""
     g = torch.Generator().manual_seed(seed)
     kind = VARIANT_SPECS[variant][0]
-    with INIT_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):  # the head's, peft's and the adapters' init draw from the global RNG
         model = build_model(cfg, variant, backbone).to(device)
     if kind == "fvae":  # ε and the dropout masks from a stream of the run's own
         noise = torch.Generator(device=device)

@@ -72,9 +72,8 @@ class GeoAdaConfig(MethodConfig):
     subgraph_nodes: PositiveInt = 1
     samples: PositiveInt = 5  # K samples a trajectory (ADE/FDE averaged over them, and the min)
     eval_trajectories: PositiveInt = 50  # of each test split
-    # fine-tuning seeds (a variant's new modules, batch order and diffusion noise, and the sampling
+    # `seeds` (MethodConfig's), the fine-tuning seeds (a variant's new modules, batch order and diffusion noise, and the sampling
     # noise of every evaluation at that seed); the base is pretrained once, with `seed`. Empty: [seed]
-    seeds: list[int] = Field(default_factory=list)
     checkpoint_every: PositiveInt = 200  # steps between resume checkpoints
     threads: PositiveInt = 1
 
@@ -82,7 +81,7 @@ class GeoAdaConfig(MethodConfig):
     def _check(self):
         if "geoada" not in self.variants:
             raise ValueError("variants must include 'geoada' (the primary row)")
-        for name, values in (("variants", self.variants), ("controls", self.controls), ("seeds", self.seeds)):
+        for name, values in (("variants", self.variants), ("controls", self.controls)):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} repeat a name: {values}")
         if "frame" in self.controls and self.frame_control_frames <= self.cond_frames:
@@ -93,10 +92,6 @@ class GeoAdaConfig(MethodConfig):
         if self.adapter_every > self.shape.blocks:
             raise ValueError(f"adapter_every {self.adapter_every} exceeds shape.blocks {self.shape.blocks}")
         return self
-
-    def run_seeds(self) -> list[int]:
-        """The fine-tuning seeds: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
 
     @property
     def pairs(self) -> list[tuple[str, str]]:

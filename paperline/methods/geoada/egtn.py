@@ -60,7 +60,7 @@ class ESLayer(nn.Module):
         self.edge_mlp = mlp(2 * hidden + 1 + edge_dim, hidden, hidden, last_act=True)
         self.coord_mlp = mlp(hidden, hidden, 1)
         self.node_mlp = mlp(2 * hidden, hidden, hidden)
-        nn.init.xavier_uniform_(self.coord_mlp[-1].weight, gain=1e-3)  # EGNN: small coordinate steps at init
+        nn.init.xavier_uniform_(self.coord_mlp[-1].weight, gain=1e-3)  # type: ignore[arg-type]  # a Linear's weight  # EGNN: small coordinate steps at init
 
     def forward(self, h: torch.Tensor, x: torch.Tensor, edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, T, N, H = h.shape
@@ -68,7 +68,7 @@ class ESLayer(nn.Module):
         d2 = (diff ** 2).sum(-1, keepdim=True)
         # φ_e's first linear layer on [h_i, h_j, d², e_ij], applied by the slices of its weight (the
         # same map without building the (B, T, N, N, 2H + 2) input: ~2× faster here)
-        first = self.edge_mlp[0]
+        first: nn.Linear = self.edge_mlp[0]  # type: ignore[assignment]  # Sequential's index is typed Module
         W = first.weight
         pre = ((h @ W[:, :H].T)[:, :, :, None] + (h @ W[:, H:2 * H].T)[:, :, None] + d2 * W[:, 2 * H]
                + edges[:, None, :, :, None] * W[:, 2 * H + 1] + first.bias)

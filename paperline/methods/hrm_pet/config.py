@@ -106,7 +106,7 @@ class CrmConfig(StrictModel):
 class HrmPetConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
     sequences: list[SequenceConfig] = Field(min_length=1)
-    seeds: list[int] = Field([0], min_length=1)
+    # `seeds` (MethodConfig's): every (sequence, variant) runs once per seed
     tii: TiiConfig = TiiConfig()
     lora: LoraConfig = LoraConfig()
     ctird: CtirdConfig = CtirdConfig()
@@ -129,8 +129,6 @@ class HrmPetConfig(MethodConfig):
         names = [s.name for s in self.sequences]
         if len(set(names)) != len(names):
             raise ValueError(f"sequences repeat a name: {names}")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds repeat: {self.seeds}")
         return self
 
     def learners(self) -> list[str]:

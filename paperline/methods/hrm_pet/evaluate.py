@@ -21,7 +21,7 @@ def evaluations(cfg: HrmPetConfig, learner: str) -> dict[str, Rules]:
     """name -> rules evaluated on `learner`: the variants that run on it, and for the switch table
     hrm_pet with one code rule at a time (the inference rules on the ctird learner; the top-K rule is
     the ctird_code learner under the paper's inference rules)."""
-    out = {v: rules for v, (on, rules) in VARIANT_SPECS.items() if on == learner and v in cfg.variants}
+    out: dict[str, Rules] = {v: rules for v, (on, rules) in VARIANT_SPECS.items() if on == learner and v in cfg.variants}
     hrm_rules = VARIANT_SPECS["hrm_pet"][1]
     if learner == "ctird":
         for switch in SWITCHES[1:]:

@@ -18,11 +18,11 @@ from paperline.plots import save_figure  # noqa: E402
 
 def curves(cfg: HrmPetConfig, results: dict[str, dict], sequence: str) -> dict[str, np.ndarray]:
     """variant -> accuracy on the seen tasks after each task (mean over seeds)."""
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for v in cfg.variants:
         learner = VARIANT_SPECS[v][0]
         out[v] = np.mean([[r["accuracy"] for r in results[unit_key(sequence, seed, learner)]["evaluations"][v]]
-                          for seed in cfg.seeds], axis=0)
+                          for seed in cfg.run_seeds()], axis=0)
     return out
 
 

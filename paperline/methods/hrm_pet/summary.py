@@ -33,7 +33,7 @@ def _mean(values: list[float]) -> float:
 def per_run(cfg: HrmPetConfig, results: dict[str, dict], name: str, learner: str) -> dict[tuple[str, int], dict]:
     """(sequence, seed) -> run_metrics of evaluation `name` on `learner`."""
     return {(s.name, seed): run_metrics(results[unit_key(s.name, seed, learner)]["evaluations"][name])
-            for s in cfg.sequences for seed in cfg.seeds}
+            for s in cfg.sequences for seed in cfg.run_seeds()}
 
 
 def seed_row(cfg: HrmPetConfig, runs: dict[tuple[str, int], dict], seed: int, train_seconds: float) -> dict:
@@ -48,18 +48,19 @@ def seed_row(cfg: HrmPetConfig, runs: dict[tuple[str, int], dict], seed: int, tr
 
 def row(cfg: HrmPetConfig, runs: dict[tuple[str, int], dict], seconds: dict[int, float]) -> dict:
     """The mean over seeds of the seed rows, with the sample std over seeds of the primary metric."""
-    return mean_over_seeds([seed_row(cfg, runs, seed, seconds[seed]) for seed in cfg.seeds],
+    return mean_over_seeds([seed_row(cfg, runs, seed, seconds[seed]) for seed in cfg.run_seeds()],
                            spread=lambda key: key == PRIMARY)
 
 
 def summarize(cfg: HrmPetConfig, results: dict[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
     """(rows by variant, per-run figures by variant) in the order of cfg.variants."""
-    rows, runs = {}, {}
+    rows: dict[str, dict] = {}
+    runs: dict[str, dict] = {}
     for v in cfg.variants:
         learner = VARIANT_SPECS[v][0]
         runs[v] = per_run(cfg, results, v, learner)
         seconds = {seed: _mean([results[unit_key(s.name, seed, learner)]["train_seconds"] for s in cfg.sequences])
-                   for seed in cfg.seeds}
+                   for seed in cfg.run_seeds()}
         rows[v] = row(cfg, runs[v], seconds)
     return rows, runs
 
@@ -75,8 +76,8 @@ def switch_table(cfg: HrmPetConfig, results: dict[str, dict]) -> dict[str, dict]
         changed = False
         for s in cfg.sequences:
             for k in ("final_accuracy", "matching"):
-                p = _mean([paper[(s.name, seed)][k] for seed in cfg.seeds])
-                c = _mean([code[(s.name, seed)][k] for seed in cfg.seeds])
+                p = _mean([paper[(s.name, seed)][k] for seed in cfg.run_seeds()])
+                c = _mean([code[(s.name, seed)][k] for seed in cfg.run_seeds()])
                 entry[f"{k}_{s.name}_paper"], entry[f"{k}_{s.name}_code"] = p, c
                 changed |= any(paper[key][k] != code[key][k] for key in paper)
         entry["changes_numbers"] = changed
@@ -113,7 +114,7 @@ def method_metrics(cfg: HrmPetConfig, results: dict[str, dict], profile: str) ->
     switches = switch_table(cfg, results)
     per_run_table = {f"{v} {s}/{seed}": {k: m[k] for k in FIGURES if k in m}
                      for v, by in runs.items() for (s, seed), m in by.items()}
-    sources = {s.name: results[unit_key(s.name, cfg.seeds[0], "ctird")]["source"] for s in cfg.sequences}
+    sources = {s.name: results[unit_key(s.name, cfg.run_seeds()[0], "ctird")]["source"] for s in cfg.sequences}
     return MethodMetrics(
         method="hrm_pet", profile=profile, headline=headline(cfg, rows, runs, switches),
         baseline=BASELINE, primary_metric=PRIMARY, higher_is_better=True, rows=rows, claims=hrm_claims.evaluate(runs),

@@ -21,6 +21,7 @@ from paperline.methods.hrm_pet.data import TaskSequence
 from paperline.methods.hrm_pet.evaluate import evaluate_task, evaluations
 from paperline.methods.hrm_pet.model import ClassStats, LoraViT, TiiHead
 from paperline.nn.vit import ViT
+from paperline.seeds import seeded_init
 from paperline.train.checkpoint import load_resumable, save_checkpoint
 
 NEG = float("-inf")
@@ -110,8 +111,7 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
     "history": per-task losses, "train_seconds", "tasks"}. `on_task(t, record)` after each task."""
     n_tasks, n_classes = len(seq.task_classes), seq.num_classes
     class_task = torch.as_tensor(seq.class_task())
-    with torch.random.fork_rng(devices=[]):  # the initial weights from `seed`, whatever runs beside
-        torch.manual_seed(seed)
+    with seeded_init(seed):  # the initial weights from `seed`, whatever runs beside
         model = LoraViT(backbone, n_tasks, n_classes, cfg.lora.rank, cfg.lora.alpha)
         tii = TiiHead(backbone.shape["dim"], n_classes, cfg.tii.hidden_ratio)
     dim = backbone.shape["dim"]

@@ -81,14 +81,10 @@ class InfluenceDistillationConfig(MethodConfig):
     eval_batch_size: PositiveInt = 32
     grad_chunk: PositiveInt = 32  # samples per vmap call (memory)
     threads: PositiveInt = 1  # torch threads of a fine-tuning task (CPU; they run one after another)
-    # the fine-tuning seeds (empty: [seed]): each seed fine-tunes every selection again in another
+    # `seeds` (MethodConfig's), the fine-tuning seeds (empty: [seed]): each seed fine-tunes every selection again in another
     # batch order and draws the random selection again (`seed + 3`, the tulu-select stage's draw at
     # `seed`); the warm-up and the targeted selections are the stage's, made once at `seed`
-    seeds: list[int] = Field(default_factory=list)
     qp: QPCheckConfig = QPCheckConfig()
-
-    def run_seeds(self) -> list[int]:
-        return list(self.seeds) or [self.seed]
 
     @model_validator(mode="after")
     def _consistent(self) -> "InfluenceDistillationConfig":
@@ -102,7 +98,4 @@ class InfluenceDistillationConfig(MethodConfig):
             raise ValueError(f"qp.k {self.qp.k} must be below qp.n_source {self.qp.n_source}")
         if "influence_distillation" not in self.methods:
             raise ValueError("methods must include influence_distillation")
-        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
-        if repeated:
-            raise ValueError(f"seeds: {repeated} listed more than once")
         return self

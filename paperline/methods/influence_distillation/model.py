@@ -20,6 +20,8 @@ from torch import nn
 from paperline.data.local_tokenizer import shared_lm_tokenizer
 from paperline.data.tulu import ByteTokenizer, HFTokenizer, TuluRecord, encode_tulu
 from paperline.nn.causal_lm import CausalLM, llama_config
+from paperline.seeds import load_pretrained, seeded_init
+from paperline.train.lm_base import load_causal_lm
 
 
 @dataclass
@@ -136,12 +138,11 @@ def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
         config = llama_config(size.hidden_size, size.intermediate_size, size.num_heads, size.num_layers,
                               vocab_size=tok.vocab_size, max_position_embeddings=cfg.max_length)
         return InfluenceLM(CausalLM.seeded(config, torch.Generator().manual_seed(seed)), "llama"), tok
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
-    net = AutoModelForCausalLM.from_pretrained(cfg.hf_model_path, dtype=dtype, local_files_only=True,
-                                               attn_implementation="eager")
-    tok = HFTokenizer(AutoTokenizer.from_pretrained(cfg.hf_model_path, local_files_only=True))
+    net = load_causal_lm(cfg.hf_model_path, dtype=dtype, attn_implementation="eager")
+    tok = HFTokenizer(load_pretrained(AutoTokenizer, cfg.hf_model_path, local_files_only=True))
     return InfluenceLM(net, "hf"), tok
 
 
@@ -160,11 +161,10 @@ def lm_base_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
     bpe = shared_lm_tokenizer(cfg.lm_base_path, cfg.lm_base_tokenizer, where="influence_distillation.lm_base_path, "
                               "lm_base_tokenizer")
     tok = HFTokenizer(PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", pad_token="<pad>"))
-    net = CausalLM.from_pretrained(cfg.lm_base_path, max_position_embeddings=cfg.max_length)
+    net = load_causal_lm(cfg.lm_base_path, max_position_embeddings=cfg.max_length)
     if cfg.jvp_blocks > net.config.num_layers:
         raise DataError(f"jvp_blocks {cfg.jvp_blocks} exceeds the {net.config.num_layers} layers of "
                         f"{cfg.lm_base_path} (influence_distillation.jvp_blocks)")
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with seeded_init(seed, cuda=True):
         net.resize_token_embeddings(tok.vocab_size)
     return InfluenceLM(net, "llama"), tok

@@ -30,9 +30,9 @@ class LEFFConfig(MethodConfig):
     # the methods run at the α after the first (None: every method): a second α for FedAvg against
     # LEFF only keeps the smoke run within its budget (each method's run costs ~20 s on 2 cores)
     later_alpha_methods: list[Method] | None = None
-    # the seeds every (method, α) runs with (client shards, batch order, block draws, distillation
-    # batches, LoRA init); empty: `seed` alone. The claims pair the methods seed by seed.
-    seeds: list[int] = Field(default_factory=list)
+    # `seeds` (MethodConfig's): the seeds every (method, α) runs with (client shards, batch order,
+    # block draws, distillation batches, LoRA init); empty: `seed` alone. The claims pair the
+    # methods seed by seed.
     families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
     rounds: PositiveInt = 10
@@ -62,10 +62,6 @@ class LEFFConfig(MethodConfig):
     fail_mode: Literal["raise", "kill"] = "raise"
     fail_method: str | None = None
 
-    def run_seeds(self) -> list[int]:
-        """The seeds each (method, α) trains with: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
-
     def faulty(self, method: str) -> bool:
         """Whether `method`'s run at this config's `seed` is the fault check's (the last seed's only:
         a killed client's Ray actor is lost to every run after it)."""
@@ -74,8 +70,6 @@ class LEFFConfig(MethodConfig):
 
     @model_validator(mode="after")
     def _check(self) -> "LEFFConfig":
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds {self.seeds} repeat a value")
         if self.fail_client is not None and self.fail_client >= self.clients:
             raise ValueError(f"fail_client {self.fail_client}: there are only {self.clients} clients")
         if self.fail_client is not None and self.fail_round > self.rounds:

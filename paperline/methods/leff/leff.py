@@ -21,6 +21,7 @@ from torch import nn
 from paperline.nn.attention.common import rope_at, rotate
 from paperline.nn.attention.gqa import GroupedQueryAttention
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+from paperline.seeds import seeded_init
 
 LAYER_KEY = re.compile(r"^layers\.(\d+)\.")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -213,8 +214,7 @@ def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, 
     so a run's adapters depend on its seed, not on what ran before it in the process."""
     model = copy.deepcopy(base)
     if method == "fedlora":
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
+        with seeded_init(seed, cuda=True):
             return add_lora(model, lora_rank, lora_alpha)
     if method == "fedbitfit":
         return add_zero_biases(model)

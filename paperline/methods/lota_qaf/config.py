@@ -69,6 +69,9 @@ class LMTask(StrictModel):
 
 
 class LotaQafConfig(MethodConfig):
+    """`seeds` (MethodConfig's): each recovery's seeds (the adapter's initialisation and batches),
+    from the one quantised model; `seed` splits the digits and initialises and trains the float MLP."""
+
     tasks: list[Literal["digits", "lm"]] = Field(default_factory=lambda: ["digits", "lm"], min_length=1)
     bits: list[int] = Field(default_factory=lambda: [4, 3, 2], min_length=1)
     quantizer: Literal["rtn", "gptq"] = "gptq"

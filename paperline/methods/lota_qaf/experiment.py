@@ -24,6 +24,7 @@ from paperline.methods.lota_qaf.config import AdapterSettings, LotaSettings
 from paperline.methods.lota_qaf.layers import LotaLinear, QALoraLinear, QuantLinear, replace_module, select_targets
 from paperline.methods.lota_qaf.quant import QuantError, quantize_gptq, quantize_rtn, requantize
 from paperline.methods.lota_qaf.tsignsgd import TSignSGD
+from paperline.seeds import seeded_init
 
 # ----------------------------------------------------------------------------- tasks
 
@@ -92,8 +93,7 @@ def global_stream_from(generator: torch.Generator):
     """The global torch RNG seeded from `generator` inside the block and restored after it: for
     inits that draw from the global stream (nn.Linear's, peft's lora_A), whose state otherwise
     depends on what ran before in the process (the order in which the flow's groups got the slot)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(2 ** 31, (1,), generator=generator)))
+    with seeded_init(int(torch.randint(2 ** 31, (1,), generator=generator))):
         yield
 
 

@@ -15,6 +15,7 @@ from torch import nn
 from paperline.data.local_tokenizer import encode_documents, read_tokenizer_json
 from paperline.methods.lota_qaf.config import LotaQafConfig
 from paperline.methods.lota_qaf.quant import QuantError
+from paperline.seeds import mean_over_seeds
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,10 @@ def score_row(task, model: nn.Module, bits: int | None = None) -> dict:
 def run_group(cfg: LotaQafConfig, name: str, bits: int, data: LotaData, checkpoint: Path,
               on_method=None) -> dict:
     """One (task, bit width): the quantised model, then each method recovered for the step budget
-    from the same quantised model and seed. Returns {"rows": variant -> row, "histories": ...}.
-    `on_method(variant, result)` is called after each method (for its MLflow child run)."""
+    from that same quantised model at each seed of `cfg.run_seeds()` (the adapter's initialisation
+    and batches). Returns {"rows": variant -> row (a method's: the mean over seeds), "seed_rows":
+    method variant -> [its row at each seed], "histories": variant (seed 0), variant/seed<s> -> loss
+    per step}. `on_method(variant, s, history)` is called after each recovery (for its MLflow run)."""
     from paperline.methods.lota_qaf.experiment import quantize_model, recover
 
     task = build_task(cfg, name, data)
@@ -176,22 +179,36 @@ def run_group(cfg: LotaQafConfig, name: str, bits: int, data: LotaData, checkpoi
     if cfg.quantizer == "gptq":  # RTN on the same grid rule, scored beside it: what GPTQ's error feedback buys
         rtn = task.score(quantize_model(model, section.target_modules, bits, section.group_size, "rtn"))
         rows[f"{prefix}_quantized"] |= {f"{task.metric}_rtn": rtn[task.metric], "loss_rtn": rtn["loss"]}
-    histories = {}
+    histories: dict[str, list[float]] = {}
+    seed_rows: dict[str, list[dict]] = {f"{prefix}_{method}": [] for method in cfg.methods}
     float_params = sum(p.numel() for p in model.parameters())
-    for method in cfg.methods:
-        settings = cfg.lora if method == "lora" else cfg.qalora
-        result = recover(quantized, task, method, section.steps, cfg.lota, settings, cfg.seed)
-        variant = f"{prefix}_{method}"
-        rows[variant] = {
-            task.metric: result["after"][task.metric], f"{task.metric}_unmerged": result["before"][task.metric],
-            "loss": result["after"]["loss"], "loss_unmerged": result["before"]["loss"], "bits": bits,
-            "merge_gap": result["merge_gap"], "bit_identical": result["bit_identical"],
-            "max_output_diff": result["max_output_diff"], "codes_on_grid": result["codes_on_grid"],
-            "changed_share": result["changed_share"], "model_bytes": result["merged_bytes"],
-            # the same model served as 16-bit weights with its 16-bit adapter unmerged
-            "lora16_bytes": 2 * (float_params + result["trainable_params"]),
-            "trainable_params": result["trainable_params"], "train_seconds": result["train_seconds"]}
-        histories[variant] = result["history"]
-        if on_method:
-            on_method(variant, rows[variant], result["history"])
-    return {"rows": rows, "histories": histories}
+    for s, seed in enumerate(cfg.run_seeds()):  # seed 0 first: its runs are the one-seed run's
+        for method in cfg.methods:
+            settings = cfg.lora if method == "lora" else cfg.qalora
+            result = recover(quantized, task, method, section.steps, cfg.lota, settings, seed)
+            variant = f"{prefix}_{method}"
+            seed_rows[variant].append({
+                task.metric: result["after"][task.metric], f"{task.metric}_unmerged": result["before"][task.metric],
+                "loss": result["after"]["loss"], "loss_unmerged": result["before"]["loss"], "bits": bits,
+                "merge_gap": result["merge_gap"], "bit_identical": result["bit_identical"],
+                "max_output_diff": result["max_output_diff"], "codes_on_grid": result["codes_on_grid"],
+                "changed_share": result["changed_share"], "model_bytes": result["merged_bytes"],
+                # the same model served as 16-bit weights with its 16-bit adapter unmerged
+                "lora16_bytes": 2 * (float_params + result["trainable_params"]),
+                "trainable_params": result["trainable_params"], "train_seconds": result["train_seconds"]})
+            histories[variant if s == 0 else f"{variant}/seed{s}"] = result["history"]
+            if on_method:
+                on_method(variant, s, result["history"])
+    rows |= {variant: over_seeds(per_seed, task.metric) for variant, per_seed in seed_rows.items()}
+    return {"rows": rows, "seed_rows": seed_rows, "histories": histories}
+
+
+def over_seeds(rows: list[dict], metric: str) -> dict:
+    """A method's row from its row at each seed: figures the mean (the metric and loss with their
+    sample std), a figure every seed shares (bits, bytes, parameters) as it is, a check (bit
+    identical, on the grid) true only at every seed, the output difference the largest."""
+    figures = [{k: v for k, v in row.items() if not isinstance(v, bool)} for row in rows]
+    out = mean_over_seeds(figures, spread=lambda k: k in (metric, "loss"), keep_shared=True)
+    checks = {k: all(row[k] for row in rows) for k, v in rows[0].items() if isinstance(v, bool)}
+    return ({k: checks.get(k, out.get(k)) for k in rows[0]} | {"max_output_diff": max(r["max_output_diff"] for r in rows)}
+            | {k: v for k, v in out.items() if k not in rows[0]} | {"seeds": len(rows)})

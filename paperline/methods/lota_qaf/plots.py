@@ -40,7 +40,7 @@ def plot_by_bits(metrics: MethodMetrics, table: str, path: Path) -> Path:
 def plot_losses(metrics: MethodMetrics, task: str, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for variant, losses in metrics.details["histories"].items():
-        if variant.startswith(task + "_"):
+        if variant.startswith(task + "_") and "/seed" not in variant:  # seed 0's curves (the others: MLflow)
             ax.plot(losses, lw=1, label=variant.removeprefix(task + "_"))
     ax.set(xlabel="recovery step", ylabel="training loss", title=f"{task}: recovery from the quantised model")
     ax.legend(fontsize=6, ncol=2)

@@ -1,6 +1,7 @@
-"""metrics/lota_qaf.json: a row per variant (<task>_float, <task>_w<b>_quantized, <task>_w<b>_<method>),
-a table per task (bit widths × methods, after the merge), headline figures computed from the run
-(never written by hand), and the paper's claims (`claims.evaluate`)."""
+"""metrics/lota_qaf.json: a row per variant (<task>_float, <task>_w<b>_quantized, <task>_w<b>_<method>:
+the mean over the recovery seeds, each seed's row in the details), a table per task (bit widths ×
+methods, after the merge), headline figures computed from the run (never written by hand), and the
+paper's claims (`claims.evaluate`)."""
 from __future__ import annotations
 
 from paperline.methods.lota_qaf.claims import evaluate
@@ -86,11 +87,13 @@ def headline(cfg: LotaQafConfig, rows: dict[str, dict]) -> dict:
     return out
 
 
-def method_metrics(cfg: LotaQafConfig, rows: dict[str, dict], histories: dict[str, list[float]],
-                   profile: str) -> MethodMetrics:
+def method_metrics(cfg: LotaQafConfig, rows: dict[str, dict], seed_rows: dict[str, list[dict]],
+                   histories: dict[str, list[float]], profile: str) -> MethodMetrics:
+    """`rows` (a method's: the mean over seeds) and `seed_rows` (a method's row at each seed, what
+    the claims pair by): `run_group`'s, with the float rows."""
     rows = method_rows(rows)
     return MethodMetrics(method="lota_qaf", profile=profile, headline=headline(cfg, rows), rows=rows,
-                         claims=evaluate(rows),
+                         claims=evaluate(rows, seed_rows),
                          tables=tables(cfg, rows),
-                         details={"histories": histories, "quantizer": cfg.quantizer,
+                         details={"histories": histories, "quantizer": cfg.quantizer, "seed_rows": seed_rows,
                                   "metric": {t: METRIC[t] for t in cfg.tasks}})

@@ -68,21 +68,9 @@ class MemoryDecoderConfig(MethodConfig):
     eval_windows: PositiveInt = 64  # evaluation windows (block_size) per split
     timing_windows: PositiveInt = 8  # windows timed per variant for the per-token inference cost
     threads: PositiveInt = 1
-    # the MemDec trains once per seed (its batch order; its init too when not copied from the small
+    # `seeds` (MethodConfig's): the MemDec trains once per seed (its batch order; its init too when not copied from the small
     # base) and every seed's MemDec is scored; the bases and the datastore are built once, at
     # `seed`: the paper plugs one MemDec into given pretrained bases, so the MemDec is what varies
-    seeds: list[int] = Field(default_factory=list)  # empty: [seed]
-
-    def run_seeds(self) -> list[int]:
-        """The seeds the MemDec trains with: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
-
-    @model_validator(mode="after")
-    def _seeds_distinct(self):
-        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
-        if repeated:
-            raise ValueError(f"seeds: {repeated} listed more than once")
-        return self
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from paperline.io import atomic_dir, read_json
 from paperline.methods.memory_decoder.config import DatastoreConfig
+
+if TYPE_CHECKING:
+    import faiss  # imported where used: loading it costs seconds
 
 DATASTORE_FILES = ("keys.npy", "values.npy", "index.faiss", "datastore.json")
 
@@ -63,12 +67,13 @@ def extract_keys(model, tokens: np.ndarray, block_size: int, device, batch_size:
     return np.ascontiguousarray(keys_arr, dtype=np.float32), values_arr
 
 
-def build_index(keys: np.ndarray, cfg: DatastoreConfig, seed: int = 0):
+def build_index(keys: np.ndarray, cfg: DatastoreConfig, seed: int = 0) -> faiss.Index:
     """Exact L2, or IVF-PQ trained on a seeded sample of the keys. nlist is capped so each
     centroid has ≥ 39 training keys (faiss's own rule of thumb) on a small datastore."""
     import faiss
 
     d = keys.shape[1]
+    index: faiss.Index
     if cfg.index == "flat":
         index = faiss.IndexFlatL2(d)
     else:
@@ -76,11 +81,12 @@ def build_index(keys: np.ndarray, cfg: DatastoreConfig, seed: int = 0):
             raise ValueError(f"datastore.code_size {cfg.code_size} must divide the key dimension {d}")
         nlist = max(1, min(cfg.nlist, len(keys) // 39))
         quantizer = faiss.IndexFlatL2(d)
-        index = faiss.IndexIVFPQ(quantizer, d, nlist, cfg.code_size, cfg.nbits)
+        ivf = faiss.IndexIVFPQ(quantizer, d, nlist, cfg.code_size, cfg.nbits)
         rng = np.random.default_rng(seed)
         sample = keys[rng.choice(len(keys), size=min(len(keys), cfg.train_keys), replace=False)]
-        index.train(np.ascontiguousarray(sample))
-        index.nprobe = min(cfg.nprobe, nlist)
+        ivf.train(np.ascontiguousarray(sample))
+        ivf.nprobe = min(cfg.nprobe, nlist)
+        index = ivf
     index.add(keys)
     return index
 
@@ -89,7 +95,7 @@ def build_index(keys: np.ndarray, cfg: DatastoreConfig, seed: int = 0):
 class Datastore:
     keys: np.ndarray
     values: np.ndarray
-    index: object  # a faiss index over `keys`
+    index: faiss.Index  # over `keys`
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(squared-L2 distances (N, k), neighbour ids (N, k)), nearest first."""

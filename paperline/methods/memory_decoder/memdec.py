@@ -79,7 +79,8 @@ def train_memdec(model, tokens: np.ndarray, neighbour_values: np.ndarray, neighb
         parts = memdec_loss(logits.reshape(-1, vocab), y.reshape(-1).to(device), target.reshape(-1, vocab), alpha)
         optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        if s.grad_clip is not None:  # None: no clipping (as train_lm)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         optimizer.step()
         done = record["step"] = step + 1
         if not math.isfinite(parts["loss"].item()):

@@ -26,9 +26,10 @@ def lm_config(shape: ShapeConfig, vocab_size: int, block_size: int):
 
 
 def load_lm(folder: str | Path):
-    from paperline.nn.causal_lm import CausalLM
+    """A saved LM (the bases, a MemDec) in eval mode, by the one LM loader."""
+    from paperline.train.lm_base import load_causal_lm
 
-    return CausalLM.from_pretrained(folder).eval()
+    return load_causal_lm(folder).eval()
 
 
 def save_lm(model, folder: str | Path, data: MemDecData) -> Path:

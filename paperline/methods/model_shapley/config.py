@@ -70,8 +70,8 @@ class LMConfig(StrictModel):
 
 class ModelShapleyConfig(MethodConfig):
     variants: list[Estimator] = Field(default=list(ESTIMATORS), min_length=1)
-    # each seed its own digits split, MLP, ground truth, LM and estimator batches. Empty: [seed]
-    seeds: list[int] = Field(default_factory=list)
+    # `seeds` (MethodConfig's): each seed its own digits split, MLP, ground truth, LM and estimator
+    # batches. Empty: [seed]
     digits: DigitsConfig = DigitsConfig()
     estimator: EstimatorConfig = EstimatorConfig()
     permutations: PositiveInt = 500  # ground truth: permutation-sampling Shapley over the hidden neurons
@@ -84,16 +84,10 @@ class ModelShapleyConfig(MethodConfig):
     timing_repeats: PositiveInt = 5  # estimator step vs training step: median of this many
     threads: PositiveInt = 1
 
-    def run_seeds(self) -> list[int]:
-        """The seeds the whole comparison runs at: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
-
     @model_validator(mode="after")
     def _consistent(self):
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants: listed twice in {self.variants}")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds: listed twice in {self.seeds}")
         if self.permutations % self.permutation_batch and self.permutations > self.permutation_batch:
             raise ValueError(f"permutations {self.permutations}: not a multiple of permutation_batch "
                              f"{self.permutation_batch}")

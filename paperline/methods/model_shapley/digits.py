@@ -15,6 +15,7 @@ from torch import nn
 from paperline.data.digits import CLASSES, FEATURES, read_digits
 from paperline.io import DataError
 from paperline.methods.model_shapley.ranking import keep_masks
+from paperline.seeds import seeded_init
 
 
 class DigitsDataError(DataError):
@@ -76,8 +77,8 @@ def load_tasks(val_fraction: float, test_fraction: float, noise_std: float, seed
 
 
 def make_mlp(hidden: int, seed: int) -> nn.Sequential:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES))
+    with seeded_init(seed):
+        return nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES))
 
 
 def batches(split: Split, batch_size: int, generator: torch.Generator):

@@ -59,7 +59,7 @@ def unit_scores(attribution: estimators.Attribution, num_layers: int) -> dict[st
 
 def head_and_layer_phi(attribution: estimators.Attribution, num_layers: int, head_dim: int) -> dict:
     """Φ of each attention head (its q_proj rows) and of each layer's MLP (all its neurons)."""
-    out = {}
+    out: dict[str, list[float] | float] = {}
     for i in range(num_layers):
         q = attribution.scores(f"layers.{i}.attn.q_proj")["phi"]
         out[f"layer{i}_heads_phi"] = estimators.unit_sums(q, head_dim).tolist()

@@ -7,20 +7,16 @@ The images stay on the device as uint8; each epoch's shuffle, crops and flips co
 from __future__ import annotations
 
 import functools
-import threading
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from paperline.data.cifar import CLASSES, MEAN, STD, load_cifar
+from paperline.methods.ngn_m.base import EpochBatches, Problem
 from paperline.methods.ngn_m.config import CifarConfig
-from paperline.methods.ngn_m.problems import EpochBatches, Problem
 from paperline.methods.ngn_m.resnet import CifarResNet as ResNet
+from paperline.seeds import seeded_init
 
-# nn.Module init draws from the global RNG: seeding and building under one lock keeps runs in
-# parallel threads reproducible
-MODEL_INIT_LOCK = threading.Lock()
 TRAIN_EVAL_IMAGES = 10_000  # "loss" is the training loss on this many training images (eval mode)
 PAD = 4
 
@@ -29,12 +25,6 @@ PAD = 4
 def cached_cifar(directory: str, dataset: str):
     """The arrays of one CIFAR directory, read once per process (every run of a sweep uses them)."""
     return load_cifar(directory, dataset)
-
-
-def build_seeded(factory, seed: int) -> nn.Module:
-    with MODEL_INIT_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return factory()
 
 
 class CifarResNet(Problem):
@@ -49,7 +39,8 @@ class CifarResNet(Problem):
         self.X_test, self.y_test = torch.from_numpy(X_test).to(device), torch.from_numpy(y_test).to(device)
         self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
         self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
-        self.model = build_seeded(lambda: ResNet(cfg.depth, CLASSES[cfg.dataset]), seed).to(device)
+        with seeded_init(seed):  # nn.Module init draws from the global RNG; runs train in threads
+            self.model = ResNet(cfg.depth, CLASSES[cfg.dataset]).to(device)
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick its kernels
         self.batches = EpochBatches(len(self.y), cfg.batch_size, seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from paperline.config import MethodConfig, ProjectPath, StrictModel
 
@@ -40,23 +40,23 @@ class CGrid(StrictModel):
         return [float(c) for c in np.logspace(self.low, self.high, self.points)]
 
 
-def _unique(names: list[str] | None) -> list[str] | None:
-    if names is not None and len(set(names)) != len(names):
-        raise ValueError(f"optimizers repeat a name: {names}")
-    return names
+def _unique(values: list | None, info: ValidationInfo) -> list | None:
+    if values is not None and len(set(values)) != len(values):
+        raise ValueError(f"{info.field_name} repeat a value: {values}")
+    return values
 
 
 class ProblemConfig(StrictModel):
     # null: the method-wide value
     optimizers: list[OptimizerName] | None = Field(None, min_length=1)
     c_grid: CGrid | None = None
-    seeds: PositiveInt | None = None
+    seeds: list[int] | None = Field(None, min_length=1)
     # steps between γ_k samples kept for the trace (the loss curve is sampled the same way)
     trace_every: PositiveInt = 1
     # checkpoint a run every this many steps (long runs only: a killed run resumes there)
     checkpoint_every: PositiveInt | None = None
 
-    _unique_optimizers = field_validator("optimizers")(_unique)
+    _unique_lists = field_validator("optimizers", "seeds")(_unique)
 
 
 class LeastSquaresConfig(ProblemConfig):
@@ -148,7 +148,8 @@ ProblemName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]  # file and me
 class NGNMConfig(MethodConfig):
     optimizers: list[OptimizerName] = Field(default_factory=lambda: list(ALL_OPTIMIZERS), min_length=1)
     c_grid: CGrid = Field(default_factory=CGrid)
-    seeds: PositiveInt = 3
+    # `seeds` (MethodConfig's): every (problem, optimizer, c) runs once per seed (a problem's own
+    # `seeds` in its place)
     momentum: float = Field(0.9, ge=0, lt=1)  # β of NGN-M and SGDM (torch's SGD momentum)
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)  # NGN-MD and Adam
@@ -164,5 +165,5 @@ class NGNMConfig(MethodConfig):
     def c_values_for(self, problem: str) -> list[float]:
         return (self.problems[problem].c_grid or self.c_grid).values()
 
-    def seeds_for(self, problem: str) -> int:
-        return self.problems[problem].seeds or self.seeds
+    def seeds_for(self, problem: str) -> list[int]:
+        return list(self.problems[problem].seeds or self.run_seeds())

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from paperline.data.tokens import open_tokens, sample_windows
-from paperline.methods.ngn_m.cifar_problem import build_seeded
+from paperline.methods.ngn_m.base import Problem
 from paperline.methods.ngn_m.config import TextLMConfig
-from paperline.methods.ngn_m.problems import Problem
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+from paperline.seeds import seeded_init
 
 EVAL_SEED = 12345  # the validation windows: the same for every run
 
@@ -35,7 +35,8 @@ class TextLM(Problem):
         config = CausalLMConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, num_layers=cfg.n_layer,
                                 attention="mha", num_heads=cfg.n_head, head_dim=cfg.n_embd // cfg.n_head,
                                 max_position_embeddings=cfg.block_size)
-        self.model = build_seeded(lambda: CausalLM(config), seed).to(device)
+        with seeded_init(seed):  # transformers' init draws from the global RNG; runs train in threads
+            self.model = CausalLM(config).to(device)
         self.total_steps = cfg.steps
 
     def parameters(self):

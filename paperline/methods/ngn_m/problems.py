@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from paperline.methods.ngn_m.base import EpochBatches, Problem
 from paperline.methods.ngn_m.config import DigitsConfig, LeastSquaresConfig, RosenbrockConfig
 
 # The metric each kind of problem's robustness count is taken on, and whether higher is better.
@@ -27,56 +28,6 @@ PRIMARY_METRIC: dict[str, tuple[str, bool]] = {
 }
 # Kernel-launch bound at this size: a GPU only adds latency, so these stay on the CPU.
 CPU_PROBLEMS = {"least_squares", "rosenbrock", "digits"}
-
-
-class Problem:
-    kind: str
-    name: str  # the problem's key in the config (a kind can appear twice: CIFAR-10 and CIFAR-100)
-    total_steps: int
-    steps_per_epoch: int | None = None
-
-    def parameters(self) -> list[torch.Tensor]:
-        raise NotImplementedError
-
-    def batch(self, step: int) -> Any:
-        raise NotImplementedError
-
-    def loss(self, batch: Any) -> torch.Tensor:
-        raise NotImplementedError
-
-    def evaluate(self) -> dict[str, float]:
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {str(i): p.detach().clone() for i, p in enumerate(self.parameters())}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        with torch.no_grad():
-            for i, p in enumerate(self.parameters()):
-                p.copy_(state[str(i)])
-
-
-def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The shuffle of one epoch, from (seed, epoch) alone."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-
-
-class EpochBatches:
-    """Minibatch indices of epoch-based training; the last partial batch of an epoch is dropped
-    (every step then averages over the same number of examples)."""
-
-    def __init__(self, n: int, batch_size: int, seed: int):
-        if batch_size > n:
-            raise ValueError(f"batch_size {batch_size} exceeds the {n} training examples")
-        self.n, self.batch_size, self.seed = n, batch_size, seed
-        self.steps_per_epoch = n // batch_size
-        self._epoch, self._perm = -1, None
-
-    def indices(self, step: int) -> torch.Tensor:
-        epoch, within = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            self._epoch, self._perm = epoch, epoch_permutation(self.n, self.seed, epoch)
-        return self._perm[within * self.batch_size:(within + 1) * self.batch_size]
 
 
 # ---------------------------------------------------------------- least squares (diabetes)

@@ -169,7 +169,7 @@ def run_variant(cfg: NGNMConfig, problem_name: str, optimizer: str, out_dir: Pat
     else:
         run_device = torch.device("cpu")
     c_values = cfg.c_values_for(problem_name)
-    seeds = [cfg.seed + s for s in range(cfg.seeds_for(problem_name))]
+    seeds = cfg.seeds_for(problem_name)
     out_dir = Path(out_dir)
     runs = []
     # the untrained model of each seed (its parameters drawn as every run of that seed starts):

@@ -50,7 +50,8 @@ class PubSubVFLConfig(MethodConfig):
     channels: ChannelConfig = ChannelConfig()
     variants: list[Variant] = Field(default=["vfl", "vfl_ps", "avfl", "avfl_ps", "pubsub_vfl"], min_length=1)
     baseline: Variant = "vfl"
-    seeds: list[int] = Field(default=[0, 1], min_length=1)
+    # `seeds` (MethodConfig's): every variant trains once per seed, seed-major; the planner's
+    # profile, the DP sweep's other μ and the fault check run at the first seed only
     workers_active: PositiveInt = 2  # w_a for the PS variants (the planner picks them for pubsub_vfl)
     workers_passive: PositiveInt = 2  # w_p
     batch_size: PositiveInt = 64

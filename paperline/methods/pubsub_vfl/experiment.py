@@ -51,20 +51,20 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
         return result
 
     runs: dict[str, list[RunResult]] = {v: [] for v in cfg.variants}
-    for seed in cfg.seeds:  # seed-major: a slow spell of the machine hits every variant alike
+    for seed in cfg.run_seeds():  # seed-major: a slow spell of the machine hits every variant alike
         for variant in cfg.variants:
             runs[variant].append(one(variant, seed))
     exp = Experiment(chosen, runs)
     # in process, no timing: the same model, init, lr, epochs, batches, without the passive party
-    exp.alone = {seed: active_alone(cfg, data, seed, chosen["B"]) for seed in cfg.seeds}
-    exp.dp = [one("pubsub_vfl", seed, dp_mu=mu) for seed in cfg.seeds for mu in cfg.dp_mu
-              if seed == cfg.seeds[0] or mu == DP_CLAIM_MU]
+    exp.alone = {seed: active_alone(cfg, data, seed, chosen["B"]) for seed in cfg.run_seeds()}
+    exp.dp = [one("pubsub_vfl", seed, dp_mu=mu) for seed in cfg.run_seeds() for mu in cfg.dp_mu
+              if seed == cfg.run_seeds()[0] or mu == DP_CLAIM_MU]
     if cfg.grid_check and cfg.plan:
         cost = planner.CostModel(**{k: (planner.PartyCost(**v) if isinstance(v, dict) else v)
                                     for k, v in chosen["cost_model"].items()})
         # an epoch's time is what the grid compares: `grid_epochs` of them at every seed
         grid_cfg = cfg.model_copy(update={"epochs": cfg.grid_epochs or cfg.epochs})
-        for seed in cfg.seeds:
+        for seed in cfg.run_seeds():
             for w_a in cfg.plan_workers:
                 for w_p in cfg.plan_workers:
                     for B in cfg.plan_batches:
@@ -75,6 +75,6 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     if cfg.kill_worker:
         typical = min(r.wall_s for r in runs.get("pubsub_vfl", [])) if runs.get("pubsub_vfl") else 1.0
         # two workers a party at least: the survivor carries on, the killed one's batches drop
-        exp.fault = one("pubsub_vfl", cfg.seeds[0], kill_passive_after_s=0.3 * typical,
+        exp.fault = one("pubsub_vfl", cfg.run_seeds()[0], kill_passive_after_s=0.3 * typical,
                         workers=(max(2, chosen["w_a"]), max(2, chosen["w_p"])))
     return exp

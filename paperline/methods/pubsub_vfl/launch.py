@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _, cfg = load_method_config(PubSubVFLConfig, read_params(args.params), "pubsub_vfl", args.profile,
                                 args.overrides, source=args.params)
-    seed = cfg.seeds[0] if args.seed is None else args.seed
+    seed = cfg.run_seeds()[0] if args.seed is None else args.seed
     # both sides load the table from the same params and train on their own columns; the active
     # side scores the joint model on the test split, so it reads the passive test columns too
     # (as the stage does: the passive party sends its bottom model back for that)

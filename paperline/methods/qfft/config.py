@@ -90,20 +90,13 @@ class QFFTConfig(MethodConfig):
     decode: DecodeConfig = DecodeConfig()
     noise_seed: int = 1
     threads: PositiveInt = 1
-    # the training seeds: each one trains its own base and four fine-tunes (weights' init, batch
-    # order, sampling draws) on the same problems (problems.seed); the rows are means over them.
-    # None: `seed` alone. One seed of this loop is not a claim (issue 25: another machine moved
-    # the base's accuracy from 0.647 to 0.730 on the same seed)
-    seeds: list[int] | None = Field(None, min_length=1)
-
-    @property
-    def run_seeds(self) -> list[int]:
-        return list(self.seeds) if self.seeds is not None else [self.seed]
+    # `seeds` (MethodConfig's), the training seeds: each one trains its own base and four fine-tunes
+    # (weights' init, batch order, sampling draws) on the same problems (problems.seed); the rows
+    # are means over them. Empty: `seed` alone. One seed of this loop is not a claim (issue 25:
+    # another machine moved the base's accuracy from 0.647 to 0.730 on the same seed)
 
     @model_validator(mode="after")
     def _sources(self):
-        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds: {self.seeds} names a seed twice")
         if self.base_init == "lm_base" and self.base_model_path is not None:
             raise ValueError("base_init: 'lm_base' trains a base from the shared LM; base_model_path is a base "
                              "used as it is (set one of them)")

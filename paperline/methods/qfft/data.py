@@ -15,7 +15,7 @@ import random
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -82,7 +82,9 @@ class HFTokenizer:
     def __init__(self, path: str | Path):
         from transformers import AutoTokenizer
 
-        self.tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        from paperline.seeds import load_pretrained
+
+        self.tok = load_pretrained(AutoTokenizer, path, local_files_only=True)
         self.eos_id = self.tok.eos_token_id
         self.bos_id = self.tok.bos_token_id
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos_id
@@ -223,7 +225,7 @@ def shuffle_pairs(examples: Sequence[Example], seed: int) -> list[Example]:
 # field names of the released files: LIMO (question/solution/answer), s1K-1.1
 # (question/deepseek_thinking_trajectory + deepseek_attempt), LLaMA-Factory's S1_QFFT/LIMO_QFFT
 # (instruction/input/output, the question left empty in the QFFT copies)
-JSONL_FORMATS = {
+JSONL_FORMATS: dict[str, dict[str, Any]] = {
     "limo": {"question": "question", "response": ("solution",), "answer": "answer"},
     "s1k": {"question": "question", "response": ("deepseek_thinking_trajectory", "deepseek_attempt"),
             "answer": "solution"},

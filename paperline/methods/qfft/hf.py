@@ -3,13 +3,13 @@ loaded from a local directory (paper: Qwen2.5-7B-Instruct), behind the one inter
 `paperline.train.lm.train_lm` uses (targets already shifted, -100 ignored)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from paperline.nn.causal_lm import CausalLM, CausalLMOutput
+from paperline.seeds import seeded_init
+from paperline.train.lm_base import load_causal_lm as load_causal_lm  # the one LM loader, as tasks/qfft.py names it
 
 
 class ShiftedTargetsLM(nn.Module):
@@ -27,17 +27,6 @@ class ShiftedTargetsLM(nn.Module):
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
         return CausalLMOutput(loss=loss, logits=logits)
-
-
-def load_causal_lm(path: str | Path):
-    """A saved model directory: ours (model type paperline_causal_lm) as CausalLM, anything else
-    through AutoModelForCausalLM (local files only: no hub downloads)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
-    if config.model_type == CausalLM.config_class.model_type:
-        return CausalLM.from_pretrained(path)
-    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype="auto")
 
 
 def trainable(model):
@@ -65,8 +54,7 @@ def add_lora(model, lora, seed: int = 0):
             raise ValueError(f"finetune.lora.target_modules: {target!r} matches no linear layer of the model "
                              f"(its linear layers are named {', '.join(names)})")
     model.requires_grad_(False)
-    with torch.random.fork_rng(devices=[]):  # peft draws A from the global RNG: seeded, left as it was
-        torch.manual_seed(seed)
+    with seeded_init(seed):  # peft draws A from the global RNG: seeded, left as it was
         return get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha,
                                                 target_modules=list(lora.target_modules),
                                                 lora_dropout=lora.dropout, bias="none"))

@@ -130,11 +130,12 @@ def base_model(cfg: QFFTConfig, tok):
     special tokens (transformers draws them from the old rows' mean and covariance) and its
     position limit raised to the sequences' (RoPE: positions are computed, not learned)."""
     from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+    from paperline.train.lm_base import load_causal_lm
 
     positions = cfg.cutoff + cfg.decode.max_new_tokens + 64
     if cfg.base_init == "lm_base":
         check_lm_base(cfg)
-        model = CausalLM.from_pretrained(cfg.lm_base_path, max_position_embeddings=positions)
+        model = load_causal_lm(cfg.lm_base_path, max_position_embeddings=positions)
         model.resize_token_embeddings(tok.vocab_size)
         return model
     b = cfg.base

@@ -90,9 +90,8 @@ class ModelSize(StrictModel):
 class SplashNetConfig(MethodConfig):
     data: DataConfig = DataConfig()
     variants: list[VariantName] = Field(default=list(VARIANT_CHANGES), min_length=1)
-    # every variant is trained once per seed (model init, window order, augmentation) and compared
+    # `seeds` (MethodConfig's): every variant is trained once per seed (model init, window order, augmentation) and compared
     # on the mean: one seed of a smoke-sized CTC fit moves zero-shot CER by tens of points (issue 25)
-    seeds: list[int] = Field(default_factory=list)  # empty: [seed]
     sizes: dict[Literal["baseline", "splashnet_mini", "splashnet"], ModelSize]
     kernel_width: PositiveInt = 32
     # windows in samples at 2 kHz (emg2qwerty: 8000 with 1800 past and 200 future padding)
@@ -126,16 +125,6 @@ class SplashNetConfig(MethodConfig):
     checkpoint_every: PositiveInt = 200  # optimizer steps between Lightning checkpoints
     val_every: PositiveInt = 500  # optimizer steps between validations (with data.val_users > 0)
 
-    def run_seeds(self) -> list[int]:
-        """The seeds each variant trains with: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
-
-    @model_validator(mode="after")
-    def _seeds_distinct(self):
-        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
-        if repeated:
-            raise ValueError(f"seeds: {repeated} listed more than once")
-        return self
 
     @model_validator(mode="after")
     def _sizes_fit(self):

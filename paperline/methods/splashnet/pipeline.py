@@ -9,7 +9,6 @@ stage's weights are saved with `save_checkpoint` and reused on a resume."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -25,10 +24,9 @@ from paperline.methods.splashnet.features import SessionFeatures
 from paperline.methods.splashnet.lightning_module import CTCModule, session_cer
 from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flops, count_parameters
 from paperline.methods.splashnet.transforms import HOP
+from paperline.seeds import seeded_init
 from paperline.train.checkpoint import load_resumable, save_checkpoint
 from paperline.train.distributed import DistributedConfig
-
-_INIT_LOCK = threading.Lock()  # model init reads the global RNG; variants train in threads
 
 
 def load_split(cfg: SplashNetConfig, features: Path, six_bands: bool):
@@ -235,8 +233,7 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
     fp = fingerprint(cfg, variant, f"generic/seed{seed}", data)
     generic_path = out_dir / "generic.pt"
     done = load_resumable(generic_path, fp)
-    with _INIT_LOCK:
-        torch.manual_seed(seed)
+    with seeded_init(seed):  # model init reads the global RNG; variants train in threads
         dataset = WindowDataset(train, frames, left, right, augment, seed)
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
         module = CTCModule(spec, cfg.lr, warmup, schedule_horizon(cfg, total), cfg.ctc_blank_bias)
@@ -294,7 +291,7 @@ def _finetune(cfg: SplashNetConfig, variant: str, generic: TDSConvCTC, sessions:
     """Personalisation: a copy of the generic model trained on one held-out user's other sessions."""
     fp = fingerprint(cfg, variant, f"finetune/{user}/seed{seed}", data)
     path = out_dir / "model.pt"
-    with _INIT_LOCK:
+    with seeded_init():  # its init (overwritten by the generic weights) kept off the other threads' draws
         dataset = WindowDataset(sessions, frames, left, right, augment, seed + 1)
         total, warmup = _steps(cfg, dataset, cfg.finetune_epochs, cfg.finetune_max_steps)
         module = CTCModule(generic.spec, cfg.finetune_lr or cfg.lr, warmup, total)

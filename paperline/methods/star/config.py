@@ -115,7 +115,7 @@ class OfflineConfig(StrictModel):
 class StarConfig(MethodConfig):
     tasks: list[TaskConfig] = Field(min_length=1)
     variants: list[Variant] = Field(min_length=1)
-    seeds: PositiveInt = 3
+    # `seeds` (MethodConfig's): every row (task, variant, budget) and the offline variant run once per seed
     # defaults: the paper's SAC (1024×2, AdamW, lr 5e-4, batch 1024, τ 0.005, temperature 0.1, γ 0.99,
     # target update every 2 steps) and reward model (3 × 256×3, lr 3e-4, batch 128, 200 updates)
     sac: SACSettings = SACSettings(hidden=1024, lr=5e-4, batch=1024)

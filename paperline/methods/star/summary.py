@@ -13,7 +13,7 @@ from paperline.methods.star import claims as star_claims
 from paperline.methods.star.claims import RANDOM
 from paperline.methods.star.config import StarConfig, row_name
 from paperline.metrics import MethodMetrics
-from paperline.seeds import mean_over_seeds
+from paperline.seeds import mean_over_seeds, sample_std
 
 SEED_FIGURES = ("normalized_return", "return", "random_return", "overestimation", "overestimation_rel",
                 "pref_accuracy", "seconds", "labels")
@@ -90,7 +90,7 @@ def headline(cfg: StarConfig, rows: dict[str, dict]) -> dict:
     """Per task and budget (where both ran): STAR's mean normalised return minus PEBBLE's and minus each
     ablation's, both signed relative overestimations, PMR's preference-accuracy gain over PEBBLE; the
     figures only (the verdicts, with their intervals, are the claims)."""
-    out: dict = {"seeds": cfg.seeds}
+    out: dict = {"seeds": len(cfg.run_seeds())}
     for task in cfg.tasks:
         for b in task.budgets:
             r = {v: rows.get(row_name(task.name, v, b)) for v in ("star", "pebble", "star_no_pmr", "star_no_pr", "surf")}
@@ -112,13 +112,15 @@ def headline(cfg: StarConfig, rows: dict[str, dict]) -> dict:
 
 
 def mean_curves(results: dict[str, dict]) -> dict[str, dict]:
-    """row -> {"step": [...], "mean": [...], "std": [...]} of the true-reward return over seeds."""
+    """row -> {"step": [...], "mean": [...], "std": [...]} of the true-reward return over seeds (std:
+    the sample std, as every row's `_std`)."""
     out = {}
     for name, res in results.items():
         curves = [s["curve"] for s in res["seeds"]]
         length = min(len(c["return"]) for c in curves)
         values = np.array([c["return"][:length] for c in curves])
-        out[name] = {"step": curves[0]["step"][:length], "mean": values.mean(0).tolist(), "std": values.std(0).tolist()}
+        out[name] = {"step": curves[0]["step"][:length], "mean": values.mean(0).tolist(),
+                     "std": sample_std(values, axis=0).tolist()}
     return out
 
 

@@ -72,7 +72,9 @@ class TextLMConfig(StrictModel):
     steps: PositiveInt = 200
     optimizers: list[OptimizerName] = Field(default=["adamw", "galore_adamw", "muon", "sumo"], min_length=1)
     lr_grid: dict[OptimizerName, list[PositiveFloat]]
-    seeds: PositiveInt = 1  # the lr grid runs at seed 0; each optimizer's best lr at seeds 1 … seeds − 1 too
+    # seeds (each a run's index in its generator's seed, train.run_seed): the lr grid runs at the
+    # first, 0 (where the best lr is picked: summary.tuning_runs); each optimizer's best lr at the others too
+    seeds: list[int] = Field([0], min_length=1)
     rank: PositiveInt = 16
     update_period: PositiveInt = 50
     adamw_part_lr: PositiveFloat | None = 3e-3  # embeddings and norms under GaLore, Muon, SUMO
@@ -94,6 +96,8 @@ class TextLMConfig(StrictModel):
         if self.condition_every % self.log_every:
             raise ValueError(f"text_lm.condition_every {self.condition_every} must be a multiple of "
                              f"log_every {self.log_every} (the samples are taken at log steps)")
+        if self.seeds[0] != 0 or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"text_lm.seeds {self.seeds}: distinct, the first 0 (the lr grid's seed)")
         return self
 
 
@@ -109,11 +113,11 @@ class SumoConfig(MethodConfig):
     theory_draws: PositiveInt = 20  # random (U, V) per κ
     ns_steps: list[PositiveInt] = Field(default=[5], min_length=1)  # NS iterations compared (5: Muon's)
 
-    # ---- training (spec §e.2): every optimizer × every lr of its grid × seeds, equal steps
+    # ---- training (spec §e.2): every optimizer × every lr of its grid × `seeds` (MethodConfig's:
+    # each a run's index in its generator's seed, train.run_seed), equal steps
     optimizers: list[OptimizerName] = Field(
         default=["adamw", "galore_adamw", "muon", "sumo", "sumo_ns"], min_length=1)
     lr_grid: dict[OptimizerName, list[PositiveFloat]]  # the lr sweep of each optimizer
-    seeds: PositiveInt = 3
     steps: PositiveInt = 600
     batch_size: PositiveInt = 64
     hidden_sizes: list[PositiveInt] = Field(default=[256, 256], min_length=1)

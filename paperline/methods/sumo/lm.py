@@ -18,7 +18,6 @@ would split the matrices the low-rank optimizers project (`refuse_fsdp`).
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -27,12 +26,12 @@ import torch
 
 from paperline.data.c4 import C4Tokenizer, train_batches, validation_batches
 from paperline.methods.sumo.config import LLAMA_SIZES, LlamaC4Config, SumoConfig
-from paperline.methods.sumo.optimizers import OptimizerFactory, build_optimizer, state_formula
+from paperline.methods.sumo.optimizers import OptimizerFactory, build_optimizer, read_record, refuse_fsdp, state_formula
 from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig, llama_config
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
-from paperline.train.distributed import DistributedConfig, DistributedError, runs_in_process
+from paperline.train.distributed import DistributedConfig, runs_in_process
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -103,14 +102,6 @@ def lm_fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) 
     return {**cfg.model_dump(include=keep), "optimizer": optimizer, "lr": lr, "seed_index": seed_index}
 
 
-def refuse_fsdp(distributed: DistributedConfig, where: str = "runtime.distributed.strategy") -> None:
-    """FSDP shards each weight matrix over the processes; GaLore, SUMO and Muon project or
-    orthogonalise whole matrices, so they train data-parallel (DDP) only."""
-    if distributed.strategy == "fsdp":
-        raise DistributedError(f"{where}: fsdp shards the weight matrices that SUMO's optimizers act on "
-                               "whole; use ddp")
-
-
 def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
              checkpoint_path: Path | None = None, progress: bool = False,
              distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> dict:
@@ -169,20 +160,6 @@ def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: 
         "limiter_fraction": limiter_hits / (steps * sumo_matrices) if sumo_matrices and steps else None,
         "processes": out["processes"],
     }
-
-
-def read_record(record_to: str, checkpoint_path: Path | None, steps: int) -> dict:
-    """The spawned optimizer's record (OptimizerFactory), kept beside the checkpoint: a run that
-    resumes at its end takes no step, and reads the record its last try wrote."""
-    kept = Path(checkpoint_path).with_suffix(".optimizer.json") if checkpoint_path is not None else None
-    if Path(record_to).is_file():
-        record = json.loads(Path(record_to).read_text())
-        if kept is not None:
-            kept.write_text(json.dumps(record))
-        return record
-    if kept is not None and kept.is_file():
-        return json.loads(kept.read_text())
-    raise RuntimeError(f"the spread training took no step ({steps} done) and left no optimizer record")
 
 
 def llama_step_times(cfg: SumoConfig, device: torch.device) -> dict[str, dict[str, float]]:

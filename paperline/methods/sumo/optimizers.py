@@ -8,6 +8,10 @@
 """
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import torch
 
 from paperline.methods.sumo.config import SumoConfig
@@ -16,6 +20,7 @@ from paperline.nn.causal_lm import CausalLM
 from paperline.optim.galore import GaLoreAdamW
 from paperline.optim.muon import Muon
 from paperline.optim.sumo import SUMO
+from paperline.train.distributed import DistributedConfig, DistributedError
 
 LABELS = {"adamw": "AdamW", "galore_adamw": "GaLore-AdamW", "muon": "Muon (NS5)", "sumo": "SUMO (SVD)",
           "sumo_ns": "SUMO with NS5"}
@@ -88,11 +93,8 @@ class OptimizerFactory:
         return self.optimizer
 
     def _after_step(self) -> None:
-        import json
-
         import numpy as np
 
-        from paperline.methods.sumo.text_lm import moment_condition_numbers
         from paperline.optim.hybrid import state_bytes, state_numel
 
         record, optimizer = self.record, self.optimizer
@@ -125,3 +127,37 @@ def rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def condition_number(matrix: torch.Tensor) -> float:
+    """σ_max/σ_min of `matrix` over its min(rows, cols) singular values (fp64); inf when singular."""
+    sigma = torch.linalg.svdvals(matrix.detach().double())
+    return float(sigma[0] / sigma[-1]) if sigma[-1] > 0 else math.inf
+
+
+def moment_condition_numbers(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[float]:
+    """κ of the low-rank moment of each of `params` that has one (SUMO's state["moment"]), in order."""
+    return [condition_number(optimizer.state[p]["moment"]) for p in params
+            if "moment" in optimizer.state.get(p, {})]
+
+
+def refuse_fsdp(distributed: DistributedConfig, where: str = "runtime.distributed.strategy") -> None:
+    """FSDP shards each weight matrix over the processes; GaLore, SUMO and Muon project or
+    orthogonalise whole matrices, so they train data-parallel (DDP) only."""
+    if distributed.strategy == "fsdp":
+        raise DistributedError(f"{where}: fsdp shards the weight matrices that SUMO's optimizers act on "
+                               "whole; use ddp")
+
+
+def read_record(record_to: str, checkpoint_path: Path | None, steps: int) -> dict:
+    """The spawned optimizer's record (OptimizerFactory), kept beside the checkpoint: a run that
+    resumes at its end takes no step, and reads the record its last try wrote."""
+    kept = Path(checkpoint_path).with_suffix(".optimizer.json") if checkpoint_path is not None else None
+    if Path(record_to).is_file():
+        record = json.loads(Path(record_to).read_text())
+        if kept is not None:
+            kept.write_text(json.dumps(record))
+        return record
+    if kept is not None and kept.is_file():
+        return json.loads(kept.read_text())
+    raise RuntimeError(f"the spread training took no step ({steps} done) and left no optimizer record")

@@ -21,7 +21,6 @@ own history).
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from pathlib import Path
 
@@ -31,24 +30,12 @@ import torch
 from paperline.data.text_corpus import load_corpus
 from paperline.io import atomic_path
 from paperline.methods.sumo.config import SumoConfig, TextLMConfig
-from paperline.methods.sumo.optimizers import OptimizerFactory, state_formula
+from paperline.methods.sumo.optimizers import OptimizerFactory, read_record, refuse_fsdp, state_formula
 from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
 from paperline.train.distributed import DistributedConfig, runs_in_process
-
-
-def condition_number(matrix: torch.Tensor) -> float:
-    """σ_max/σ_min of `matrix` over its min(rows, cols) singular values (fp64); inf when singular."""
-    sigma = torch.linalg.svdvals(matrix.detach().double())
-    return float(sigma[0] / sigma[-1]) if sigma[-1] > 0 else math.inf
-
-
-def moment_condition_numbers(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[float]:
-    """κ of the low-rank moment of each of `params` that has one (SUMO's state["moment"]), in order."""
-    return [condition_number(optimizer.state[p]["moment"]) for p in params
-            if "moment" in optimizer.state.get(p, {})]
 
 
 def with_text_lm(cfg: SumoConfig) -> SumoConfig:
@@ -94,8 +81,6 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
     """History, κ samples and final metrics of one run (the keys of train.train_one's result where
     they mean the same; final_test_loss is the held-out loss on the corpus's validation tokens).
     `distributed` (params.yaml runtime.distributed) spreads the training over devices (DDP)."""
-    from paperline.methods.sumo.lm import read_record, refuse_fsdp
-
     distributed = distributed or DistributedConfig()
     refuse_fsdp(distributed)
     here = runs_in_process(distributed)

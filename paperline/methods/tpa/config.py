@@ -42,9 +42,8 @@ class DataConfig(StrictModel):
 
 class TPAConfig(MethodConfig):
     variants: list[Variant] = Field(default=["mha", "mqa", "gqa", "mla", "tpa", "tpa_kvonly"], min_length=1)
-    # every variant trains once per seed (init and batch order; the same seed gives every variant
+    # `seeds` (MethodConfig's): every variant trains once per seed (init and batch order; the same seed gives every variant
     # the same batches) and its row is the mean: the claims need the seeds' spread
-    seeds: list[int] = Field(default_factory=list)  # empty: [seed]
     shape: ShapeConfig = ShapeConfig()
     train: TrainConfig = TrainConfig()
     # a dict, not DataConfig(): the default is validated (with the project root) like a given section,
@@ -55,16 +54,6 @@ class TPAConfig(MethodConfig):
     decode_tokens: PositiveInt = 16  # single-token decode steps timed per context length
     decode_repeats: PositiveInt = 3  # best of, per (variant, context)
 
-    def run_seeds(self) -> list[int]:
-        """The seeds each variant trains with: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]
-
-    @model_validator(mode="after")
-    def _seeds_distinct(self):
-        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
-        if repeated:
-            raise ValueError(f"seeds: {repeated} listed more than once")
-        return self
 
     @model_validator(mode="after")
     def _fits(self):

@@ -37,6 +37,7 @@ def open_data(cfg: TPAConfig) -> TokenData:
     corpus folder's tokenizer against its metadata)."""
     block = cfg.train.block_size
     if cfg.data.train_bin:
+        assert cfg.data.val_bin is not None and cfg.data.vocab_size is not None  # given together (validator)
         data = TokenData(cfg.data.train_bin, cfg.data.val_bin, cfg.data.vocab_size)
         data.tokens(block)
         return data

@@ -30,7 +30,7 @@ def decode_step_times(models: dict[str, torch.nn.Module], contexts: list[int], t
     generator = torch.Generator().manual_seed(seed)
     out: dict[str, dict[int, dict]] = {name: {} for name in models}
     for context in contexts:
-        vocab = next(iter(models.values())).config.vocab_size
+        vocab: int = next(iter(models.values())).config.vocab_size  # type: ignore[union-attr,assignment]  # Module.__getattr__
         prompt = torch.randint(vocab, (batch, context), generator=generator).to(device)
         steps = torch.randint(vocab, (batch, tokens), generator=generator).to(device)
         prefilled = {}

@@ -15,7 +15,7 @@ def lm_config(variant: str, shape: ShapeConfig, vocab_size: int, max_positions: 
 
 
 def build_model(variant: str, shape: ShapeConfig, vocab_size: int, max_positions: int, seed: int) -> CausalLM:
-    import torch
+    from paperline.seeds import seeded_init
 
-    torch.manual_seed(seed)  # post_init draws the weights from torch's global generator
-    return CausalLM(lm_config(variant, shape, vocab_size, max_positions))
+    with seeded_init(seed):  # post_init draws the weights from torch's global generator
+        return CausalLM(lm_config(variant, shape, vocab_size, max_positions))

@@ -28,7 +28,7 @@ def variant_row(run: dict, times: dict[int, dict], ratios: dict[int, dict], mha:
 
 def paper_shapes(variants) -> dict[str, dict]:
     """Table 1 at the paper's T6 shapes: each variant's rebalanced heads and cache per token per layer."""
-    table = {}
+    table: dict[str, dict] = {}
     for v in variants:
         table[v] = {}
         for size, shape in PAPER_SHAPES.items():

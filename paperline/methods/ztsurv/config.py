@@ -34,9 +34,8 @@ class ZTSurvConfig(MethodConfig):
     lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
     folds: Annotated[int, Field(ge=2)] = 5
-    # the seeds every method runs with (each seed its own stratified folds and model inits: repeated
-    # cross-validation on the same prepared slides); empty: `seed` alone
-    seeds: list[int] = Field(default_factory=list)
+    # `seeds` (MethodConfig's): the seeds every method runs with (each seed its own stratified folds
+    # and model inits: repeated cross-validation on the same prepared slides); empty: `seed` alone
     methods: list[Method] = Field(default_factory=lambda: list(METHODS), min_length=1)
     threads: Annotated[int, Field(ge=1)] = 2  # torch intra-op threads per training task
     # compute accounting: the 50x pipeline against 20x patch tiling on the same slides
@@ -46,13 +45,9 @@ class ZTSurvConfig(MethodConfig):
     # plots
     overlay_slides: Annotated[int, Field(ge=1)] = 4
 
-    @field_validator("methods", "seeds")
+    @field_validator("methods")
     @classmethod
     def _unique(cls, v, info):
         if len(set(v)) != len(v):
             raise ValueError(f"{info.field_name} repeat")
         return v
-
-    def run_seeds(self) -> list[int]:
-        """The seeds each method trains with: `seeds`, or `seed` alone when none are listed."""
-        return list(self.seeds) or [self.seed]

@@ -87,7 +87,7 @@ def hetero_graph(table: dict[str, np.ndarray], time: float = 0.0, event: bool = 
         node_ids[cells[:, 0], cells[:, 1], t] = np.arange(len(cells))
         data[name].x = torch.from_numpy(table["features"][cells[:, 0], cells[:, 1], t].reshape(-1, len(VISUAL_FEATURES)))
         data[name].pos = torch.from_numpy(cells.astype(np.float32).reshape(-1, 2))  # (row, col)
-    edges = {key: ([], []) for key in EDGE_KEYS}
+    edges: dict[tuple[str, str, str], tuple[list[int], list[int]]] = {key: ([], []) for key in EDGE_KEYS}
     for i, j, t in np.argwhere(present):
         for di in (-1, 0, 1):
             for dj in (-1, 0, 1):

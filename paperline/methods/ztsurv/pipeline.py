@@ -73,4 +73,7 @@ def save_cohort_graphs(path: Path, cohort: CohortGraphs) -> Path:
 def load_cohort_graphs(path: Path) -> CohortGraphs:
     from paperline.train.checkpoint import load_checkpoint
 
-    return CohortGraphs(**load_checkpoint(path))
+    saved = load_checkpoint(path)
+    if saved is None:
+        raise FileNotFoundError(f"{path}: no saved cohort graphs")
+    return CohortGraphs(**saved)
