@@ -109,7 +109,8 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
     models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
     A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
     from paperline.methods.fvae_lora.data import spurious_task
-    from paperline.methods.fvae_lora.train import INIT_LOCK, adapt, load_backbone
+    from paperline.methods.fvae_lora.train import adapt, load_backbone
+    from paperline.seeds import INIT_LOCK
 
     set_threads(cfg.threads)  # before the model is built (outside the slot), not by the unit below
     if variant.startswith(TEXT_PREFIX):

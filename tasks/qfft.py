@@ -85,7 +85,7 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
     `base_model_path`; then evaluated (its correctness defines the easy and hard questions)."""
     import torch
 
-    from paperline.methods.qfft.hf import load_causal_lm
+    from paperline.train.lm_base import load_causal_lm
 
     tok = pipeline.tokenizer(cfg)
     with unit(ctx, f"base_s{cfg.seed}", {"seed": cfg.seed, "init": cfg.base_init, "shape": cfg.base.model_dump(),
@@ -115,7 +115,7 @@ def first_pass_sets(cfg: QFFTConfig, data: QFFTData, distributed: DistributedCon
     sets written from that seed's trained base's own greedy answers to the fine-tuning questions
     (kept where right, else followed by "Wait, recheck:"). No run of its own (so no RunContext):
     the prologue's two parts by hand."""
-    from paperline.methods.qfft.hf import load_causal_lm
+    from paperline.train.lm_base import load_causal_lm
 
     set_threads(cfg.threads)
     tok = pipeline.tokenizer(cfg)
@@ -133,7 +133,8 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
     """One fine-tune of the base of `cfg.seed` (a run under the variant's run `parent`): `sft*` on
     [question; response] (loss on the response), `qfft*` on the response alone (no question, no
     template: spec §b); `*_noise_iv` on the shuffled pairs. Same settings, same seed for all four."""
-    from paperline.methods.qfft.hf import add_lora, load_causal_lm, merged, trainable, unwrap
+    from paperline.methods.qfft.hf import add_lora, merged, trainable, unwrap
+    from paperline.train.lm_base import load_causal_lm
 
     tok = pipeline.tokenizer(cfg)
     with_question = variant.startswith("sft")

@@ -84,7 +84,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         LEFFConfig(methods=["fedavg", "leff_importance"], later_alpha_methods=["fedavg", "fedlora"])
     with pytest.raises(ValueError, match="alphas .* repeat a value"):
         LEFFConfig(alphas=[0.1, 0.1])
-    with pytest.raises(ValueError, match=r"seeds \[0, 0\] repeat a value"):
+    with pytest.raises(ValueError, match=r"seeds: \[0\] listed more than once"):
         LEFFConfig(seeds=[0, 0])
     with pytest.raises(ValueError, match="fail_method 'fedsgd' is not one of methods"):
         LEFFConfig(clients=2, fail_client=1, fail_method="fedsgd")

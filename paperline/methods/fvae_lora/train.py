@@ -18,7 +18,6 @@ from paperline.io import atomic_path
 from paperline.methods.fvae_lora.adapter import fvae_loss, inject, set_generator
 from paperline.methods.fvae_lora.config import VARIANT_SPECS, BackboneConfig, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit, SpuriousTask, group_accuracy
-from paperline.seeds import INIT_LOCK as INIT_LOCK  # the one lock, for tasks/fvae_lora.py's loads
 from paperline.seeds import seeded_init
 
 

@@ -9,7 +9,6 @@ from torch import nn
 
 from paperline.nn.causal_lm import CausalLM, CausalLMOutput
 from paperline.seeds import seeded_init
-from paperline.train.lm_base import load_causal_lm as load_causal_lm  # the one LM loader, as tasks/qfft.py names it
 
 
 class ShiftedTargetsLM(nn.Module):
