@@ -1,7 +1,8 @@
 """`python -m flows list | run <method or prep stage> [--profile P] [--set key=value ...] | serve | report | new <method>`.
 
-`run` exits 0 when done, 2 on invalid parameters (the message names the key), 1 on bad input data
-(the message names the file, line or field). Outside DVC a method's run writes its outputs to a
+`run` exits 0 when done, 2 on invalid parameters (the message names the key) or bad input data
+(the message names the file, line or field: checked in the flow's data step, before any output is
+touched), 1 when the work itself fails. Outside DVC a method's run writes its outputs to a
 scratch folder (`scratch/<method>-<time>/`, printed), not the workspace's versioned ones; `--in-place`
 writes those, with params.yaml's parameters only (else exit 2 and the `dvc exp run` that does it)."""
 from __future__ import annotations
@@ -81,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             serve_all()
         elif args.command == "report":
             from paperline.report import read_records, write_report
-            from tasks.paths import repo_path
+            from tasks.paths import repo_path, run_pointer_path
+            from tasks.track import log_verdicts
 
             records = read_records(repo_path("results"), METHODS)  # read and validated once
             print(write_report(records, repo_path("reports", "results.md"), METHODS))
+            log_verdicts(repo_path("reports"), METHODS, run_pointer_path)  # the figures in MLflow too
             if args.docs:
                 from paperline.report import page_claims, readme_methods, update_page, update_readme
 
@@ -100,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (DataError, FileNotFoundError) as err:
+    except (DataError, FileNotFoundError) as err:  # a bad input: refused before any output is touched
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

@@ -99,7 +99,7 @@ def files_loaded_by(modules: list[str], root: Path | None = None) -> list[str]:
 # What `python -m flows <command>` imports inside main() (flows/__main__.py): for every command,
 # then for a stage's own path (`run` of a method or prep stage, `report` without --docs).
 DISPATCH = ["flows.__main__", "flows", "paperline.config", "paperline.io"]
-RUN_PATH = {"methods": ["flows.launch"], "prep_stages": ["flows.prep"], "report": ["paperline.report", "tasks.paths"]}
+RUN_PATH = {"methods": ["flows.launch"], "prep_stages": ["flows.prep"], "report": ["paperline.report", "tasks.paths", "tasks.track"]}
 REPORT = "report"
 
 
@@ -109,19 +109,26 @@ def stage_modules(flow: str, config: str, prep: bool) -> list[str]:
     return [*DISPATCH, *RUN_PATH["prep_stages" if prep else "methods"], config.split(":")[0], flow.split(":")[0]]
 
 
+def _empty(path: Path) -> bool:
+    """An empty file (a bare package `__init__.py`): no dep, since DVC warns `'<file>' is empty.` for
+    each at every stage and its contents cannot change what runs; once filled, it is a dep again."""
+    return path.stat().st_size == 0
+
+
 def code_deps(modules: list[str], root: Path | None = None) -> list[str]:
-    """A stage's code deps: the files its modules load (tests excluded)."""
-    return sorted(f for f in files_loaded_by(modules, root) if f.startswith(CODE))
+    """A stage's code deps: the files its modules load (tests and empty files excluded)."""
+    root = root or ROOT
+    return sorted(f for f in files_loaded_by(modules, root) if f.startswith(CODE) and not _empty(root / f))
 
 
 def listed_code(deps: list[str], root: Path | None = None) -> list[str]:
-    """The code files a stage's deps list names (a listed folder: every .py file in it)."""
+    """The code files a stage's deps list names (a listed folder: every non-empty .py file in it)."""
     root = root or ROOT
     files: set[str] = set()
     for dep in deps:
         path = root / dep
         if dep.startswith(CODE) and path.is_dir():
-            files.update(p.relative_to(root).as_posix() for p in path.rglob("*.py"))
+            files.update(p.relative_to(root).as_posix() for p in path.rglob("*.py") if not _empty(p))
         elif dep.startswith(CODE) and dep.endswith(".py"):
             files.add(dep)
     return sorted(files)

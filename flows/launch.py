@@ -9,6 +9,7 @@ workspace's either way (tasks/paths.py)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ from typing import Any, Iterator, Sequence
 from flows import get_method
 from flows.lineage import run_linked
 from paperline.config import ParamsError, load_method_config, parse_override, read_params
+from paperline.io import DataError
 from tasks.paths import OUTPUT_ROOT_ENV, params_path, repo_path, repo_root
 from tasks.runners import make_task_runner, runtime_config
 from tasks.track import dvc_experiment
@@ -60,6 +62,30 @@ def _outputs_under(outputs: Path | None) -> Iterator[None]:
             os.environ[OUTPUT_ROOT_ENV] = before
 
 
+class _NoTracebackForBadInput(logging.Filter):
+    """Prefect logs a failed flow's exception with its traceback; a bad input (refused by the flow's
+    data step before any work) is a usage error whose message names the file: the caller prints that
+    one line, so the traceback goes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], (DataError, ParamsError, FileNotFoundError)):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextlib.contextmanager
+def _bad_input_without_traceback() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
+    only = _NoTracebackForBadInput()
+    for logger in loggers:
+        logger.addFilter(only)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(only)
+
+
 def run_method(method: str, profile: str | None = None, overrides: Sequence[str] = (),
                outputs: Path | None = None) -> Any:
     """Run the method's flow; its outputs go under `outputs` (models/, metrics/, results/, plots/,
@@ -68,8 +94,21 @@ def run_method(method: str, profile: str | None = None, overrides: Sequence[str]
     runtime = runtime_config(params)
     profile, _ = resolve(method, profile, overrides)  # fail here, before Prefect starts
     flow = get_method(method).load_flow().with_options(task_runner=make_task_runner(runtime))
-    with _outputs_under(outputs):
-        return run_linked(flow, profile=profile, overrides=list(overrides))
+    try:
+        with _outputs_under(outputs), _bad_input_without_traceback():
+            return run_linked(flow, profile=profile, overrides=list(overrides))
+    except (DataError, ParamsError, FileNotFoundError):
+        if outputs is not None:
+            _remove_empty_scratch(outputs)  # refused before any work: leave nothing behind
+        raise
+
+
+def _remove_empty_scratch(outputs: Path) -> None:
+    """Remove a scratch run folder that nothing was written to, and scratch/ if that leaves it empty."""
+    scratch = repo_path(SCRATCH)
+    for folder in (outputs, scratch):
+        if folder.resolve().is_relative_to(scratch.resolve()) and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def hydra_value(key: str, value: Any) -> str:

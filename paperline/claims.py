@@ -15,6 +15,10 @@ units), with a 95% Student-t interval on those differences (`t95`). The verdict:
 - `reversed`: at least `MIN_SEEDS` seeds and the interval excludes zero the other way;
 - `inconclusive`: otherwise, fewer than `MIN_SEEDS` seeds included (a one-seed gap is never a
   verdict, however large);
+- no spread: when every seed gives the same difference (a gap of one test image at every seed, a
+  count on a grid), the t-interval has no width and says nothing about the noise; such a claim is
+  judged by the exact two-sided sign test instead (all n differences on one side: p = 2 * 0.5**n),
+  so it takes at least 6 seeds to be `shown` or `reversed`, and stays `inconclusive` at 3;
 - `exact` / `not_exact`: a deterministic identity (a lossless merge, an equivariance error, a
   closed form), its measured value checked against a target to a stated tolerance.
 
@@ -38,6 +42,8 @@ from paperline.config import StrictModel
 MIN_SEEDS = 3
 CONFIDENCE = 0.95
 INTERVAL = "t95"  # Student-t interval (two-sided, 95%) on the paired per-seed differences
+# An interval narrower than this fraction of its bounds is float rounding around one repeated value.
+NO_SPREAD = 1e-6
 
 Direction = Literal["higher", "lower"]
 Verdict = Literal["shown", "reversed", "inconclusive", "exact", "not_exact"]
@@ -70,8 +76,20 @@ def t_interval(differences: Sequence[float], confidence: float = CONFIDENCE) -> 
     return mean, mean - half, mean + half
 
 
+def has_no_spread(low: float | None, high: float | None) -> bool:
+    """True when the seeds' differences were all the same value (the interval has no width)."""
+    return low is not None and high is not None and high - low <= NO_SPREAD * max(abs(low), abs(high))
+
+
+def sign_test_p(seeds: int) -> float:
+    """Two-sided exact sign test when all `seeds` differences fall on one side of zero."""
+    return min(1.0, 2 * 0.5**seeds)
+
+
 def paired_verdict(direction: Direction, seeds: int, low: float | None, high: float | None) -> Verdict:
     if seeds < MIN_SEEDS or low is None or high is None:
+        return "inconclusive"
+    if has_no_spread(low, high) and sign_test_p(seeds) >= 1 - CONFIDENCE:
         return "inconclusive"
     above, below = low > 0, high < 0
     if (direction == "higher" and above) or (direction == "lower" and below):
@@ -180,6 +198,8 @@ class Claim(ClaimSpec):
             return f"{self.effect:.3g} (target {self.target:.3g} ± {self.tolerance:.2g})"
         if self.low is None:
             return f"{self.effect:+.3g} (one seed, no interval)"
+        if has_no_spread(self.low, self.high):
+            return f"{self.effect:+.3g} (the same at all {self.seeds} seeds: sign test p = {sign_test_p(self.seeds):.2g})"
         return f"{self.effect:+.3g} [{self.low:+.3g}, {self.high:+.3g}]"
 
 

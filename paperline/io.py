@@ -13,7 +13,15 @@ from typing import Any, Iterator
 
 class DataError(ValueError):
     """Bad input data (a missing, malformed or stale file); the message names the file, and the line
-    or field where it can. `python -m flows run` exits 1 on it (2 is for invalid parameters)."""
+    or field where it can. `python -m flows run` exits 2 on it, as on invalid parameters (a usage error:
+    nothing ran)."""
+
+
+def one_line(err: BaseException, limit: int = 200) -> str:
+    """A library's error message on one line, cut at `limit` characters: what a DataError quotes
+    after the file's name (torch's and pickle's messages run over several lines)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @contextlib.contextmanager
@@ -61,7 +69,9 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from err
+        raise DataError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from err
+    except UnicodeDecodeError as err:  # binary bytes (an image, a pickle) where JSON text belongs
+        raise DataError(f"{path}: not UTF-8 JSON text (byte {err.start}: {err.reason})") from err
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -137,10 +137,14 @@ def page_claims(metrics: MethodMetrics | None) -> str:
     if metrics is None:
         body = "_not run yet_"
     else:
+        figure = method_figure(Path("reports"), metrics.method).as_posix()
+        rows = (f"\n\n![{metrics.method}'s paired claims: effect and 95% interval, coloured by verdict](../../{figure})"
+                if drawn(metrics.claims) else "")
         body = (f"Verdicts of the committed `make run` ({metrics.profile}): {counts_text(metrics.claims)}. "
                 "Every claim of every method: "
                 f"[reports/results.md](../../reports/results.md) and its figure "
-                f"[reports/verdicts.png](../../reports/verdicts.png).\n\n" + claims_table({metrics.method: metrics.claims}))
+                f"[reports/verdicts.png](../../reports/verdicts.png).{rows}\n\n"
+                + claims_table({metrics.method: metrics.claims}))
     return f"{PAGE_BEGIN}\n{body}\n{PAGE_END}"
 
 
@@ -181,7 +185,13 @@ def write_report(records: Records, out_path: Path, methods: Mapping[str, Any]) -
         record = records[name]
         parts += ["", "_not run yet_" if record is None else method_section(record), ""]
     text = "\n".join(parts)
-    write_verdicts_figure(claims, Path(out_path).parent / "verdicts.png")
+    reports = Path(out_path).parent
+    write_verdicts_figure(claims, reports / "verdicts.png")
+    for name in methods:  # each page embeds its own rows; a method with none drawn has no figure
+        if drawn(claims.get(name, [])):
+            write_verdicts_figure({name: claims[name]}, method_figure(reports, name))
+        else:
+            method_figure(reports, name).unlink(missing_ok=True)
     with atomic_path(out_path) as tmp:
         tmp.write_text(text)
     return text
@@ -199,6 +209,16 @@ def relative_effect(claim: Claim) -> tuple[float, float | None, float | None] | 
     scale = 100.0 / abs(claim.versus_mean)
     return (claim.effect * scale, None if claim.low is None else claim.low * scale,
             None if claim.high is None else claim.high * scale)
+
+
+def drawn(claims: list[Claim]) -> bool:
+    """Whether the verdicts figure has a row for any of these claims (a paired one with an effect)."""
+    return any(relative_effect(c) is not None for c in claims)
+
+
+def method_figure(reports: Path, method: str) -> Path:
+    """One method's rows of the verdicts figure (its page embeds them): reports/verdicts/<method>.png."""
+    return reports / "verdicts" / f"{method}.png"
 
 
 def write_verdicts_figure(claims_by_method: Mapping[str, list[Claim]], path: Path) -> Path:
@@ -221,5 +241,6 @@ def write_verdicts_figure(claims_by_method: Mapping[str, list[Claim]], path: Pat
     for verdict, colour in VERDICT_COLOURS.items():
         ax.plot([], [], "o", color=colour, label=verdict)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
-    ax.set_title("Every paired claim of the run (exact identities are in the claims table)")
+    whose = f"{next(iter(claims_by_method))}'s paired claims" if len(claims_by_method) == 1 else "Every paired claim"
+    ax.set_title(f"{whose} of the run (exact identities are in the claims table)")
     return save_figure(fig, path)

@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.config import read_params
 from paperline.data.nbody import RECORD_FILE, NBodyConfig, NBodyError
-from paperline.io import json_digest, read_json
+from paperline.io import atomic_path, json_digest, read_json
 from paperline.methods.geoada import plots
 from paperline.methods.geoada.config import GeoAdaConfig, fits
 from paperline.methods.geoada.summary import method_metrics, row_name
@@ -74,7 +74,8 @@ def pretrain(cfg: GeoAdaConfig, source: NBodyData, ctx: track.RunContext) -> dic
         windows = task_windows(source.folder, cfg)
         base, result = pretrain_base(cfg, windows, folder / "base_train.pt", _fingerprint(cfg, source, "base"),
                                      progress=sys.stderr.isatty(), device=u.device)
-        torch.save(base.state_dict(), folder / BASE_FILE)
+        with atomic_path(folder / BASE_FILE) as tmp:  # the adapters' tasks read it
+            torch.save(base.state_dict(), tmp)
         original = {seed: evaluate_base(cfg, base, windows, seed, u.device) for seed in cfg.run_seeds()}
         run.log_history("loss", result.steps, result.loss)
         run.log_metrics({f"seed{seed}/original_{k}": v for seed, o in original.items() for k, v in o.items()}

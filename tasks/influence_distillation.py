@@ -35,8 +35,10 @@ class SelectionData:
 def data(cfg: InfluenceDistillationConfig) -> SelectionData:
     """A missing pool fails here, before any work; so does a missing selection, or one made with
     other parameters than this run's (naming the keys)."""
+    from paperline.methods.influence_distillation.model import check_model
     from paperline.methods.influence_distillation.pipeline import SELECTION_FILE, load_selection
 
+    check_model(cfg)  # a paper profile's model folder that is not one fails here, not in the fine-tune
     pool = Path(cfg.pool_dir)
     if not (pool / "pool.jsonl").is_file():
         raise FileNotFoundError(f"{pool}/pool.jsonl: no pool; run the tulu-pool stage "

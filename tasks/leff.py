@@ -16,7 +16,7 @@ from paperline.methods.leff.claims import PRETRAINED
 from paperline.methods.leff.config import LEFFConfig, runs_planned
 from paperline.methods.leff.fed import MethodRun, run_federated
 from paperline.methods.leff.summary import METHOD, Runs, method_metrics, row, row_name, seed_name
-from paperline.train.lm_base import load_causal_lm
+from paperline.train.lm_base import check_causal_lm, load_causal_lm
 from tasks import track
 from tasks.paths import models_dir, plots_dir, repo_path
 from tasks.publish import Report
@@ -25,7 +25,12 @@ from tasks.unit import unit
 
 
 def data_version(cfg: LEFFConfig) -> str:
-    """The corpus's and base model's digest (a missing file fails here, before any work)."""
+    """The corpus's and base model's digest; a missing or malformed corpus file or model folder fails
+    here, before any work (the weights' shapes are load_causal_lm's check, at the first task)."""
+    from paperline.data.text_corpus import load_corpus
+
+    check_causal_lm(cfg.model)
+    load_corpus(cfg.corpus, cfg.block_size)
     return track.data_version([cfg.corpus, cfg.model])
 
 

@@ -24,7 +24,11 @@ from tasks.unit import unit
 
 
 def data_version(cfg: PubSubVFLConfig) -> str:
-    """The table's digest for file data (a missing file fails here, before any work); else 'generated'."""
+    """The table's digest for file data, read and checked here, before any output is touched (a file
+    that is not a table, a missing column, a value that is not a number: one line naming it); else
+    'generated'."""
+    if cfg.data.name == "file":
+        load(cfg.data)
     return track.data_version([cfg.data.path] if cfg.data.name == "file" else [])
 
 

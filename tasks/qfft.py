@@ -57,7 +57,7 @@ def _train(model, tok, examples, with_question: bool, t, cfg: QFFTConfig, name: 
                                       _dir(name, cfg.seed) / "checkpoint.pt",
                                       {"data": data.version, "seed": cfg.seed, **fingerprint}, f"{name} seed {cfg.seed}",
                                       on_log=lambda step, m: run.log_metrics(m, step), distributed=distributed,
-                                      device_indices=[d.index for d in devices])
+                                      device_indices=[d.index for d in devices], qfft_end=cfg.qfft_end)
 
 
 def _evaluate(model, tok, cfg: QFFTConfig, data: QFFTData, name: str, device) -> list[dict]:

@@ -142,6 +142,40 @@ def describe(parent: "Run", title: str, page: str, claims: list[Mapping[str, Any
     client().set_tag(parent.run_id, NOTE_TAG, text)
 
 
+REPORT_EXPERIMENT = "report"  # one run per report: the verdicts figure and reports/results.md
+
+
+def log_verdicts(reports: Path, methods: Iterable[str], pointer: Any) -> str:
+    """The report's figures in MLflow: each method's rows of the verdicts figure on the method's last
+    parent run (`pointer(method)`: its runs/<method>/mlflow_run.json), the whole figure and
+    results.md on a run of the `report` experiment. Returns that run's id. A pointer naming a run
+    another tracking store holds is skipped with a warning (the figure stays in reports/)."""
+    from mlflow.exceptions import MlflowException
+
+    c = client()
+    for method in methods:
+        figure, path = reports / "verdicts" / f"{method}.png", Path(pointer(method))
+        if not (figure.is_file() and path.is_file()):
+            continue
+        run_id = json.loads(path.read_text())["run_id"]
+        try:
+            c.log_artifact(run_id, str(figure), "verdicts")
+        except MlflowException as err:
+            warnings.warn(f"{path}: run {run_id} is not in {tracking_uri()} ({err.error_code}); "
+                          f"its verdicts figure stays in {figure}")
+    exp = c.get_experiment_by_name(REPORT_EXPERIMENT)
+    root = _artifact_root()
+    exp_id = exp.experiment_id if exp else c.create_experiment(
+        REPORT_EXPERIMENT, **({"artifact_location": (root / REPORT_EXPERIMENT).as_uri()} if root else {}))
+    run = c.create_run(exp_id, tags={"git_commit": git_commit(), NOTE_TAG: "Every claim of the last `make run`: "
+                                     "effect and 95% interval, coloured by verdict (`reports/results.md`)."})
+    for name in ("verdicts.png", "results.md"):
+        if (reports / name).is_file():
+            c.log_artifact(run.info.run_id, str(reports / name))
+    c.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
 def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(value, Mapping):
         for k, v in value.items():

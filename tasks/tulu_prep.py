@@ -42,10 +42,15 @@ def with_resolved_paths(cfg):
 
 
 def require_pool(cfg) -> Path:
+    """The pool's path; a missing pool, or a model folder (`model: hf` / `lm_base`) that is not one,
+    fails here, before the selection folder is touched."""
+    from paperline.methods.influence_distillation.model import check_model
+
     pool = Path(cfg.pool_dir) / "pool.jsonl"
     if not pool.is_file():
         raise FileNotFoundError(f"{pool}: no pool; run the tulu-pool stage (dvc repro tulu-pool, or "
                                 "python -m flows run tulu-pool)")
+    check_model(cfg)
     return pool
 
 

@@ -41,6 +41,23 @@ def test_fewer_than_three_seeds_is_never_a_verdict():
     assert "one seed" in one.effect_text()
 
 
+def test_a_difference_with_no_spread_over_seeds_goes_to_the_sign_test():
+    # one test image of 539 at every seed: the t-interval has no width (float rounding aside)
+    gap = 1 / 539
+    three = SPEC.paired([0.96 - gap, 0.95 - gap, 0.97 - gap], [0.96, 0.95, 0.97])
+    assert three.high - three.low < 1e-9 and three.high < 0  # the degenerate interval excludes zero
+    assert three.verdict == "inconclusive"  # sign test: p = 2 * 0.5**3 = 0.25
+    assert "same at all 3 seeds" in three.effect_text() and "p = 0.25" in three.effect_text()
+    five = SPEC.paired([1.0] * 5, [2.0] * 5)
+    assert five.verdict == "inconclusive"  # p = 0.0625
+    six = SPEC.paired([1.0] * 6, [2.0] * 6)
+    assert six.verdict == "shown"  # p = 0.03125 < 0.05
+    assert SPEC.paired([2.0] * 6, [1.0] * 6).verdict == "reversed"
+    assert SPEC.paired([2.0] * 6, [2.0] * 6).verdict == "inconclusive"  # no difference at all
+    with pytest.raises(ValueError, match="does not follow"):  # a results file cannot say otherwise
+        Claim(**{**three.model_dump(), "verdict": "shown"})
+
+
 def test_values_are_paired_by_seed_and_missing_or_nan_seeds_drop_out():
     claim = SPEC.paired({0: 1.0, 1: 1.1, 2: float("nan"), 3: 0.9}, {0: 2.0, 1: 2.1, 2: 2.0, 3: 2.2, 4: 9.0})
     assert claim.seeds == 3 and claim.effect == pytest.approx((-1.0 - 1.0 - 1.3) / 3)

@@ -107,6 +107,29 @@ def test_a_deps_list_with_a_file_the_flow_does_not_load_prints_the_edit():
     assert folder.endswith("  - paperline/methods/sumo") and "  + " not in folder
 
 
+def test_empty_files_are_no_deps_so_dvc_does_not_warn_of_them(tmp_path):
+    """DVC warns `'<file>' is empty.` at every stage for each empty dep: a loaded empty file is left
+    out (a listed one gets removed, a listed folder holding one stays), and is a dep once filled."""
+    from flows.dvc_stages import code_deps, deps_edit, direct_imports
+
+    (tmp_path / "paperline" / "pkg").mkdir(parents=True)
+    (tmp_path / "paperline" / "__init__.py").write_text("")
+    (tmp_path / "paperline" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "paperline" / "pkg" / "a.py").write_text("X = 1\n")
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "__main__.py").write_text("import paperline.pkg.a\n")
+    modules = ["flows.__main__"]
+    direct_imports.cache_clear()
+    try:
+        assert code_deps(modules, tmp_path) == ["flows/__main__.py", "paperline/pkg/a.py"]
+        assert deps_edit(["flows/__main__.py", "paperline/__init__.py", "paperline/pkg"], modules, tmp_path) \
+            == ([], ["paperline/__init__.py"])
+        (tmp_path / "paperline" / "__init__.py").write_text('"""Filled."""\n')
+        assert deps_edit(["flows/__main__.py", "paperline/pkg"], modules, tmp_path) == (["paperline/__init__.py"], [])
+    finally:
+        direct_imports.cache_clear()
+
+
 def test_the_import_graph_follows_every_import_statement_and_relative_imports(tmp_path, monkeypatch):
     import flows.dvc_stages as graph
 

@@ -13,7 +13,7 @@ from paperline.metrics import validate_metrics
 from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
 
-ESTIMATORS = ["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_abs", "paper_sign",
+ESTIMATORS = ["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_signed", "paper_sign",
               "model_shapley_empirical", "random"]
 
 

@@ -74,7 +74,7 @@ def test_validating_a_prep_stage_imports_neither_prefect_nor_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_cli_lists_prep_stages_and_exits_2_on_a_bad_key_1_on_bad_input(project, prefect_server, capsys):
+def test_the_cli_lists_prep_stages_and_exits_2_on_a_bad_key_or_a_bad_input(project, prefect_server, capsys):
     assert flows_cli(["list"]) == 0
     listed = capsys.readouterr().out
     assert "wsi-downsample" in listed and "tulu-select" in listed and "ztsurv" in listed
@@ -82,12 +82,12 @@ def test_the_cli_lists_prep_stages_and_exits_2_on_a_bad_key_1_on_bad_input(proje
     assert "wsi.profiles.tiny.downsampel: unknown parameter" in capsys.readouterr().err
     assert flows_cli(["run", "wsi-dowsample"]) == 2
     assert "unknown method or prep stage 'wsi-dowsample'" in capsys.readouterr().err
-    assert flows_cli(["run", "wsi-downsample", "--profile", "tiny"]) == 1  # no cohort yet
+    assert flows_cli(["run", "wsi-downsample", "--profile", "tiny"]) == 2  # no cohort yet
     assert "data/wsi/cohort/cohort.csv: cannot read the cohort CSV" in capsys.readouterr().err
     assert not (project / "data" / "wsi" / "thumbnails").exists()
 
 
-def test_pool_flow_exits_1_naming_a_bad_line_and_skip_invalid_counts(project, prefect_server, capsys):
+def test_pool_flow_exits_2_naming_a_bad_line_and_skip_invalid_counts(project, prefect_server, capsys):
     params = yaml.safe_load((project / "params.yaml").read_text())
     target_dir = project / "targets"
     target_dir.mkdir()
@@ -97,7 +97,7 @@ def test_pool_flow_exits_1_naming_a_bad_line_and_skip_invalid_counts(project, pr
     params["tulu"]["profiles"]["paper"] = {"source": "tulu_file", "tulu_path": str(TULU_MALFORMED),
                                            "target_dir": "targets", "targets": ["a"], "pool_size": 2}
     (project / "params.yaml").write_text(yaml.safe_dump(params))
-    assert flows_cli(["run", "tulu-pool", "--profile", "paper"]) == 1  # strict: the bad line stops it
+    assert flows_cli(["run", "tulu-pool", "--profile", "paper"]) == 2  # strict: the bad line stops it
     assert "tulu_v2_malformed.jsonl: line 2: not valid JSON" in capsys.readouterr().err
     assert not (project / "data" / "tulu").exists()  # nothing half-written
     assert flows_cli(["run", "tulu-pool", "--profile", "paper", "--set", "skip_invalid=true"]) == 0

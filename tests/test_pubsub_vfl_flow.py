@@ -1,6 +1,6 @@
 """The PubSub-VFL flow's outputs in the tiny DAG (the record, a report row and an MLflow child run
 per variant with a run per seed under it, the active party alone, the claims, the plan, plots, the
-final models), and a missing table refused before any work."""
+final models), and a missing or malformed table refused before any work."""
 from __future__ import annotations
 
 import json
@@ -69,3 +69,15 @@ def test_a_missing_table_is_refused_before_any_work(dag, tmp_path):
     cfg = PubSubVFLConfig(data={"name": "file", "path": str(tmp_path / "bank.csv")})
     with pytest.raises(Exception, match="bank.csv"):
         data_version(cfg)
+
+
+def test_a_malformed_table_exits_2_naming_its_line_and_touches_nothing(project, prefect_server, capsys):
+    from flows.__main__ import main as flows_cli
+
+    (project / "bank.csv").write_text('age,balance,y\n30,100,0\n"41,250,1\n52,80,0\n')  # an unterminated quote
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    assert flows_cli(["run", "pubsub_vfl", "--profile", "paper", "--set", "data.path=bank.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "bank.csv: not a readable CSV table (Error tokenizing data. C error: EOF inside string" in err
+    assert "Traceback" not in err
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before  # no run folder, no scratch

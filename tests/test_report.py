@@ -90,3 +90,29 @@ def test_the_committed_metrics_files_are_the_outcome_counts_of_the_results_claim
     # the widest line of `dvc metrics show --md`: the longest path, then each key padded by DVC
     path = max(len(f"metrics/{name}.json") for name in METHODS)
     assert 1 + (path + 3) + sum(len(key) + 5 for key in OUTCOMES) <= 80
+
+
+def test_the_report_draws_each_methods_own_verdict_rows_and_its_page_embeds_them(tmp_path):
+    """reports/verdicts/<method>.png: a method's rows of the verdicts figure, for its page; none for
+    a method with no paired claim (a stale one goes), none for one not run."""
+    from paperline.claims import ClaimSpec
+    from paperline.report import PAGE_BEGIN, page_claims
+
+    spec = ClaimSpec(name="tpa_below_mha", claim="lower loss", metric="val_loss", method="tpa", versus="mha",
+                     direction="lower")
+    paired = spec.paired([3.0, 3.1, 2.9], [4.0, 4.1, 4.2]).model_dump()
+    exact = ClaimSpec(name="lossless", claim="x", metric="y", method="tpa", versus="").exact(0.0, 0.0, 0.0)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "tpa.json").write_text(json.dumps(_record(claims=[paired])))
+    (results / "dnc.json").write_text(json.dumps(_record(method="dnc", claims=[exact.model_dump()])))
+    figures = tmp_path / "reports" / "verdicts"
+    figures.mkdir(parents=True)
+    (figures / "dnc.png").write_bytes(b"stale")
+    methods = {"tpa": "TPA", "dnc": "DNC", "other": "Other"}
+    records = read_records(results, methods)
+    write_report(records, tmp_path / "reports" / "results.md", methods)
+    assert sorted(p.name for p in figures.iterdir()) == ["tpa.png"]
+    assert (figures / "tpa.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](../../reports/verdicts/tpa.png)" in page_claims(records["tpa"])
+    assert "reports/verdicts/" not in page_claims(records["dnc"]) and PAGE_BEGIN in page_claims(records["dnc"])

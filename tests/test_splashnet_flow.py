@@ -149,7 +149,7 @@ def test_a_run_that_died_resumes_and_other_features_are_refused(dag_stage, proje
 def test_prep_flows_name_a_missing_session_folder(project, prefect_server, capsys):
     code = flows_cli(["run", "semg-sessions", "--profile", "tiny", "--set", "data.source=directory",
                       "--set", "data.directory=no/such/dir"])
-    assert code == 1 and "no/such/dir: no such folder of emg2qwerty sessions" in capsys.readouterr().err
-    assert flows_cli(["run", "semg-normalize", "--profile", "tiny"]) == 1
+    assert code == 2 and "no/such/dir: no such folder of emg2qwerty sessions" in capsys.readouterr().err
+    assert flows_cli(["run", "semg-normalize", "--profile", "tiny"]) == 2
     assert "no session manifest" in capsys.readouterr().err
     assert flows_cli(["run", "semg-sessions", "--profile", "tiny", "--set", "window_samples=0"]) == 2

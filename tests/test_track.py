@@ -121,3 +121,25 @@ def test_final_values_land_at_the_end_of_an_existing_curve(project):
     c = track.client()
     assert [(m.step, m.value) for m in c.get_metric_history(child.run_id, "val_loss")] == [(10, 3.0), (20, 2.0), (20, 1.5)]
     assert c.get_run(child.run_id).data.metrics == {"val_loss": 1.5, "params": 7.0}
+
+
+def test_the_verdicts_figures_land_on_each_methods_run_and_on_a_report_run(project, tmp_path):
+    import json
+
+    with track.parent_run("m", "tiny", {}, "generated") as parent:
+        pass
+    reports = tmp_path / "reports"
+    (reports / "verdicts").mkdir(parents=True)
+    for name in ("verdicts.png", "results.md", "verdicts/m.png", "verdicts/gone.png"):
+        (reports / name).write_bytes(b"x")
+    pointers = {"m": tmp_path / "m.json", "gone": tmp_path / "gone.json", "unrun": tmp_path / "unrun.json"}
+    pointers["m"].write_text(json.dumps({"run_id": parent.run_id}))
+    pointers["gone"].write_text(json.dumps({"run_id": "0" * 32}))  # a run another store holds
+    with pytest.warns(UserWarning, match=r"gone.json: run 0{32} is not in .*its verdicts figure stays in"):
+        report_run = track.log_verdicts(reports, ["m", "gone", "unrun"], pointers.__getitem__)
+    c = track.client()
+    assert [a.path for a in c.list_artifacts(parent.run_id, "verdicts")] == ["verdicts/m.png"]
+    assert sorted(a.path for a in c.list_artifacts(report_run)) == ["results.md", "verdicts.png"]
+    run = c.get_run(report_run)
+    assert run.info.status == "FINISHED" and c.get_experiment(run.info.experiment_id).name == "report"
+    assert "95% interval" in run.data.tags[track.NOTE_TAG]

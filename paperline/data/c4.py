@@ -22,6 +22,8 @@ from typing import Iterator
 
 import torch
 
+from paperline.io import DataError
+
 C4_SPLITS = ("train", "validation")
 
 
@@ -41,18 +43,30 @@ def c4_shards(c4_dir: str | Path, split: str) -> list[Path]:
 def read_documents(shard: Path) -> Iterator[str]:
     """The "text" of each line of one shard; a malformed line is an error naming file and line."""
     opener = gzip.open if shard.name.endswith(".gz") else open
-    with opener(shard, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line)["text"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ValueError(f"{shard}: line {lineno}: expected a JSON object with a \"text\" field "
-                                 f"({type(err).__name__}: {err})") from None
-            if not isinstance(text, str):
-                raise ValueError(f"{shard}: line {lineno}: \"text\" is not a string")
-            yield text
+    lineno = 0
+    try:
+        with opener(shard, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line)["text"]
+                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    raise DataError(f"{shard}: line {lineno}: expected a JSON object with a \"text\" field "
+                                    f"({type(err).__name__}: {err})") from None
+                if not isinstance(text, str):
+                    raise DataError(f"{shard}: line {lineno}: \"text\" is not a string")
+                yield text
+    except (OSError, EOFError, UnicodeDecodeError) as err:  # not gzip, cut short, or not UTF-8 text
+        raise DataError(f"{shard}: line {lineno + 1}: not a readable C4 shard ({type(err).__name__}: {err})") from None
+
+
+def check_shards(shards: list[Path]) -> None:
+    """Read the first document of each shard: a file that is not a C4 shard fails before any training
+    (a multi-GB shard cut short at its end is only found when the stream reaches it)."""
+    for shard in shards:
+        if next(read_documents(shard), None) is None:
+            raise DataError(f"{shard}: holds no documents")
 
 
 def shuffled_documents(shards: list[Path], seed: int, buffer_size: int) -> Iterator[str]:
@@ -85,12 +99,12 @@ class C4Tokenizer:
         try:
             self.tokenizer = Tokenizer.from_file(str(path))
         except Exception as err:
-            raise ValueError(f"{path}: not a tokenizer.json the tokenizers library reads ({err})") from None
+            raise DataError(f"{path}: not a tokenizer.json the tokenizers library reads ({err})") from None
         self.pad_id = self.tokenizer.token_to_id(pad_token)
         if self.pad_id is None:
-            raise ValueError(f"{path}: has no pad token {pad_token!r}")
+            raise DataError(f"{path}: has no pad token {pad_token!r}")
         if vocab_size is not None and self.pad_id >= vocab_size:
-            raise ValueError(f"{path}: pad id {self.pad_id} is outside the model's vocabulary of {vocab_size}")
+            raise DataError(f"{path}: pad id {self.pad_id} is outside the model's vocabulary of {vocab_size}")
         self.path, self.max_length, self.vocab_size = path, max_length, vocab_size
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.enable_padding(length=max_length, pad_id=self.pad_id, pad_token=pad_token)
@@ -99,8 +113,8 @@ class C4Tokenizer:
         """(len(texts), max_length) int64 token ids."""
         ids = torch.tensor([e.ids for e in self.tokenizer.encode_batch(texts)], dtype=torch.int64)
         if self.vocab_size is not None and ids.numel() and int(ids.max()) >= self.vocab_size:
-            raise ValueError(f"{self.path}: produced token id {int(ids.max())}, outside the model's vocabulary "
-                             f"of {self.vocab_size}")
+            raise DataError(f"{self.path}: produced token id {int(ids.max())}, outside the model's vocabulary "
+                            f"of {self.vocab_size}")
         return ids
 
 
@@ -124,7 +138,7 @@ def train_batches(c4_dir: str | Path, tokenizer: C4Tokenizer, batch_size: int, s
                 yield tokenizer(batch)
                 batch = []
         if empty:
-            raise ValueError(f"{c4_dir}: the training shards hold no documents")
+            raise DataError(f"{c4_dir}: the training shards hold no documents")
         epoch += 1
 
 

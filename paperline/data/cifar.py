@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paperline.io import DataError, one_line
+
 FILES = {"cifar10": (["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"],
                      ["test_batch"]),
          "cifar100": (["train"], ["test"])}
@@ -32,18 +34,18 @@ def read_batch(path: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open(path, "rb") as fh:
             batch = pickle.load(fh, encoding="bytes")
-    except (pickle.UnpicklingError, EOFError, ValueError) as err:
-        raise ValueError(f"{path}: not a CIFAR python-format batch ({err})") from err
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError) as err:
+        raise DataError(f"{path}: not a CIFAR python-format batch ({one_line(err)})") from err
     key = LABEL_KEY[dataset]
     if not isinstance(batch, dict) or b"data" not in batch or key not in batch:
-        raise ValueError(f"{path}: expected a dict with b'data' and {key!r} ({dataset})")
+        raise DataError(f"{path}: expected a dict with b'data' and {key!r} ({dataset})")
     data = np.asarray(batch[b"data"], dtype=np.uint8)
     labels = np.asarray(batch[key], dtype=np.int64)
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != len(data):
-        raise ValueError(f"{path}: b'data' must be N × 3072 with N labels "
-                         f"(got data {data.shape}, {len(labels)} labels)")
+        raise DataError(f"{path}: b'data' must be N × 3072 with N labels "
+                        f"(got data {data.shape}, {len(labels)} labels)")
     if labels.size and (labels.min() < 0 or labels.max() >= CLASSES[dataset]):
-        raise ValueError(f"{path}: labels outside 0..{CLASSES[dataset] - 1}")
+        raise DataError(f"{path}: labels outside 0..{CLASSES[dataset] - 1}")
     return data.reshape(-1, 3, 32, 32), labels
 
 

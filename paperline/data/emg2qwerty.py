@@ -142,6 +142,7 @@ def read_attributes(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     with _open(path, h5py) as f:
         group = _group(f, path)
+        _check_layout(group, path)  # a folder of sessions is checked file by file before any is read
         return {name: _attr(group, name, path) for name in ("user", "session_name", "condition")}
 
 
@@ -160,6 +161,22 @@ def _group(f, path: Path):
     return f[GROUP]
 
 
+def _check_layout(group, path: Path) -> None:
+    """The table's fields and channels, from its dtype alone (no sample is read)."""
+    if DATASET not in group:
+        raise SessionFormatError(f"{path}: {GROUP}/{DATASET}: missing dataset")
+    dtype = group[DATASET].dtype
+    names = dtype.names or ()
+    for name in ("time", *HANDS):
+        if name not in names:
+            raise SessionFormatError(f"{path}: {GROUP}/{DATASET}.{name}: missing field "
+                                     f"(fields: {', '.join(names) or 'none'})")
+    for name in HANDS:
+        if dtype[name].shape != (ELECTRODES,):
+            raise SessionFormatError(f"{path}: {GROUP}/{DATASET}.{name}: expected {ELECTRODES} channels "
+                                     f"per sample, got shape {dtype[name].shape}")
+
+
 def read_session(path: str | Path) -> Session:
     """Read and validate one session file."""
     import h5py
@@ -167,14 +184,11 @@ def read_session(path: str | Path) -> Session:
     path = Path(path)
     with _open(path, h5py) as f:
         group = _group(f, path)
-        if DATASET not in group:
-            raise SessionFormatError(f"{path}: {GROUP}/{DATASET}: missing dataset")
-        table = group[DATASET][()]
-        names = table.dtype.names or ()
-        for name in ("time", *HANDS):
-            if name not in names:
-                raise SessionFormatError(f"{path}: {GROUP}/{DATASET}.{name}: missing field "
-                                         f"(fields: {', '.join(names) or 'none'})")
+        _check_layout(group, path)
+        try:
+            table = group[DATASET][()]
+        except OSError as err:  # a header that opens over a table cut short
+            raise SessionFormatError(f"{path}: {GROUP}/{DATASET}: unreadable ({err})") from None
         attrs = {name: _attr(group, name, path) for name in REQUIRED_ATTRIBUTES}
         keystrokes = _json_list(group, "keystrokes", path, ("key", "start", "end"))
         prompts = _json_list(group, "prompts", path, ("start", "end"))
@@ -182,9 +196,6 @@ def read_session(path: str | Path) -> Session:
     hands = []
     for name in HANDS:
         emg = np.asarray(table[name])
-        if emg.ndim != 2 or emg.shape[1] != ELECTRODES:
-            raise SessionFormatError(f"{path}: {GROUP}/{DATASET}.{name}: expected {ELECTRODES} channels "
-                                     f"per sample, got shape {emg.shape[1:]}")
         bad = ~np.isfinite(emg)
         if bad.any():
             row, col = np.argwhere(bad)[0]

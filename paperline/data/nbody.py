@@ -21,6 +21,7 @@ cut into windows of `span` frames every `stride` frames; velocities are frame di
 """
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,7 +30,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from paperline.config import ProjectPath, StrictModel
-from paperline.io import DataError
+from paperline.io import DataError, one_line
 
 RECORD_FILE = "nbody.json"
 PRETRAIN_SUFFIX = "charged5"  # the original task's regime (EGNN names sets by system and size)
@@ -161,8 +162,8 @@ def _load(path: Path, field: str, ndim: int) -> np.ndarray:
         raise NBodyError(f"{path}: missing ({field} of the EGNN .npy layout)")
     try:
         array = np.load(path, allow_pickle=False)
-    except ValueError as err:
-        raise NBodyError(f"{path}: not a .npy array: {err}") from None
+    except (ValueError, OSError, EOFError) as err:  # pickled, cut short, or not an array
+        raise NBodyError(f"{path}: not a .npy array: {one_line(err)}") from None
     if array.ndim != ndim:
         raise NBodyError(f"{path}: {field}: expected {ndim} dimensions, got shape {array.shape}")
     if not np.issubdtype(array.dtype, np.floating):
@@ -221,8 +222,8 @@ def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
             if missing:
                 raise NBodyError(f"{path}: field {missing[0]!r} missing (has {', '.join(z.files)})")
             R, Z = np.asarray(z["R"], dtype=np.float64), np.asarray(z["z"])
-    except (ValueError, OSError) as err:
-        raise NBodyError(f"{path}: not a readable .npz: {err}") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # pickled, cut short, or not a zip
+        raise NBodyError(f"{path}: not a readable .npz: {one_line(err)}") from None
     if R.ndim != 3 or R.shape[2] != 3:
         raise NBodyError(f"{path}: R: expected (frames, atoms, 3), got shape {R.shape}")
     if Z.shape != (R.shape[1],):

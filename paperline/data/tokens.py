@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from paperline.io import DataError
+
 CHECK_TOKENS = 10_000_000  # the ids checked against the vocabulary when a file is opened
 
 
@@ -16,13 +18,13 @@ def open_tokens(path: str | Path, vocab_size: int, block_size: int) -> np.memmap
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such token file (nanoGPT format: flat uint16 ids)")
     if path.stat().st_size % 2:
-        raise ValueError(f"{path}: {path.stat().st_size} bytes is not a whole number of uint16 tokens")
+        raise DataError(f"{path}: {path.stat().st_size} bytes is not a whole number of uint16 tokens")
     tokens = np.memmap(path, dtype=np.uint16, mode="r")
     if len(tokens) <= block_size + 1:
-        raise ValueError(f"{path}: {len(tokens)} tokens, fewer than block_size + 2 = {block_size + 2}")
+        raise DataError(f"{path}: {len(tokens)} tokens, fewer than block_size + 2 = {block_size + 2}")
     head = int(tokens[:CHECK_TOKENS].max())
     if head >= vocab_size:
-        raise ValueError(f"{path}: token id {head} ≥ vocab_size {vocab_size}")
+        raise DataError(f"{path}: token id {head} ≥ vocab_size {vocab_size}")
     return tokens
 
 

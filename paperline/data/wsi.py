@@ -69,6 +69,10 @@ def read_cohort_csv(path: str | Path) -> list[CohortRow]:
         text = path.read_text()
     except OSError as err:
         raise WSIError(f"{path}: cannot read the cohort CSV ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:  # an image or archive named as the cohort
+        raise WSIError(f"{path}: not a text CSV (byte {err.start}: {err.reason})") from None
+    if "\0" in text:
+        raise WSIError(f"{path}: line {text[:text.index(chr(0))].count(chr(10)) + 1}: NUL byte (binary, not a CSV)")
     reader = csv.DictReader(text.splitlines())
     missing = [c for c in COHORT_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:

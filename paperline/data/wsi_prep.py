@@ -71,9 +71,10 @@ def build_cohort(cfg: WSIPrepConfig, data_dir: Path, raw_dir: Path, map_chunks: 
     if cfg.source == "csv":
         assert cfg.cohort_csv  # the config's validator requires it for source csv
         rows = wsi.read_cohort_csv(cfg.cohort_csv)
-        missing = [str(r.slide_path) for r in rows if not r.slide_path.exists()]
-        if missing:
-            raise wsi.WSIError(f"{cfg.cohort_csv}: {len(missing)} slide file(s) do not exist, e.g. {missing[0]}")
+        for column in ("slide_path", "til_map_path"):  # named but absent: a typo, not a bad slide
+            missing = [str(p) for r in rows if (p := getattr(r, column)) is not None and not p.exists()]
+            if missing:
+                raise wsi.WSIError(f"{cfg.cohort_csv}: {len(missing)} {column} file(s) do not exist, e.g. {missing[0]}")
         with atomic_dir(out) as tmp:  # absolute paths: the slides stay where the user keeps them
             wsi.write_cohort_csv(tmp / "cohort.csv", rows, absolute=True)
         return out / "cohort.csv"

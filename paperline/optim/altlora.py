@@ -15,11 +15,14 @@ B ∈ ℝ^{k×r}, A ∈ ℝ^{r×d}, s = α/r, and G = ∂L/∂W, so that autogra
   backward pass runs through that factor alone (under DDP it zeroes the other's gradient instead,
   `zero_frozen`), so any training loop gets it, and a resumed run
   (the step count is in the param groups, hence in the state dict) continues in its phase.
-- AltLoRA+ (the paper's Alg. 2): an Adam second moment on the projected gradient,
-  v ← β₂v + (1 − β₂)ĝ², step η·M̂/(√v̂ + eps) with bias corrections. We store the *transported*
-  momentum (M ← β₁PM + (1 − β₁)ĝ, so the step is the spec's (β₁PM + (1 − β₁)ĝ)/(√v + eps)); the
-  repo's `altlora_plus` stores M without P (spec §f) — our choice, the same as AltLoRA's rule. v is
-  elementwise and is not transported (no r×r map carries it).
+- AltLoRA+ (the paper's Alg. 2, as the official `altlora_plus`): an Adam second moment on the
+  projected gradient, v ← β₂v + (1 − β₂)ĝ², and the step η/(1 − β₁ᵗ)·(β₁PM + (1 − β₁)ĝ)/(√v + eps):
+  v is *not* bias-corrected (so the first steps are up to 1/√(1 − β₂) ≈ 32× Adam's), and the stored
+  momentum is the *untransported* M ← β₁M + (1 − β₁)ĝ, P entering this step's numerator only (spec
+  §f leaves the choice open; the official's is the default). Named variants, off by default:
+  `bias_correct_v` (√(v/(1 − β₂ᵗ)) + eps, Adam's) and `transport_plus_momentum` (store the
+  transported momentum, AltLoRA's rule). v is elementwise and is not transported (no r×r map
+  carries it).
 - ScaledGD (the repo's `SGDr`): the same preconditioned steps without momentum (β₁ = 0: no state),
   both factors every step, A first.
 - LoRA-Pro-like (as the repo's `AdamWr_full`, extended by LoRA-Pro's B part): the equivalent full
@@ -151,7 +154,8 @@ def transport(Y: torch.Tensor, Y_prev: torch.Tensor, reg: float) -> torch.Tensor
 
 class AltLoRA(torch.optim.Optimizer):
     """AltLoRA (second_moment False) and AltLoRA+ (True); with betas[0] = 0 and no second moment it
-    is ScaledGD. Built from `lora_pairs(model)`: one param group [A, B] per layer. `alter_freq`:
+    is ScaledGD. `bias_correct_v`, `transport_plus_momentum`: AltLoRA+'s non-official variants (the
+    module's docstring). Built from `lora_pairs(model)`: one param group [A, B] per layer. `alter_freq`:
     alternate the factors every that many steps (None: both factors every step).
 
     `zero_frozen`: the factor out of its phase keeps requires_grad and its gradient is zeroed by a
@@ -162,12 +166,14 @@ class AltLoRA(torch.optim.Optimizer):
 
     def __init__(self, pairs: list[LoRAPair], lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-4, weight_decay: float = 1e-5, reg: float = 1e-5, second_moment: bool = False,
-                 alter_freq: int | None = None, zero_frozen: bool = False):
+                 alter_freq: int | None = None, zero_frozen: bool = False, bias_correct_v: bool = False,
+                 transport_plus_momentum: bool = False):
         _check(type(self).__name__, lr, betas, reg, weight_decay)
         if alter_freq is not None and alter_freq < 1:
             raise ValueError(f"{type(self).__name__}: alter_freq must be ≥ 1 or None, got {alter_freq!r}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, reg=reg, second_moment=second_moment,
-                        alter_freq=alter_freq, alter_step=0)
+                        alter_freq=alter_freq, alter_step=0, bias_correct_v=bias_correct_v,
+                        transport_plus_momentum=transport_plus_momentum)
         super().__init__(_pair_groups(pairs), defaults)
         self.zero_frozen = zero_frozen
         if zero_frozen and alter_freq:
@@ -230,15 +236,20 @@ class AltLoRA(torch.optim.Optimizer):
         if beta1 > 0:
             M = state["momentum"]
             P = transport(Y, state["other_prev"], reg)
-            M.copy_(beta1 * (P @ M) + (1 - beta1) * g)
+            transported = beta1 * (P @ M) + (1 - beta1) * g
             state["other_prev"].copy_(Y)
-            update = M / (1 - beta1 ** t)
+            update = transported / (1 - beta1 ** t)
+            if group["second_moment"] and not group["transport_plus_momentum"]:
+                M.mul_(beta1).add_(g, alpha=1 - beta1)  # the official altlora_plus keeps M without P
+            else:
+                M.copy_(transported)
         else:
             update = g
         if group["second_moment"]:
             v = state["second_moment"]
             v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            update = update / ((v / (1 - beta2 ** t)).sqrt() + group["eps"])
+            v_hat = v / (1 - beta2 ** t) if group["bias_correct_v"] else v  # the official: no correction
+            update = update / (v_hat.sqrt() + group["eps"])
         X.sub_(lr * update.to(X.dtype))
         if group["weight_decay"]:
             X.mul_(1 - lr * group["weight_decay"])

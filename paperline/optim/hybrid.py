@@ -2,8 +2,9 @@
 
 They take parameter groups like any torch optimizer. A group is a *matrix group* by default: every
 parameter in it must be a 2-D weight and gets the matrix method. A group with ``adamw=True`` gets
-plain AdamW instead, computed by torch's own kernel (``torch.optim.adamw.adamw``) — the GaLore
-protocol trains embeddings, norms, biases and the output head that way.
+plain AdamW instead, computed by torch's own kernel (``torch.optim.adamw.adamw``; GaLore-AdamW
+uses its official AdamW, ε before the bias correction) — the GaLore protocol trains embeddings,
+norms, biases and the output head that way.
 
 Optimizer-state sizes are counted from the state tensors themselves: every tensor of one or more
 dimensions in ``optimizer.state[p]``. 0-d tensors (torch's step counters) and Python numbers are

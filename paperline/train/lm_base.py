@@ -16,7 +16,7 @@ import torch
 
 from paperline.data.lm_base import RECORD_FILE, TRAIN_STATE_FILE, LMBaseConfig
 from paperline.data.text_corpus import load_corpus
-from paperline.io import DataError, json_digest, read_json, write_json
+from paperline.io import DataError, json_digest, one_line, read_json, write_json
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.seeds import load_pretrained
 from paperline.train.lm import LMTrainSettings, train_lm_spread
@@ -53,6 +53,37 @@ def causal_lm_skeleton(path: str | Path) -> torch.nn.Module:
         raise ModelDirError(f"{path}: {config.model_type!r} is not a causal LM ({err})") from None
 
 
+def check_causal_lm(path: str | Path) -> torch.nn.Module:
+    """What a data step checks of a model folder before any work, without reading its weights: the
+    config.json is a causal LM's (causal_lm_skeleton, returned) and every safetensors file it names
+    opens with a header that covers the file (a copy cut short, or another file under the name, fails
+    here, not after an hour of tokenizing). Missing or misshapen weights are load_causal_lm's check."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    skeleton = causal_lm_skeleton(path)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelDirError(f"{index}: no 'weight_map' of tensor names to files")
+        files = sorted({path / str(name) for name in weight_map.values()})
+    else:
+        files = [path / "model.safetensors"] if (path / "model.safetensors").exists() else []
+    if not files and not any(path.glob("*.bin")):
+        raise ModelDirError(f"{path}: no weights (model.safetensors, its index, or pytorch_model.bin)")
+    for file in files:
+        if not file.is_file():
+            raise ModelDirError(f"{file}: missing (named by {index.name})")
+        try:
+            with safe_open(str(file), framework="pt") as weights:
+                if not list(weights.keys()):
+                    raise ModelDirError(f"{file}: holds no tensors")
+        except SafetensorError as err:
+            raise ModelDirError(f"{file}: not a readable safetensors file ({one_line(err)})") from None
+    return skeleton
+
+
 def load_causal_lm(path: str | Path, dtype: torch.dtype | str | None = None, **options: Any):
     """The one LM loader: a local transformers causal-LM directory (ours, CausalLM, or any
     AutoModelForCausalLM architecture), never downloaded, under the one init lock
@@ -60,13 +91,29 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | str | None = None, **o
     `dtype`: None or "auto", the saved dtype (transformers' default); `options` go to
     `from_pretrained`: config entries to replace (`max_position_embeddings`: a longer RoPE limit)
     or loading options (`attn_implementation="eager"`)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     causal_lm_skeleton(path)
     try:
-        return load_pretrained(AutoModelForCausalLM, Path(path), local_files_only=True, dtype=dtype, **options)
+        model, info = load_pretrained(AutoModelForCausalLM, Path(path), local_files_only=True, dtype=dtype,
+                                      output_loading_info=True, ignore_mismatched_sizes=True, **options)
+    except torch.OutOfMemoryError:
+        raise
     except OSError as err:  # config without weights
         raise ModelDirError(f"{path}: no loadable weights ({err})") from None
+    except (SafetensorError, RuntimeError) as err:  # cut short, or not weights at all
+        raise ModelDirError(f"{path}: weights that do not load ({type(err).__name__}: {one_line(err)})") from None
+    # transformers re-initializes mismatched or absent weights at random and only warns: refuse instead
+    if info["mismatched_keys"]:
+        key, saved, expected = sorted(info["mismatched_keys"])[0]
+        raise ModelDirError(f"{path}: weight {key!r} has shape {tuple(saved)}, but its config.json's model "
+                            f"expects {tuple(expected)}")
+    if info["missing_keys"]:
+        missing = sorted(info["missing_keys"])
+        raise ModelDirError(f"{path}: weights missing from its checkpoint: {', '.join(missing[:3])}"
+                            + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+    return model
 
 
 def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, progress: bool = False,

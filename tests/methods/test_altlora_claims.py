@@ -17,7 +17,7 @@ OPTIMIZERS = ["lora_adamw", "altlora", "altlora_plus"]
 def _linear(altlora, adamw, spread_altlora, spread_adamw, untouched=10.0) -> dict:
     return {s: {"altlora": {"final_error": altlora[s], "c_spread": spread_altlora[s]},
                 "lora_adamw": {"final_error": adamw[s], "c_spread": spread_adamw[s]},
-                "altlora_plus": {"final_error": adamw[s] + 0.01, "c_spread": 1.0},
+                "altlora_plus": {"final_error": adamw[s] + 0.01 + 0.001 * s, "c_spread": 1.0},
                 NO_ADAPTATION: {"final_error": untouched}} for s in range(len(altlora))}
 
 
@@ -105,7 +105,7 @@ def test_lm_rows_repeat_seed0s_best_lr_and_the_claims_pair_by_seed():
     assert sorted(lm) == [0, 1, 2] and all(lm[s][NO_ADAPTATION]["lm_val_loss"] == 3.9 for s in lm)
     claims = {c.name: c for c in evaluate({}, [], lm, cfg.lm_optimizers)}
     assert claims["lm_altlora_below_lora_adamw_val_loss"].seeds == 3
-    assert claims["lm_altlora_below_lora_adamw_val_loss"].verdict == "shown"  # 0.1 below at every seed
+    assert claims["lm_altlora_below_lora_adamw_val_loss"].verdict == "inconclusive"  # 0.1 below at every seed: no spread, the sign test at 3 seeds
     assert claims["lm_altlora_below_base_val_loss"].effect == pytest.approx(-0.48)
     diverged = [r if (r["optimizer"], r["seed"]) != ("altlora", 2) else r | {"diverged": True, "val_loss": None}
                 for r in runs]

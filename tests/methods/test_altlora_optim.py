@@ -4,6 +4,8 @@ did not move, the state counts are the spec's formulas, the alternation, the LoR
 the projection of its Adam step, and the invariance under (A, B) → (A·c, B/c)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -12,6 +14,7 @@ from paperline.methods.altlora.adapters import AdapterError, add_lora, expected_
 from paperline.methods.altlora.config import OptimizerSettings
 from paperline.optim.altlora import (
     AltLoRA,
+    LoRAPair,
     LoRAProLike,
     count_state_floats,
     lora_pairs,
@@ -114,6 +117,49 @@ def test_momentum_of_two_a_steps_with_b_fixed_is_the_plain_ema():
     for i, pair in enumerate(pairs):
         expected = 0.9 * 0.1 * grads[0][i] + 0.1 * grads[1][i]
         assert torch.allclose(optimizer.state[pair.A]["momentum"], expected, atol=1e-12)
+
+
+def _two_plus_a_steps(**variant) -> tuple[list[float], list[float], AltLoRA]:
+    """Two AltLoRA+ A-steps by hand (r = 1, k = 1, d = 2, ε = 0, no decay, lr 0.1, betas (0.9, 0.999),
+    eps 1e-4): B = 2 then B = 1 (as if a B-step had halved it), ∇_A = (4, −8) then (1, 1), so
+    ĝ₁ = ∇_A/BᵀB = (1, −2), ĝ₂ = (1, 1) and the transport at step 2 is P = (BᵀB)⁻¹BᵀB_prev = 2.
+    Returns A after each step."""
+    A, B = nn.Parameter(torch.zeros(1, 2, dtype=torch.float64)), nn.Parameter(torch.tensor([[2.0]], dtype=torch.float64))
+    optimizer = AltLoRA([LoRAPair("one", A, B, 1.0)], lr=0.1, betas=(0.9, 0.999), eps=1e-4, weight_decay=0.0,
+                        reg=0.0, second_moment=True, **variant)
+    after = []
+    for grad, b in (((4.0, -8.0), 2.0), ((1.0, 1.0), 1.0)):
+        with torch.no_grad():
+            B.fill_(b)
+        A.grad = torch.tensor([grad], dtype=torch.float64)  # B.grad None: an A-step only
+        optimizer.step()
+        after.append(A.detach().flatten().tolist())
+    return after[0], after[1], optimizer
+
+
+def test_altlora_plus_step_is_the_official_one():
+    """The official `altlora_plus`: A ← A − lr/(1 − β₁ᵗ)·(β₁PM + (1 − β₁)ĝ)/(√v + eps) with v not
+    bias-corrected, and M stored without P: M₁ = 0.1ĝ₁ = (0.1, −0.2), v₁ = 0.001ĝ₁² = (0.001, 0.004);
+    step 2: numerator 0.9·2·M₁ + 0.1ĝ₂ = (0.28, −0.26), v₂ = 0.999v₁ + 0.001 = (0.001999, 0.004996),
+    stored M₂ = 0.9M₁ + 0.1ĝ₂ = (0.19, −0.08)."""
+    first, second, optimizer = _two_plus_a_steps()
+    sq = math.sqrt
+    step1 = [-0.1 / 0.1 * m / (sq(v) + 1e-4) for m, v in ((0.1, 0.001), (-0.2, 0.004))]
+    assert first == pytest.approx(step1, rel=1e-12)  # ≈ (−3.152, +3.152): 31.5× Adam's ≈ 0.1
+    step2 = [-0.1 / 0.19 * m / (sq(v) + 1e-4) for m, v in ((0.28, 0.001999), (-0.26, 0.004996))]
+    assert second == pytest.approx([a + b for a, b in zip(step1, step2)], rel=1e-12)
+    assert optimizer.state[optimizer.param_groups[0]["params"][0]]["momentum"].flatten().tolist() == \
+        pytest.approx([0.19, -0.08], rel=1e-12)
+
+
+def test_altlora_plus_named_variants_are_adams_correction_and_the_transported_momentum():
+    """`bias_correct_v`: step 1 divides by √(v₁/(1 − β₂)) + eps = |ĝ₁| + eps (Adam's, ≈ lr in size);
+    `transport_plus_momentum`: the stored M₂ is the transported numerator (0.28, −0.26)."""
+    first, _, _ = _two_plus_a_steps(bias_correct_v=True)
+    assert first == pytest.approx([-0.1 * 0.1 / 0.1 * g / (abs(g) + 1e-4) for g in (1.0, -2.0)], rel=1e-12)
+    _, _, optimizer = _two_plus_a_steps(transport_plus_momentum=True)
+    assert optimizer.state[optimizer.param_groups[0]["params"][0]]["momentum"].flatten().tolist() == \
+        pytest.approx([0.28, -0.26], rel=1e-12)
 
 
 NAMES = ("lora_adamw", "lora_sgdm", "scaledgd", "altlora", "altlora_plus", "lora_pro")

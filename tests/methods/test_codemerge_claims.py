@@ -10,7 +10,9 @@ from paperline.methods.codemerge.claims import SPECS, evaluate
 
 def _rows(seed: int, **online: float) -> dict:
     base = {"source": 0.50, "tent": 0.52, "pl": 0.20, "ema": 0.50, "mos": 0.49, "codemerge": 0.51} | online
-    return {v: {"online_accuracy": a + 0.02 * seed, "tail_accuracy": a - 0.01,
+    # codemerge's gaps move by 0.001 a seed: a gap the same at every seed has no interval (sign test)
+    jitter = {"codemerge": 0.001 * seed}
+    return {v: {"online_accuracy": a + 0.02 * seed + jitter.get(v, 0.0), "tail_accuracy": a - 0.01 + jitter.get(v, 0.0),
                 "merge_seconds": {"mos": 10.0 + seed, "codemerge": 1.0}.get(v, 0.0)} for v, a in base.items()}
 
 
@@ -23,7 +25,7 @@ def test_verdicts_from_three_seeds():
     seed_rows = {s: _rows(s) for s in range(3)}
     seed_rows[1]["ema"]["online_accuracy"] += 0.04  # +0.01, −0.03, +0.01 against ema: no verdict
     claims = {c.name: c for c in evaluate(seed_rows)}
-    assert claims["codemerge_above_source"].verdict == "shown" and claims["codemerge_above_source"].effect == pytest.approx(0.01)
+    assert claims["codemerge_above_source"].verdict == "shown" and claims["codemerge_above_source"].effect == pytest.approx(0.011)
     assert claims["codemerge_above_tent"].verdict == "reversed"
     assert claims["codemerge_above_ema"].verdict == "inconclusive"
     assert claims["codemerge_tail_above_pl"].verdict == "shown"

@@ -1,6 +1,7 @@
 """CodeMerge's maths, exact where it allows: ridge leverage scores (primal == dual, their sum in
 closed form, the outlier scores highest), top-K, TIES on hand-made task vectors, the RLS-weighted
-merge, and the drifting anchor against the fixed one on a one-parameter model."""
+merge, and the official schedule (a merge at every batch, its Θ₀ the previous merge with the
+drifting anchor, the source with the fixed one) on a one-parameter model."""
 from __future__ import annotations
 
 import pytest
@@ -95,21 +96,34 @@ class OneWeight(nn.Module):
         return x * self.w
 
 
-@pytest.mark.parametrize("mode,expected", [("fixed", 0.85 * 2.5), ("drifting", 1.7 + 0.85 * 1.3)])
-def test_drifting_anchor_against_the_fixed_one(mode, expected):
-    """Source w = 0, students 1, 2, 3 then 4, a merge at the 3rd and 4th (all kept, top-K ≥ 4).
-    First merge: τ = [1, 2, 3] → 0.85 · 2 = 1.7 for both. Second: fixed Θ₀ = 0, τ = [1, 2, 3, 4] →
-    0.85 · 2.5; drifting Θ₀ = 1.7, τ = [−0.7, 0.3, 1.3, 2.3] (sign +) → 1.7 + 0.85 · mean(0.3, 1.3, 2.3)."""
+@pytest.mark.parametrize("mode,expected", [("fixed", [1.7, 2.125, 2.125]), ("drifting", [1.7, 2.805, 1.69575])])
+def test_the_teacher_is_merged_again_at_every_batch_from_the_previous_merge(mode, expected):
+    """The official schedule: students w = 1, 2, 3 stored at batches 0-2, then 4 at batch 3; from
+    batch 3 on the bank is merged at the start of every batch (all kept: top-K ≥ 4, keep 1).
+    Batch 3: τ = [1, 2, 3] → 0.85 · 2 = 1.7 for both. Batch 4: fixed Θ₀ = 0, τ = [1, 2, 3, 4] →
+    0.85 · 2.5 = 2.125; drifting Θ₀ = 1.7 (the previous merge), τ = [−0.7, 0.3, 1.3, 2.3] (sign +) →
+    1.7 + 0.85 · 1.3 = 2.805. Batch 5, no new checkpoint: fixed unchanged; drifting Θ₀ = 2.805,
+    τ = [−1.805, −0.805, 0.195, 1.195] sums < 0 → 2.805 − 0.85 · 1.305 = 1.69575. R is drawn afresh
+    (2×2) at each of the three merges."""
     cfg = CodeMergeConfig(min_merge=3, top_k=5, ties_keep=1.0, ties_scale=0.85, projection_dim=2)
     anchor, teacher, student = OneWeight(0.0), OneWeight(0.0), OneWeight(0.0)
-    bank = BankMerger("ties", mode, cfg, anchor, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    bank = BankMerger("ties", mode, cfg, anchor, generator)
     result = StreamResult("codemerge", [])
     x = torch.tensor([[1.0, 2.0], [3.0, 1.0]])
-    for t, w in enumerate([1.0, 2.0, 3.0, 4.0]):
-        student.w.data.fill_(w)
-        bank.step(student, x, t, teacher, OneWeight(), result)
-        if t == 2:
-            assert float(teacher.w.detach()) == pytest.approx(1.7)
-    assert float(teacher.w.detach()) == pytest.approx(expected, rel=1e-6)
-    assert float(anchor.w.detach()) == pytest.approx(expected if mode == "drifting" else 0.0, rel=1e-6)
-    assert result.merge_batches == [2, 3] and result.merge_forward_passes == 4 and result.bank_size == 4
+    teachers = []
+    for t, w in enumerate([1.0, 2.0, 3.0, 4.0, None, None]):
+        bank.remerge(x, t, teacher, OneWeight(), result)
+        if t >= 3:
+            teachers.append(float(teacher.w.detach()))
+            assert float(anchor.w.detach()) == pytest.approx(teachers[-1] if mode == "drifting" else 0.0, rel=1e-6)
+        if w is not None:
+            student.w.data.fill_(w)
+            bank.store(student, x, result)
+    assert teachers == pytest.approx(expected, rel=1e-6)
+    assert result.merge_batches == [3, 4, 5] and len(result.selected) == 3
+    assert result.merge_forward_passes == 4 and result.bank_size == 4  # one fingerprint a checkpoint
+    redrawn = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        torch.randn(2, 2, generator=redrawn, dtype=torch.float64)
+    assert torch.equal(generator.get_state(), redrawn.get_state())

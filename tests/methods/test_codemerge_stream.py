@@ -68,12 +68,32 @@ def test_every_variant_runs_and_source_only_is_the_plain_model():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the source is untouched
     for v in ("mos", "codemerge", "codemerge_rls", "codemerge_fixed"):
         r = results[v]
-        assert r.merge_batches == [2, 4, 6] and r.bank_size == 5 and len(r.teacher_accuracy) == 8
-    assert results["mos"].merge_forward_passes == 3 + 4 + 5  # every stored checkpoint, at each merge
+        assert r.merge_batches == [3, 4, 5, 6, 7] and r.bank_size == 5 and len(r.teacher_accuracy) == 8
+    # stored at 0, 1, 2, 4, 6 (end of batch): 3, 3, 4, 4, 5 checkpoints at the merges of batches 3-7
+    assert results["mos"].merge_forward_passes == 3 + 3 + 4 + 4 + 5  # every stored checkpoint, at each merge
     assert results["codemerge"].merge_forward_passes == 5  # one fingerprint per stored checkpoint
     assert len(results["codemerge"].selected[-1]) == 3 and results["mos"].selected[-1] == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="unknown variant 'bogus'"):
         run_stream(model, sx, sy, cfg, "bogus")
+
+
+def test_the_teacher_is_merged_again_at_every_batch_once_three_are_stored():
+    """The official loop over 12 batches with checkpoints at {0, 1, 2, 4} and every 3 (stored at
+    0, 1, 2, 3, 4, 6, 9): a new teacher at every batch from 3 on, each with its own selection, and
+    the same figures again under the same seed. (Merging only when a checkpoint is stored gave new
+    teachers at batches 3, 4, 5, 7, 10.)"""
+    model, _, _, _ = _setup()
+    stream = StreamConfig(batches=12, batch_size=6, segment_batches=3, early_batches=4, tail_batches=4)
+    x = np.random.default_rng(0).random((40, 8, 8)).astype(np.float32)
+    sx, sy = C.make_stream(x, np.arange(40) % 10, stream, 0)
+    cfg = CodeMergeConfig(stream=stream, save_at=[0, 1, 2, 4], save_every=3, top_k=3, projection_dim=8,
+                          lr=1e-2, threshold=0.0)
+    for variant in ("codemerge", "codemerge_fixed", "mos"):
+        r = run_stream(model, sx, sy, cfg, variant)
+        assert r.merge_batches == list(range(3, 12)) and len(r.selected) == 9 and r.bank_size == 7
+        again = run_stream(model, sx, sy, cfg, variant)
+        assert again.accuracy == r.accuracy and again.selected == r.selected
+    assert len(r.selected[0]) == 3 and len(r.selected[-1]) == 7  # MOS weighs every stored checkpoint
 
 
 @pytest.mark.parametrize("variant", ["pl", "codemerge"])
@@ -95,24 +115,26 @@ def test_rows_are_means_over_seeds_and_claims_pair_by_seed():
     # seed s shifts every variant by 0.01·s (the pairing cancels it); pl collapses on seeds 0 and 1 only
     results = {v: {s: StreamResult(v, [x + 0.01 * s for x in a]) for s in cfg.run_seeds()} for v, a in acc.items()}
     results["pl"][2] = StreamResult("pl", [0.8, 0.7, 0.6, 0.6])
+    # codemerge 0.002·s more: a gap the same at every seed has no interval (the sign test judges it)
+    results["codemerge"] = {s: StreamResult("codemerge", [x + 0.012 * s for x in acc["codemerge"]]) for s in cfg.run_seeds()}
     for s in cfg.run_seeds():
         results["mos"][s].merge_seconds, results["mos"][s].merge_forward_passes = 2.0 + s, 12
         results["codemerge"][s].merge_seconds, results["codemerge"][s].merge_forward_passes = 0.5, 3
     m = method_metrics(cfg, results, {}, "tiny")
     h, rows = m.headline, m.rows
-    assert rows["codemerge"]["online_accuracy"] == pytest.approx(0.6 + 0.01)  # the mean over seeds 0, 1, 2
-    assert rows["codemerge"]["online_accuracy_std"] == pytest.approx(0.01)  # sample std of 0.60, 0.61, 0.62
+    assert rows["codemerge"]["online_accuracy"] == pytest.approx(0.6 + 0.012)  # the mean over seeds 0, 1, 2
+    assert rows["codemerge"]["online_accuracy_std"] == pytest.approx(0.012)  # sample std of 0.600, 0.612, 0.624
     assert rows["pl"]["collapsed_seeds"] == 2 and rows["codemerge"]["collapsed_seeds"] == 0 and rows["pl"]["seeds"] == 3
     assert "teacher_accuracy" not in rows["source"]  # no teacher: no figure, not a None averaged
     assert h["merge_forward_passes_ratio_vs_mos"] == 0.25 and h["merge_seconds_ratio_vs_mos"] == pytest.approx(0.5 / 3)
     assert h["collapsed_variants"] == "pl" and not any("claim" in k for k in h)
     claims = {c.name: c for c in m.claims}
     assert claims["codemerge_above_source"].trivial and claims["codemerge_above_source"].verdict == "shown"
-    assert claims["codemerge_above_source"].seeds == 3 and claims["codemerge_above_source"].effect == pytest.approx(0.1)
-    assert claims["codemerge_above_tent"].verdict == "shown"  # +0.025 at every seed
+    assert claims["codemerge_above_source"].seeds == 3 and claims["codemerge_above_source"].effect == pytest.approx(0.102)
+    assert claims["codemerge_above_tent"].verdict == "shown"  # +0.025, +0.027, +0.029
     assert claims["codemerge_above_pl"].verdict == "inconclusive"  # +0.3, +0.3, −0.055: the interval holds 0
     assert claims["codemerge_merges_faster_than_mos"].verdict == "shown"
     assert "codemerge_above_ema" not in claims  # ema did not run
-    assert math.isclose(m.with_ratios().rows["codemerge"]["online_accuracy_vs_baseline"], 0.61 / 0.51)
+    assert math.isclose(m.with_ratios().rows["codemerge"]["online_accuracy_vs_baseline"], 0.612 / 0.51)
     with pytest.raises(ValueError, match="'source' \\(no adaptation"):
         CodeMergeConfig(variants=["codemerge", "tent"])

@@ -15,6 +15,7 @@ from paperline.methods.fvae_lora.adapter import (
     fvae_layers,
     fvae_loss,
     inject,
+    scaling_of,
     set_generator,
 )
 
@@ -70,7 +71,7 @@ def test_training_forward_is_base_plus_scaled_B_z1_and_stores_the_loss():
     mu1, logvar1 = enc1.mean(h), enc1.logvar(h)
     z1 = mu1 + (0.5 * logvar1).exp() * eps[0]
     W, b = base["fc1"]
-    torch.testing.assert_close(out, x @ W.T + b + 2.0 * z1 @ layer.lora_B["default"].weight.T)
+    torch.testing.assert_close(out, x @ W.T + b + 6.0 / (3 + 1e-5) * z1 @ layer.lora_B["default"].weight.T)
     enc2 = layer.lora_encoder2["default"]
     h2 = torch.relu(enc2.body[0](x))
     z2 = enc2.mean(h2) + (0.5 * enc2.logvar(h2)).exp() * eps[1]
@@ -82,6 +83,11 @@ def test_training_forward_is_base_plus_scaled_B_z1_and_stores_the_loss():
     assert float(fresh.fc1.lora_B["default"].weight.detach().std()) == pytest.approx(0.02, rel=0.5)
     assert all(float(p.detach().abs().sum()) == 0 for n, p in fresh.fc1.named_parameters()
                if ".mean." in n or ".logvar." in n)
+
+
+def test_the_scale_is_the_official_layers_alpha_over_r_plus_1e_5():
+    assert scaling_of(4, 8.0) == 8.0 / 4.00001 and scaling_of(4, 8.0) != 2.0  # not α / r
+    assert scaling_of(4, 0.0) == 4 / 4.00001  # α <= 0: α = r, as AdaLoRA's layer
 
 
 def test_evaluation_uses_mu1_an_identity_at_initialisation():

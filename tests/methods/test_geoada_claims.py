@@ -25,7 +25,7 @@ def test_specs_are_unique_with_a_trivial_claim_per_control():
 
 
 def test_geoada_that_beats_the_base_but_not_full_ft():
-    rows = _seed_rows(geoada=[0.30, 0.31, 0.29], frozen=[0.35, 0.351, 0.349], full_ft=[0.25, 0.26, 0.24],
+    rows = _seed_rows(geoada=[0.30, 0.31, 0.29], frozen=[0.35, 0.351, 0.349], full_ft=[0.25, 0.261, 0.242],
                       ft_original=[0.40, 0.41, 0.42])
     got = {c.name: c for c in claims.evaluate(rows, ["frame"])}
     assert set(got) == {"geoada_below_frozen_ade_frame", "geoada_below_full_ft_ade_frame",

@@ -1,6 +1,8 @@
 """HRM-PET's models and training pieces, exactly where the maths is exact: a task's LoRA (peft)
 equals the backbone with W + (α/r)·BA merged into every qkv, no adapter equals the frozen backbone,
-routing runs each sample through its task's LoRA, HiDe's momentum initialization, the Gaussian
+routing runs each sample through its task's LoRA, the official LoRA placement (k and v of the
+first blocks), momentum (a copy of t − 1, mixed after training), Stage 2's gradient clip and TAP
+schedule, the Gaussian
 replay statistics and sampling, CTIRD's relation matrices, its top-K rules and the fixed batch
 order of its two passes; and a killed learner resumes to the same records."""
 from __future__ import annotations
@@ -11,17 +13,27 @@ import numpy as np
 import pytest
 import torch
 
+from paperline.methods.hrm_pet import train
 from paperline.methods.hrm_pet.config import HrmPetConfig, SequenceConfig
 from paperline.methods.hrm_pet.data import build_sequence
 from paperline.methods.hrm_pet.model import ClassStats, LoraViT, adapter_name
-from paperline.methods.hrm_pet.train import batches, ctird_loss, old_tasks, relation, run_learner
+from paperline.methods.hrm_pet.train import (
+    _fit,
+    batches,
+    ctird_loss,
+    old_tasks,
+    relation,
+    relation_targets,
+    run_learner,
+    tap,
+)
 from paperline.nn.vit import ViT
 
 
 def _model(tasks: int = 3) -> tuple[ViT, LoraViT]:
     torch.manual_seed(0)
     backbone = ViT(dim=16, depth=2, heads=2, num_classes=4)
-    model = LoraViT(backbone, tasks, num_classes=6, rank=3, alpha=6.0)
+    model = LoraViT(backbone, tasks, num_classes=6, rank=3, alpha=6.0, targets="qkv", depth=None)
     for layer in model.lora_layers:
         for t in range(tasks):
             torch.nn.init.normal_(layer.lora_B[adapter_name(t)].weight, std=0.3)
@@ -55,16 +67,101 @@ def test_routing_runs_each_sample_through_its_task():
             torch.testing.assert_close(routed[i], model.features(x[i:i + 1], t)[0], rtol=1e-5, atol=1e-6)
 
 
-def test_train_only_and_momentum_init():
+def test_train_only_and_momentum_mix():
     _, model = _model()
     params = model.train_only(1)
     assert {id(p) for p in params} == {id(p) for p in model.parameters() if p.requires_grad}
     assert len(params) == 2 * 2 * 1 + 2  # A and B in two blocks, the head's weight and bias
     old = [[layer.lora_A[adapter_name(s)].weight.clone() for s in range(2)] for layer in model.lora_layers]
     fresh = [layer.lora_A["task2"].weight.clone() for layer in model.lora_layers]
-    model.momentum_init(2, 0.4)
+    model.mix_with_old(2, 0.4)
     for layer, (a0, a1), f in zip(model.lora_layers, old, fresh):
         torch.testing.assert_close(layer.lora_A["task2"].weight, 0.4 * (a0 + a1) / 2 + 0.6 * f)
+
+
+def test_official_placement_k_and_v_of_the_first_blocks():
+    """targets kv, depth 2 of 3 blocks: LoRA only in blocks 0 and 1; after a training step the delta
+    of qkv is (α/r)·[0; B_k A_k; B_v A_v], k and v each with their own rank-r factors (the code's
+    `HideLoraPool.cal_delta_w`), q untouched. (The old default, q, k, v in every block, fails each.)"""
+    from peft.tuners.lora import LoraLayer
+
+    torch.manual_seed(0)
+    dim, r = 8, 2
+    backbone = ViT(dim=dim, depth=3, heads=2, num_classes=4)
+    model = LoraViT(backbone, 2, num_classes=4, rank=r, alpha=4.0, targets="kv", depth=2)
+    assert [isinstance(b.attn.qkv, LoraLayer) for b in model.vit.blocks] == [True, True, False]
+    params = model.train_only(0)
+    x = torch.rand(3, 8, 8)
+    model.features(x, 0).pow(2).sum().backward()
+    torch.optim.Adam(params, lr=0.1).step()
+    merged = copy.deepcopy(backbone)
+    with torch.no_grad():
+        for block, layer in zip(merged.blocks, model.lora_layers):
+            a, b = layer.lora_A["task0"].weight, layer.lora_B["task0"].weight  # (2r, d), (3d, 2r)
+            assert b[:dim].abs().max() == 0 and b[dim:2 * dim, r:].abs().max() == 0 and b[2 * dim:, :r].abs().max() == 0
+            assert b[dim:2 * dim, :r].abs().min() > 0 and b[2 * dim:, r:].abs().min() > 0
+            delta = torch.cat([torch.zeros(dim, dim), b[dim:2 * dim, :r] @ a[:r], b[2 * dim:, r:] @ a[r:]])
+            block.attn.qkv.weight += (4.0 / r) * delta
+        torch.testing.assert_close(model.features(x, 0), merged.features(x), rtol=1e-5, atol=1e-5)
+
+
+def test_momentum_after_training_mixes_a_copy_of_the_previous_task():
+    """The code's timing: task 2 starts as task 1's LoRA; after training it becomes
+    0.6·trained + 0.4·mean(LoRA_0, LoRA_1)."""
+    _, model = _model()
+    a = [[layer.lora_A[adapter_name(s)].weight.clone() for s in range(2)] for layer in model.lora_layers]
+    model.copy_adapter(1, 2)
+    for layer, (_, a1) in zip(model.lora_layers, a):
+        torch.testing.assert_close(layer.lora_A["task2"].weight, a1, rtol=0, atol=0)
+        with torch.no_grad():
+            layer.lora_A["task2"].weight.add_(1.0)  # stands in for training
+    model.mix_with_old(2, 0.4)
+    for layer, (a0, a1) in zip(model.lora_layers, a):
+        torch.testing.assert_close(layer.lora_A["task2"].weight, 0.6 * (a1 + 1.0) + 0.4 * (a0 + a1) / 2)
+
+
+def test_gradient_clip_by_hand():
+    """grad (3, 4) of norm 5 clipped at 2 -> (1.2, 1.6): one SGD step (lr 1) from 0 lands at −(1.2, 1.6)."""
+    for clip, expected in ((2.0, [-1.2, -1.6]), (None, [-3.0, -4.0])):
+        p = torch.nn.Parameter(torch.zeros(2))
+        _fit([p], lambda e: [()], lambda i: 3 * p[0] + 4 * p[1], 1, 1.0, cosine=False, clip=clip, optimizer="sgd")
+        torch.testing.assert_close(p.detach(), torch.tensor(expected))
+
+
+def test_tap_schedule_of_the_code():
+    """sgd (the code's): no TAP on the first task; then `old` mini-batches of 5·batch an epoch."""
+    stats = ClassStats(3, eps=1e-3)
+    stats.add(torch.randn(40, 3, generator=torch.Generator().manual_seed(0)), torch.arange(4).repeat(10))
+    cfg = HrmPetConfig(sequences=[SequenceConfig(name="toy", source="digits")], samples_per_class=6,
+                       lora={"batch_size": 2, "align_epochs": 2})
+    head = torch.nn.Linear(3, 4)
+    rows: list[int] = []
+    head.register_forward_hook(lambda m, i, o: rows.append(len(i[0])))
+    gen = torch.Generator().manual_seed(1)
+    tap(head, stats, 2, 0, cfg, gen)
+    assert rows == []
+    tap(head, stats, 4, 2, cfg, gen)
+    assert rows == [10, 10] * 2  # 2 epochs of crct_num = 2 batches of 5·2 (of 4·10 samples)
+    rows.clear()
+    tap(head, stats, 4, 0, cfg.model_copy(update={"lora": cfg.lora.model_copy(update={"tap_optimizer": "adam"})}), gen)
+    assert rows == [8, 8, 8] * 2  # the adam option: every task, 4·6 samples in batches of 4·2
+
+
+def test_stage_two_runs_copy_train_then_mix_with_the_clip(tmp_path, monkeypatch):
+    """run_learner's order on the second task: copy t − 1, train (clip 2.0), then mix; no mix before."""
+    events: list = []
+    monkeypatch.setattr(LoraViT, "copy_adapter", lambda self, s, t: events.append(("copy", s, t)))
+    monkeypatch.setattr(LoraViT, "mix_with_old", lambda self, t, m: events.append(("mix", t, m)))
+    real_fit = train._fit
+
+    def fit(*args, clip=None, **kw):
+        if kw.get("cosine") and clip is not None:
+            events.append(("train", clip))
+        return real_fit(*args, clip=clip, **kw)
+
+    monkeypatch.setattr(train, "_fit", fit)
+    _tiny_run(tmp_path)
+    assert events == [("train", 2.0), ("mix", 0, 0.1), ("copy", 0, 1), ("train", 2.0), ("mix", 1, 0.1)]
 
 
 def test_gaussian_class_statistics_and_sampling():
@@ -97,6 +194,33 @@ def test_relation_and_ctird_loss():
     other = relation(torch.randn(6, 4), 1.0).unsqueeze(1)
     kl = (other[:, 0] * (other[:, 0].log() - w.log())).sum(1).mean()
     assert ctird_loss(e, other, 1.0).item() == pytest.approx(kl.item(), rel=1e-5)
+
+
+def test_ctird_targets_take_every_sample_under_its_own_kth_task():
+    """The official W_k[i, j] = softmax_j cos(e_i under t_ik, e_j under t_jk) (each sample under its
+    own k-th task's LoRA), by hand; the old per-row reading (row i's task for every j) gives other rows."""
+    old_features = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]],   # the batch under task 0
+                                 [[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]]])  # under task 1
+    chosen = torch.tensor([[0, 0], [1, 0], [1, 0]])  # sample i's k-th old task
+    e = float(np.e)
+    # k = 0: samples 0, 1, 2 under tasks 0, 1, 1 -> [1, 0], [0, 1], [1, 0]: cosines [1 0 1; 0 1 0; 1 0 1]
+    w0 = torch.tensor([[e, 1, e], [1, e, 1], [e, 1, e]]) / torch.tensor([[2 * e + 1], [e + 2], [2 * e + 1]])
+    # k = 1: every sample under task 0 -> [1, 0], [1, 0], [0, 1]
+    w1 = torch.tensor([[e, e, 1], [e, e, 1], [1, 1, e]]) / torch.tensor([[2 * e + 1], [2 * e + 1], [e + 2]])
+    # (the per-row reading gives k = 0 rows [e, e, 1]/(2e+1), [e, e, 1]/(2e+1), [1, 1, e]/(e+2): all three differ)
+    torch.testing.assert_close(relation_targets(old_features, chosen, 1.0), torch.stack([w0, w1], 1))
+
+
+def test_ctird_targets_equal_the_routed_lora_features():
+    """On the model: the targets from the per-task passes equal the relation of one routed pass per k
+    (each sample through its own task's LoRA, as the official `model(input, task_id=ids)`)."""
+    _, model = _model(tasks=3)
+    x = torch.rand(5, 8, 8, generator=torch.Generator().manual_seed(2))
+    chosen = torch.tensor([[0, 1], [1, 0], [1, 1], [0, 0], [1, 0]])
+    with torch.no_grad():
+        targets = relation_targets(torch.stack([model.features(x, s) for s in range(2)]), chosen, 0.5)
+        for k in range(2):
+            torch.testing.assert_close(targets[:, k], relation(model.routed_features(x, chosen[:, k]), 0.5))
 
 
 def test_ctird_top_k_rules():

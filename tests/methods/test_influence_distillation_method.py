@@ -176,6 +176,8 @@ def test_kernel_ridge_propagation_recovers_a_smooth_influence():
     sigma = landmarks.rbf_bandwidth(emb[marks], 1000)
     d = torch.cdist(emb[marks], emb[marks])
     assert sigma == pytest.approx(float(d[~torch.eye(80, dtype=torch.bool)].median()), rel=1e-5)
+    assert landmarks.rbf_bandwidth(torch.ones(4, 3), 1000) == 1e-6  # coinciding: the official floor
+    assert landmarks.rbf_bandwidth(torch.ones(1, 3), 1000) == 1.0  # one landmark: no pair
     with pytest.raises(ValueError, match="exceeds the pool size"):
         landmarks.choose_landmarks(5, 6, 0)
 

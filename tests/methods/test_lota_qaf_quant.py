@@ -96,18 +96,60 @@ def test_straight_through_gradient_and_offset_reach_A_and_B():
 
 
 def test_tsignsgd_schedule_and_update():
-    assert quantile_at(0, 100) == pytest.approx(0.95)
+    # steps counted from 1, as the official (`current_step += 1` before the schedule)
+    assert quantile_at(1, 100) == pytest.approx(0.95 + 0.049 / 80)
     assert quantile_at(80, 100) == pytest.approx(0.999)
-    assert quantile_at(100, 100) == pytest.approx(0.9999)
+    assert quantile_at(81, 100) == pytest.approx(0.999 + 0.0009 / 20)
+    assert quantile_at(100, 100) == pytest.approx(0.9999) == quantile_at(120, 100)  # held past T
     p = nn.Parameter(torch.zeros(1000))
     p.grad = torch.linspace(-1, 1, 1000)
     opt = TSignSGD([p], 100)
-    opt.step()  # q = 0.95: the 5% largest |g| move one level against the sign
+    opt.step()  # q ≈ 0.9506: the 5% largest |g| (25 pairs of equal |g|) move one level against the sign
     assert opt.moved == 50 and set(p.unique().tolist()) == {-1.0, 0.0, 1.0}
     assert (p[:25] == 1).all() and (p[-25:] == -1).all()
     p.grad = torch.full((1000,), -1.0)
     opt.step()  # all |g| equal: none above the quantile, nothing moves
     assert opt.moved == 0
+
+
+def test_tsignsgd_first_step_already_has_the_step_one_quantile():
+    """|g| = 0, 1, …, 10000: the quantile q sits at 10000·q. Step 1 of 100 has q = 0.95 + 0.049/80
+    = 0.9506125 → σ = 9506.125, so 9507…10000 move: 494 (a schedule counted from 0 moves 500)."""
+    p = nn.Parameter(torch.zeros(10001))
+    p.grad = torch.arange(10001.0)
+    opt = TSignSGD([p], 100)
+    opt.step()
+    assert opt.moved == 494 and int((p == -1).sum()) == 494
+
+
+def _tenth_of_twelve_steps(grad: torch.Tensor) -> int:
+    """Entries moved at step 10 of T = 12 (nine zero-gradient steps first: nothing moves)."""
+    p = nn.Parameter(torch.zeros_like(grad))
+    opt = TSignSGD([p], 12)
+    for _ in range(9):
+        p.grad = torch.zeros_like(grad)
+        opt.step()
+    p.grad = grad
+    opt.step()
+    return opt.moved
+
+
+def test_tsignsgd_phase_two_starts_after_step_floor_of_0_8_t():
+    """T = 12: 0.8·T = 9.6, so steps 1…9 are phase 1 and step 10 is phase 2, q = 0.999 + 0.0009·0.4/2.4
+    = 0.99915. |g| = 0, …, 9999 (norm > 10: a spike): σ = 9999·0.99915 = 9990.5 and the cap
+    9999·0.99995 = 9998.5, so 9991…9998 move: 8 (counted from 0, step 10 would still be phase 1,
+    q = 0.99594: 41 moved)."""
+    assert quantile_at(9, 12) == pytest.approx(0.95 + 0.049 * 9 / 9.6)
+    assert quantile_at(10, 12) == pytest.approx(0.99915)
+    assert _tenth_of_twelve_steps(torch.arange(10000.0)) == 8
+
+
+def test_tsignsgd_spike_cap_is_strict():
+    """As above with the two largest |g| equal (9999, 9999): the 0.99995 quantile is then exactly 9999,
+    and a gradient at the cap does not move (the official's `<`): 9991…9997, 7 moved (`<=`: 9)."""
+    grad = torch.arange(10000.0)
+    grad[-2] = grad[-1]
+    assert _tenth_of_twelve_steps(grad) == 7
 
 
 def test_qalora_merges_into_the_zero_points():

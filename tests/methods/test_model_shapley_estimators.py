@@ -124,24 +124,65 @@ def test_per_example_gradients_from_one_backward_equal_autograd_per_example():
     assert torch.allclose(got, per_example_autograd(model, x, y), atol=1e-12)
 
 
-def test_no_f_trick_and_obd_diagonal_equal_the_formed_block_fisher():
+@pytest.mark.parametrize("fisher_rho", [None, 0.8])
+def test_no_f_trick_and_obd_diagonal_equal_the_formed_block_fisher(fisher_rho):
     model = mlp(1)
     batches = [batch(6, s) for s in range(3)]
-    rho = 0.8
-    result = E.attribute(model, {"h": model[0]}, batches, lambda m, x, y: F.cross_entropy(m(x), y), rho)
-    formed = E.formed_fisher_ewma([per_example_autograd(model, x, y) for x, y in batches], rho)
+    result = E.attribute(model, {"h": model[0]}, batches, lambda m, x, y: F.cross_entropy(m(x), y), fisher_rho)
+    formed = E.formed_fisher([per_example_autograd(model, x, y) for x, y in batches], fisher_rho)
     theta = E.block_theta(model[0])
     state = result.states["h"]
     assert torch.allclose(state.f_theta.flatten(), formed @ theta.flatten(), atol=1e-12)
     assert torch.allclose(state.f_diag.flatten(), formed.diagonal(), atol=1e-12)
-    grads = [per_example_autograd(model, x, y).mean(0) for x, y in batches]
-    ewma = rho * (rho * grads[0] + (1 - rho) * grads[1]) + (1 - rho) * grads[2]
-    assert torch.allclose(state.grad, ewma, atol=1e-12)
+    mean_grad = sum(per_example_autograd(model, x, y).mean(0) for x, y in batches) / 3  # g: a mean either way
+    assert torch.allclose(state.grad, mean_grad, atol=1e-12)
     scores = result.scores("h")
     assert torch.allclose(scores["obd"], 0.5 * theta ** 2 * formed.diagonal().view_as(theta), atol=1e-12)
-    assert torch.allclose(scores["phi"], theta * ewma - 0.5 * theta * (formed @ theta.flatten()).view_as(theta),
+    assert torch.allclose(scores["phi"], theta * mean_grad - 0.5 * theta * (formed @ theta.flatten()).view_as(theta),
                           atol=1e-12)
     assert model[0].weight.grad is None  # nothing left behind
+
+
+def three_batches() -> list[torch.Tensor]:
+    """Per-example gradients (1 example, block 1×2) of three batches: g = [1, 0], [0, 1], [1, 1]."""
+    return [torch.tensor([[[1.0, 0.0]]]), torch.tensor([[[0.0, 1.0]]]), torch.tensor([[[1.0, 1.0]]])]
+
+
+def test_official_average_weights_every_batch_equally():
+    """θ = [1, 2]. Per batch g·θ = 1, 2, 3, so Fθ = (g·θ)g = [1, 0], [0, 2], [3, 3] and diag F = g².
+    The official code sums each batch's score θg − ½θ(F_bθ) = [0.5, 0], [0, 0], [−0.5, −1]: [0, −1],
+    a third of it is φ of the uniform means g = [2/3, 2/3], Fθ = [4/3, 5/3]: [0, −1/3]. (The old
+    EWMA of g and F with ρ = 0.5 gives g = [3/4, 3/4], Fθ = [7/4, 2].)"""
+    theta = torch.tensor([[1.0, 2.0]])
+    state = E.BlockStatistics()
+    for grads in three_batches():
+        state.update(grads, theta)
+    assert torch.allclose(state.grad, torch.tensor([[2 / 3, 2 / 3]]), atol=1e-15)
+    assert torch.allclose(state.f_theta, torch.tensor([[4 / 3, 5 / 3]]), atol=1e-15)
+    assert torch.allclose(state.f_diag, torch.tensor([[2 / 3, 2 / 3]]), atol=1e-15)
+    phi = E.closed_form_phi(theta, state.grad, state.f_theta)
+    assert torch.allclose(phi, torch.tensor([[0.0, -1 / 3]]), atol=1e-15)
+    assert state.batches == 3
+
+
+def test_spec_average_is_an_ewma_of_f_only():
+    """The spec's reading, ρ = 0.5: Fθ = [1, 0] → [0.5, 1] → [1.75, 2], diag F [1, 0] → [0.5, 0.5] →
+    [0.75, 0.75]; g stays the uniform mean [2/3, 2/3] (the old EWMA of g gave [3/4, 3/4])."""
+    theta = torch.tensor([[1.0, 2.0]])
+    state = E.BlockStatistics(fisher_rho=0.5)
+    for grads in three_batches():
+        state.update(grads, theta)
+    assert torch.allclose(state.grad, torch.tensor([[2 / 3, 2 / 3]]), atol=1e-15)
+    assert torch.allclose(state.f_theta, torch.tensor([[1.75, 2.0]]), atol=1e-15)
+    assert torch.allclose(state.f_diag, torch.tensor([[0.75, 0.75]]), atol=1e-15)
+
+
+def test_the_estimator_config_chooses_the_average():
+    from paperline.methods.model_shapley.config import EstimatorConfig
+
+    assert EstimatorConfig().fisher_rho is None  # the official uniform mean is the default
+    assert EstimatorConfig(fisher_average="ewma", rho=0.8).fisher_rho == 0.8
+    assert EstimatorConfig(rho=0.8).fisher_rho is None  # ρ only matters for the EWMA
 
 
 def test_sampled_fisher_is_a_second_pass_and_g_stays_the_true_labels():
@@ -153,8 +194,8 @@ def test_sampled_fisher_is_a_second_pass_and_g_stays_the_true_labels():
         with torch.no_grad():
             labels = torch.multinomial(F.softmax(m(x), -1), 1, generator=g).squeeze(1)
         return F.cross_entropy(m(x), labels)
-    both = E.attribute(model, {"h": model[0]}, batches, loss, 0.9, sampled)
-    true_only = E.attribute(model, {"h": model[0]}, batches, loss, 0.9)
+    both = E.attribute(model, {"h": model[0]}, batches, loss, None, sampled)
+    true_only = E.attribute(model, {"h": model[0]}, batches, loss, None)
     assert torch.equal(both.states["h"].grad, true_only.states["h"].grad)
     assert not torch.equal(both.fisher["h"].f_theta, true_only.states["h"].f_theta)
     s = both.scores("h")
@@ -167,14 +208,26 @@ def test_importances_and_their_signs():
     unit = {"magnitude": torch.tensor([1.0, 2.0]), "grad_weight": torch.tensor([-3.0, 1.0]),
             "obd": torch.tensor([0.5, 0.1]), "phi": torch.tensor([-2.0, 1.0]), "paper_phi": torch.tensor([0.5, -4.0]),
             "phi_empirical": torch.tensor([1.0, -1.0])}
-    assert E.unit_importance("model_shapley", unit).tolist() == [2.0, -1.0]  # −Φ: a loss share
-    assert E.unit_importance("model_shapley_abs", unit).tolist() == [2.0, 1.0]
+    assert E.unit_importance("model_shapley", unit).tolist() == [2.0, 1.0]  # |Φ|: the official ranking
+    assert E.unit_importance("model_shapley_signed", unit).tolist() == [2.0, -1.0]  # −Φ: a loss share
     assert E.unit_importance("grad_weight", unit).tolist() == [3.0, 1.0]  # the code's 0.0 factor: |Σgθ|
     assert E.unit_importance("paper_sign", unit).tolist() == [0.5, 4.0]
-    assert E.unit_importance("model_shapley_empirical", unit).tolist() == [-1.0, 1.0]
+    assert E.unit_importance("model_shapley_empirical", unit).tolist() == [1.0, 1.0]  # |Φ|, empirical F
     assert E.unit_importance("obd", unit).tolist() == [0.5, 0.1]
     with pytest.raises(ValueError, match="unknown estimator 'taylor'"):
         E.unit_importance("taylor", unit)
+
+
+def test_the_method_ranks_by_absolute_phi():
+    """Φ = [−2, 1, −0.5]: the official |Φ| = [2, 1, 0.5] selects units 0 and 1 first and prunes unit 2
+    first; the signed −Φ = [2, −1, 0.5] selects 0 and 2 and prunes unit 1 first."""
+    from paperline.methods.model_shapley.ranking import keep_masks, top_units
+
+    unit = {"phi": torch.tensor([-2.0, 1.0, -0.5])}
+    official, signed = E.unit_importance("model_shapley", unit), E.unit_importance("model_shapley_signed", unit)
+    assert top_units(official, 2 / 3) == [0, 1] and top_units(signed, 2 / 3) == [0, 2]
+    assert keep_masks(official, [1 / 3]).tolist() == [[True, True, False]]
+    assert keep_masks(signed, [1 / 3]).tolist() == [[True, False, True]]
 
 
 def test_bad_input_is_named():
@@ -186,7 +239,7 @@ def test_bad_input_is_named():
     with pytest.raises(TypeError, match="grad: expected a torch tensor, got list"):
         E.paper_phi(theta, [1.0], torch.ones(3, 2))
     with pytest.raises(ValueError, match=r"per-example gradients \(4, 2, 2\) do not fit the block θ \(3, 2\)"):
-        E.BlockFisherEWMA(0.9).update(torch.ones(4, 2, 2), theta)
+        E.BlockStatistics().update(torch.ones(4, 2, 2), theta)
     with pytest.raises(ValueError, match="5 rows do not split into units of 2"):
         E.unit_sums(torch.ones(5, 2), 2)
     with pytest.raises(ValueError, match=r"inputs \(4, 3\) and output_grads \(5, 2\)"):

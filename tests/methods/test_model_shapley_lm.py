@@ -60,7 +60,7 @@ def test_pruned_neurons_output_nothing_and_weights_come_back(model):
 
 
 def test_neuron_head_and_layer_sums(model):
-    attribution = E.attribute(model, lm.neuron_blocks(model), [windows(2), windows(3)], lm.lm_loss, 0.9,
+    attribution = E.attribute(model, lm.neuron_blocks(model), [windows(2), windows(3)], lm.lm_loss, None,
                               lm.lm_sampled_loss)
     units = lm.unit_scores(attribution, 2)
     hidden = model.config.intermediate_size

@@ -25,24 +25,26 @@ def _claims(variants):
 
 
 INF = math.inf
-# NGN-M: within 10% of its best over 3 decades at every seed; SGDM: one good point, diverges at 10
-NGN_M = {0: [0.32, 0.30, 0.31, 0.32], 1: [0.33, 0.30, 0.30, 0.31], 2: [0.30, 0.31, 0.32, 0.32]}
-SGDM = {0: [0.5, 0.30, 0.9, INF], 1: [0.6, 0.30, 0.8, INF], 2: [0.30, 0.5, 0.9, INF]}
+# NGN-M: within 10% of its best over 3 decades at every seed; SGDM: one good point (two at seed 2),
+# diverges at 10 (and at 1 from seed 1). Counts that differ by seed: the same gap at every seed has no
+# interval and 3 seeds are too few for the sign test that judges it.
+NGN_M = {0: [0.32, 0.30, 0.31, 0.32], 1: [0.31, 0.29, 0.30, 0.31], 2: [0.30, 0.31, 0.32, 0.32]}
+SGDM = {0: [0.5, 0.30, 0.9, INF], 1: [0.6, 0.30, INF, INF], 2: [0.30, 0.32, INF, INF]}
 
 
 def test_seed_decades_are_counted_on_each_seeds_own_curve():
     decades = seed_decades(_variant("sgdm", SGDM), band=0.1)
-    assert decades == {0: 0.0, 1: 0.0, 2: 0.0}
+    assert decades == {0: 0.0, 1: 0.0, 2: pytest.approx(1.0)}
     assert seed_decades(_variant("ngn_m", NGN_M), band=0.1) == {s: pytest.approx(3.0) for s in range(3)}
 
 
 def test_robust_step_size_and_fewer_divergences_are_shown_against_sgdm():
     claims = _claims([_variant("ngn_m", NGN_M), _variant("sgdm", SGDM)])
     wider = claims["ngn_m_wider_band_than_sgdm"]
-    assert wider.verdict == "shown" and wider.seeds == 3 and wider.effect == pytest.approx(3.0)
+    assert wider.verdict == "shown" and wider.seeds == 3 and wider.effect == pytest.approx(8 / 3)
     assert claims["ngn_m_wider_band_than_sgdm_least_squares"].verdict == "shown"
     fewer = claims["ngn_m_fewer_divergences_than_sgdm"]
-    assert fewer.verdict == "shown" and fewer.versus_mean == 1.0
+    assert fewer.verdict == "shown" and fewer.versus_mean == pytest.approx(5 / 3)
     trivial = claims["ngn_m_best_beats_initial_least_squares"]
     assert trivial.trivial and trivial.verdict == "shown" and trivial.versus_mean == 5.0
     assert "ngn_m_wider_band_than_adam" not in claims  # no Adam in this sweep

@@ -16,12 +16,13 @@ def row(auc: float, wall: float, idle: float, target: float | None = 1.0) -> dic
 def seed_rows() -> dict:
     """PubSub-VFL waits less than everyone and is faster than AVFL-PS at every seed; its AUC is
     within seed noise of VFL's (the best baseline); the active party alone is far below; DP at μ = 1
-    loses AUC at every seed."""
+    loses AUC at every seed. The gaps differ a little by seed: a gap the same at every seed has no
+    interval, and 3 seeds are too few for the sign test that judges it."""
     out = {}
     for s, noise in enumerate((0.01, -0.012, 0.003)):
         out[s] = {"vfl": row(0.90, 9.0, 0.52, 5.0), "vfl_ps": row(0.85, 4.6, 0.55, None),
                   "avfl": row(0.90, 7.0, 0.38, 4.0), "avfl_ps": row(0.88, 2.58 + 0.01 * s, 0.17, 1.8),
-                  "pubsub_vfl": row(0.90 + noise, 2.36 + 0.01 * s, 0.11, 1.6),
+                  "pubsub_vfl": row(0.90 + noise, 2.35 + 0.02 * s, 0.11 + 0.01 * s, 1.6),
                   "active_alone": {"auc": 0.65 + 0.01 * s},
                   "pubsub_vfl_dp_mu1": row(0.85 + 0.002 * s, 2.4, 0.11, None)}
     return out

@@ -52,3 +52,18 @@ def test_ids_that_do_not_align_are_refused_before_any_process_starts():
     data.passive_train.ids = data.passive_train.ids[::-1].copy()
     with pytest.raises(VFLDataError, match="train split: ids do not align"):
         run_variant(PubSubVFLConfig(), data, "vfl", 0)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'a,b,y\n1,2,0\n"3,4,1\n5,6,0\n', r"bad\.csv: not a readable CSV table \(.*EOF inside string"),  # truncated quote
+    (b"", r"bad\.csv: not a readable CSV table"),  # empty
+    (b"a,b,label\n1,2,0\n", r"bad\.csv: no label column 'y'"),  # wrongly shaped: no label column
+    (b"a,b,y\n1,2,0\n3,four,1\n", r"bad\.csv: line 3: column 'b' holds 'four', not a number"),
+    (b"a,b,y\n1,2,0\n3,,1\n", r"bad\.csv: line 3: column 'b' holds an empty cell, not a number"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\xff\xfe", r"bad\.csv: not a readable CSV table"),  # wrong type
+])
+def test_a_table_that_cannot_be_trained_on_is_named_with_its_file_and_line(tmp_path, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(content)
+    with pytest.raises(VFLDataError, match=message):
+        load(DataConfig(name="file", path=str(path), label_column="y", task="classification"))

@@ -24,14 +24,16 @@ def test_online_claims_pool_a_kinds_settings_seed_by_seed():
     values = {("continuous", "pendulum", "star", 40): _seeds([0.5, 0.6, 0.55], over=[0.1, 0.2, 0.1]),
               ("continuous", "pendulum", "pebble", 40): _seeds([0.2, 0.3, 0.25], over=[0.0, 0.4, -0.3]),
               ("continuous", "pendulum", "random", 40): _seeds([0.0, 0.0, 0.0]),
-              ("continuous", "cheetah", "star", 40): _seeds([0.3, 0.2, 0.1]),
+              ("continuous", "cheetah", "star", 40): _seeds([0.31, 0.2, 0.09]),  # +0.005, 0, -0.005 by seed
               ("continuous", "cheetah", "pebble", 40): _seeds([0.4, 0.3, 0.2]),
               ("discrete", "grid", "star", 30): _seeds([0.1, 0.9, 0.2]),
               ("discrete", "grid", "pebble", 30): _seeds([0.5, 0.4, 0.6])}
     got = {c.name: c for c in claims.online(values)}
     assert set(got) == {"star_above_random_continuous", "star_above_pebble_continuous",
                         "star_less_overestimation_continuous", "star_above_pebble_discrete"}
-    pebble = got["star_above_pebble_continuous"]  # per seed: the mean over pendulum and cheetah
+    # per seed: the mean over pendulum and cheetah; 0.105, 0.1, 0.095 (the same gap at every seed would
+    # have no interval, and 3 seeds are too few for the sign test that judges it)
+    pebble = got["star_above_pebble_continuous"]
     assert pebble.method_mean == pytest.approx((0.55 + 0.2) / 2) and pebble.effect == pytest.approx(0.1)
     assert pebble.verdict == "shown"
     assert got["star_above_random_continuous"].verdict == "shown"  # random ran on pendulum only: paired there

@@ -26,7 +26,9 @@ def test_specs_are_unique_and_one_faces_the_initial_model():
 
 
 def test_digits_claims_shown_reversed_and_trivial():
-    rows = _digits(sumo=[0.20, 0.21, 0.19], galore=[0.25, 0.27, 0.24], ns=[0.15, 0.16, 0.14],
+    # gaps that differ a little by seed: the same gap at every seed has no interval, and 3 seeds are
+    # too few for the sign test that judges it
+    rows = _digits(sumo=[0.20, 0.21, 0.19], galore=[0.25, 0.27, 0.24], ns=[0.15, 0.16, 0.145],
                    initial=[2.3, 2.31, 2.29])
     claims = {c.name: c for c in evaluate(rows, DIGITS)}
     assert set(claims) == {"sumo_below_galore_train_loss", "sumo_svd_below_ns_train_loss",
@@ -46,7 +48,7 @@ def test_noise_or_two_seeds_is_inconclusive():
 
 
 def test_lm_claims_only_for_the_optimizers_trained_and_a_diverged_one_has_no_seeds():
-    lm = {s: {"adamw": {"test_loss": 4.2 + s / 100}, "sumo": {"test_loss": 4.0 + s / 100},
+    lm = {s: {"adamw": {"test_loss": 4.2 + s / 50}, "sumo": {"test_loss": 4.0 + s / 100},
               INITIAL: {"test_loss": 6.2}} for s in range(3)}
     claims = {c.name: c for c in evaluate({}, [], lm, ["adamw", "sumo"])}
     assert set(claims) == {"lm_sumo_below_adamw_val_loss", "lm_sumo_below_initial_val_loss"}

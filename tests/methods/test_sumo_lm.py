@@ -73,6 +73,21 @@ def test_c4_loader_reads_the_format_and_names_bad_files(c4, tmp_path):
         list(read_documents(bad))
 
 
+def test_the_data_step_reads_each_shards_first_document_before_any_training(c4, tmp_path):
+    from paperline.io import DataError
+    from paperline.methods.sumo.data import c4_version
+
+    root, tokenizer = c4
+    assert c4_version(root, tokenizer).startswith("c4-sha256:")
+    broken = tmp_path / "c4"
+    broken.mkdir()
+    for shard in root.iterdir():
+        (broken / shard.name).write_bytes(shard.read_bytes())
+    (broken / "c4-validation.00000-of-00008.json.gz").write_bytes(b"\x89PNG\r\n\x1a\n")  # not a gzip file
+    with pytest.raises(DataError, match="c4-validation.00000-of-00008.json.gz"):
+        c4_version(broken, tokenizer)
+
+
 def test_tokenization_truncates_pads_and_ends_with_eos(c4, tmp_path):
     _, path = c4
     tok = C4Tokenizer(path, max_length=8)

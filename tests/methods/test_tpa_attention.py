@@ -127,6 +127,37 @@ def test_parameter_counts_equal_table_1(shape):
         assert cache.elements_per_token() == cache_elements_per_token(variant, h, shape), variant
 
 
+def test_mla_normalizes_its_latents_with_eps_1e_6_and_learned_gains():
+    # T6's q_a_layernorm / kv_a_layernorm: x = e_0 and a down-projection whose column 0 is 1e-3 give raw
+    # latents of 1e-3 in every entry; RMSNorm(eps=1e-6) makes them 1e-3/√(1e-6 + 1e-6) = 1/√2, times
+    # the gain (without eps and gains they would be 1).
+    module = _attention("mla")
+    assert module.q_latent_norm.eps == module.kv_latent_norm.eps == 1e-6
+    with torch.no_grad():
+        for down, norm, gain in ((module.q_down, module.q_latent_norm, 3.0),
+                                 (module.kv_down, module.kv_latent_norm, 2.0)):
+            down.weight.zero_()
+            down.weight[:, 0] = 1e-3
+            norm.weight.fill_(gain)
+    latents = []
+    module.q_up.register_forward_hook(lambda _m, inputs, _out: latents.append(inputs[0]))
+    x = torch.zeros(1, 2, SHAPE.d_model, dtype=torch.float64)
+    x[..., 0] = 1.0
+    _, cache = module(x, 0, {})
+    torch.testing.assert_close(latents[0], torch.full((1, 2, SHAPE.mla_q_latent), 3.0 / 2 ** 0.5, dtype=torch.float64),
+                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(cache["c_kv"], torch.full((1, 2, SHAPE.mla_kv_latent), 2.0 / 2 ** 0.5,
+                                                         dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_mla_parameters_by_hand_at_the_smoke_shape():
+    # d = 128, h = 3, d_h = 32, d'_c = 96, d_c = 64, d_h^R = 16: Table 1's 96·(128 + 96 + 48) + 64·(128 + 192)
+    # + 128·(96 + 16) = 26,112 + 20,480 + 14,336 = 60,928, plus the two latent gains 96 + 64 = 61,088
+    assert attention_params("mla", 3, ShapeConfig()) == 61_088
+    model = build_model("mla", ShapeConfig(), vocab_size=64, max_positions=32, seed=0)
+    assert model.attention_parameters() == 61_088
+
+
 def test_cache_sizes_at_the_papers_configs_are_the_specs_numbers():
     small, medium = table(PAPER_SHAPES["small"]), table(PAPER_SHAPES["medium"])
     cache = {v: r["kv_cache_elements_per_token_per_layer"] for v, r in small.items()}

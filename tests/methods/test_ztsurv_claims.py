@@ -22,12 +22,13 @@ def test_specs_are_unique_and_one_is_against_a_random_risk():
 def test_shown_reversed_and_inconclusive():
     claims = {c.name: c for c in evaluate(rows({
         "random_risk": [0.49, 0.52, 0.50], "composition_cox": [0.47, 0.45, 0.46], "mean_pool": [0.56, 0.60, 0.52],
-        "abmil": [0.58, 0.585, 0.575], "gcn": [0.66, 0.67, 0.65], "ztsurv": [0.62, 0.63, 0.61]}))}
+        "abmil": [0.58, 0.585, 0.575], "gcn": [0.66, 0.675, 0.65], "ztsurv": [0.62, 0.63, 0.61]}))}
     assert set(claims) == {s.name for s in SPECS}
     assert claims["ztsurv_above_random_risk"].verdict == "shown" and claims["ztsurv_above_random_risk"].trivial
     assert claims["ztsurv_above_composition_cox"].effect == pytest.approx(0.16)
     assert claims["ztsurv_above_abmil"].verdict == "shown"
     assert claims["ztsurv_above_mean_pool"].verdict == "inconclusive"  # +0.06, +0.03, +0.09: [-0.015, +0.135]
+    # -0.04, -0.045, -0.04: a gap the same at every seed would have no interval (sign test, p = 0.25)
     assert claims["ztsurv_above_gcn"].verdict == "reversed"
 
 

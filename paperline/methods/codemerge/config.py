@@ -54,7 +54,8 @@ class CodeMergeConfig(MethodConfig):
     # {0, 1, 2, 4}, then every `save_every` (spec (e): 3)
     save_at: list[Annotated[int, Field(ge=0)]] = [0, 1, 2, 4]
     save_every: PositiveInt = 3
-    min_merge: Annotated[int, Field(ge=1)] = 3  # a merge needs this many stored checkpoints
+    # once this many checkpoints are stored, the bank is merged again at every batch (official `count >= 3`)
+    min_merge: Annotated[int, Field(ge=1)] = 3
     top_k: PositiveInt = 5
     ridge: float = Field(1e-3, gt=0)
     projection_dim: PositiveInt = 64  # d′ (spec (e))

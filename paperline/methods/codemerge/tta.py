@@ -5,8 +5,8 @@ student (its accuracy is the reported one, spec (b)4), then the student takes on
 - tent: entropy minimisation on the LayerNorm affine parameters;
 - pl: self-training on the student's own confident predictions (> threshold);
 - ema: a mean teacher (EMA of the student) gives the pseudo-labels;
-- mos: MOS-like: at each checkpoint of the schedule the student is stored, and the teacher becomes
-  the average of every stored checkpoint weighted from a forward pass of each;
+- mos: MOS-like: the teacher is the average of every stored checkpoint weighted from a forward
+  pass of each on the batch;
 - codemerge / codemerge_rls / codemerge_fixed: the student is stored with its fingerprint (the
   anchor's mean penultimate feature on the batch), ridge leverage scores of the randomly projected
   fingerprints choose the top-K, merged by TIES (codemerge, codemerge_fixed) or RLS weights
@@ -14,9 +14,14 @@ student (its accuracy is the reported one, spec (b)4), then the student takes on
   merge into its pretrained copy, so the next merge's Θ₀ and fingerprints come from the previous
   teacher) or stays the source (codemerge_fixed).
 
-The teacher's confident predictions (> threshold) are the student's cross-entropy targets on its
-own outputs (update (f)); AdamW on the `adapt` parameters. The teacher before the first merge is the
-source model [I: the code's teacher starts as the pretrained copy].
+The schedule is the official loop's (`custom_multi_gpu_test`): the student is stored at the end of
+a scheduled batch (after its step); at the start of every batch once `min_merge` checkpoints are
+stored (`if count >= 3`), the bank is merged again (a fresh projection R, the top-K chosen again)
+and the merge is that batch's teacher. The teacher's confident predictions (> threshold) are the
+student's cross-entropy targets on its own outputs (update (f)); AdamW on the `adapt` parameters.
+Before the first merge the teacher is the source model; the code's (`super_model is None`) is the
+student itself, which at our lr (1e-3, not 1e-7) derails the student in those first batches (see
+docs/methods/codemerge.md, "Compared with the official code").
 """
 from __future__ import annotations
 
@@ -140,12 +145,11 @@ class BankMerger:
         result.merge_seconds += time.perf_counter() - started
         return state
 
-    def step(self, student: torch.nn.Module, x: torch.Tensor, batch: int, teacher: torch.nn.Module,
-             scratch: torch.nn.Module, result: StreamResult) -> None:
-        """At a scheduled batch: store the student; with enough checkpoints, merge into the teacher
+    def remerge(self, x: torch.Tensor, batch: int, teacher: torch.nn.Module, scratch: torch.nn.Module,
+                result: StreamResult) -> None:
+        """At the start of every batch with enough checkpoints stored: merge the bank into the teacher
         and, with the drifting anchor, into the anchor too (recursive merging: the next merge's Θ₀
-        and fingerprints come from this teacher)."""
-        self.store(student, x, result)
+        and the next fingerprints come from this teacher)."""
         if len(self.bank) < self.cfg.min_merge:
             return
         state = self.merged(x, scratch, result)
@@ -196,6 +200,8 @@ def run_stream(source: ViT, stream_x: np.ndarray, stream_y: np.ndarray, cfg: Cod
     n = len(stream_x)
     for t in tqdm(range(start, n), desc=variant, disable=not progress, initial=start, total=n):
         x, y = torch.as_tensor(stream_x[t]), torch.as_tensor(stream_y[t])
+        if bank:  # this batch's teacher (merge time counted apart from adapt_seconds)
+            bank.remerge(x, t, teacher, scratch, result)
         began = time.perf_counter()
         logits = student(x)
         result.accuracy.append(float((logits.argmax(1) == y).float().mean()))
@@ -216,8 +222,8 @@ def run_stream(source: ViT, stream_x: np.ndarray, stream_y: np.ndarray, cfg: Cod
         if variant == "ema":
             ema_update(teacher, student, cfg.ema_momentum)
         result.adapt_seconds += time.perf_counter() - began
-        if bank and save_due(t, cfg):
-            bank.step(student, x, t, teacher, scratch, result)
+        if bank and save_due(t, cfg):  # stored after its step, keyed by the anchor of this batch
+            bank.store(student, x, result)
         if run.due(t + 1, n):
             run.save({"step": t + 1, "result": result.to_dict(), "bank": bank.progress() if bank else None})
     return result

@@ -41,6 +41,12 @@ DROPOUT = 0.1  # the encoders' and the decoder's (FVAEPEFTConfig enc_dropout, de
 LOG_2PI = math.log(2 * math.pi)
 
 
+def scaling_of(r: int, lora_alpha: float) -> float:
+    """The update's scale, as the official FVAE-LoRA layer computes it (AdaLoRA's): α / (r + 1e-5),
+    with α = r when α <= 0 (the 1e-5 moves it by 2.5e-6 of α/r at r = 4)."""
+    return (lora_alpha if lora_alpha > 0 else r) / (r + 1e-5)
+
+
 @dataclass(frozen=True)
 class FvaeSettings:
     """One FVAE-LoRA configuration: the latent dim is the LoRA rank r (`lora_r`), α the LoRA alpha."""
@@ -170,7 +176,8 @@ def fvae_linear_class() -> type:
                 raise ValueError(f"the FVAE latent dim r must be positive, got {r}")
             d, s = self.in_features, settings
             self.r[adapter_name], self.lora_alpha[adapter_name] = r, lora_alpha
-            self.scaling[adapter_name] = lora_alpha / r  # the code's scaling / ranknum
+            # the official layer (AdaLoRA's): scaling = α (r when α <= 0), divided by ranknum + 1e-5
+            self.scaling[adapter_name] = scaling_of(r, lora_alpha)
             self.settings[adapter_name] = s
             self.lora_encoder1[adapter_name] = GaussianEncoder(d, r, s.encoder_hidden, s.encoder_layers, s.dropout)
             self.lora_encoder2[adapter_name] = GaussianEncoder(d, r, s.encoder_hidden, s.encoder_layers, s.dropout)

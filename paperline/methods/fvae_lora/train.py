@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.io import atomic_path
+from paperline.io import atomic_path, one_line
 from paperline.methods.fvae_lora.adapter import fvae_loss, inject, set_generator
 from paperline.methods.fvae_lora.config import VARIANT_SPECS, BackboneConfig, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit, SpuriousTask, group_accuracy
@@ -51,7 +51,7 @@ def load_backbone(path: str | Path) -> nn.Module:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 — any unreadable file is reported the same way
-        raise CheckpointMismatchError(f"{path}: not a readable torch checkpoint ({err})") from err
+        raise CheckpointMismatchError(f"{path}: not a readable torch checkpoint ({one_line(err)})") from err
     if isinstance(ckpt, dict) and isinstance(ckpt.get("shape"), dict) and ckpt["shape"].get("kind") == "mlp":
         s = ckpt["shape"]
         return load_state(DigitsMLP(s["image_size"], s["hidden"], s["classes"]), ckpt["state_dict"], str(path))

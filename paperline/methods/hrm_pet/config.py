@@ -1,6 +1,6 @@
 """Parameters of the HRM-PET continual-learning experiment (spec ../shared/methods/hrm_pet.md):
 class-incremental task sequences on the frozen vit-source backbone, a TII head with Gaussian
-replay, a LoRA per task on qkv, and the inference rules (initial matching, DRM, CRM) with the
+replay, a LoRA per task on the qkv projection, and the inference rules (initial matching, DRM, CRM) with the
 four code-vs-paper switches of spec (g), each defaulting to the paper's rule."""
 from __future__ import annotations
 
@@ -72,16 +72,27 @@ class TiiConfig(StrictModel):
 
 
 class LoraConfig(StrictModel):
-    """Stage 2 (spec (b)): a LoRA per task on every block's qkv, trained with the unified head."""
+    """Stage 2 (spec (b)): a LoRA per task on the qkv projection, trained with the unified head;
+    each default is the official code's (`HideLoraPool`, `hrm_lora_wtp_and_tap_engine.py`)."""
 
     rank: PositiveInt = 4
     alpha: float = Field(4.0, gt=0)  # scaling alpha/rank
-    momentum: float = Field(0.1, ge=0, le=1)  # HiDe's initialization from the mean of the old LoRAs
+    targets: Literal["kv", "qkv"] = "kv"  # kv: k and v each their own rank-r LoRA, q none (the code's)
+    depth: PositiveInt | None = 5  # LoRA in the first min(depth, blocks) blocks (the code's lora_depth); None: all
+    momentum: float = Field(0.1, ge=0, le=1)  # adapter_t ← (1 − m)·adapter_t + m·mean(adapters < t)
+    # after: the code's (t starts as a copy of t − 1, the mix applied after training);
+    # before: the mix applied to the fresh initialization before training (HiDe-Prompt's prompts [I])
+    momentum_timing: Literal["after", "before"] = "after"
+    clip_grad: float | None = Field(2.0, gt=0)  # gradient-norm clip in Stage 2 (the code's clip_grad); None: off
     epochs: PositiveInt = 50
     lr: float = Field(0.03, gt=0)  # Adam, cosine schedule
     batch_size: PositiveInt = 24
     align_epochs: PositiveInt = 30  # the TAP alignment of the unified classifier (crct_epochs)
     align_lr: float = Field(5e-3, gt=0)
+    # sgd: the code's TAP, from the second task on: SGD (momentum 0.9, no weight decay, cosine), 5·batch
+    # Gaussian samples per class, as many 5·batch mini-batches an epoch as there are old classes
+    # (crct_num); adam: Adam from the first task, samples_per_class per class, every sample in 4·batch batches
+    tap_optimizer: Literal["sgd", "adam"] = "sgd"
 
 
 class CtirdConfig(StrictModel):

@@ -1,6 +1,7 @@
-"""The models of HRM-PET on the frozen backbone: a task-specific LoRA per task on every block's
-qkv (peft's LoRA layers injected into paperline.nn.vit.ViT, one named adapter per task), the
-unified classifier, the TII head, and the Gaussian class statistics both heads are aligned with."""
+"""The models of HRM-PET on the frozen backbone: a task-specific LoRA per task on the qkv
+projection of the first blocks (peft's LoRA layers injected into paperline.nn.vit.ViT, one named
+adapter per task; by default k and v only, as the official `HideLoraPool`), the unified
+classifier, the TII head, and the Gaussian class statistics both heads are aligned with."""
 from __future__ import annotations
 
 import copy
@@ -17,12 +18,17 @@ def adapter_name(task: int) -> str:
 
 
 class LoraViT(nn.Module):
-    """The frozen ViT (its head dropped) with one LoRA adapter per task on `qkv` (rank r, scaling
-    alpha/r, B initialized to zero by peft) and the unified linear classifier over all classes.
+    """The frozen ViT (its head dropped) with one LoRA adapter per task on the `qkv` projection of
+    the first min(`depth`, blocks) blocks (all when None), scaling alpha/r, B initialized to zero by
+    peft, and the unified linear classifier over all classes. `targets` "kv" (the official
+    `HideLoraPool`): k and v each get their own rank-r factors and q none, as one rank-2r peft
+    adapter whose B is held block-diagonal (its other entries start at zero and their gradient is
+    masked); "qkv": one rank-r adapter on the whole qkv output.
     `features(x, task)` runs the backbone with task `task`'s LoRA; `features(x, None)` without any
     (the frozen features the TII head reads)."""
 
-    def __init__(self, backbone: ViT, tasks: int, num_classes: int, rank: int, alpha: float):
+    def __init__(self, backbone: ViT, tasks: int, num_classes: int, rank: int, alpha: float,
+                 targets: str = "kv", depth: int | None = None):
         super().__init__()
         from peft import LoraConfig, inject_adapter_in_model
         from peft.tuners.lora import LoraLayer
@@ -31,14 +37,25 @@ class LoraViT(nn.Module):
         vit.head = nn.Identity()
         for p in vit.parameters():
             p.requires_grad_(False)
+        blocks = len(vit.blocks) if depth is None else min(depth, len(vit.blocks))
+        modules = [f"blocks.{i}.attn.qkv" for i in range(blocks)]
+        parts = 2 if targets == "kv" else 1  # rank-r factors per adapter
         with warnings.catch_warnings():  # peft warns on every adapter after the first: that is the design
             warnings.simplefilter("ignore")
             for t in range(tasks):
                 vit = inject_adapter_in_model(
-                    LoraConfig(r=rank, lora_alpha=alpha, target_modules=["qkv"], lora_dropout=0.0), vit,
-                    adapter_name=adapter_name(t))
+                    LoraConfig(r=parts * rank, lora_alpha=parts * alpha, target_modules=modules, lora_dropout=0.0),
+                    vit, adapter_name=adapter_name(t))
         self.vit, self.tasks = vit, tasks
         self.lora_layers = [m for m in vit.modules() if isinstance(m, LoraLayer)]
+        if targets == "kv":
+            mask = b_mask("qkv", targets, backbone.shape["dim"], rank)
+            for layer in self.lora_layers:
+                for t in range(tasks):
+                    w = layer.lora_B[adapter_name(t)].weight
+                    with torch.no_grad():
+                        w.mul_(mask)  # a no-op on peft's zeros
+                    w.register_hook(lambda g: g * mask)
         self.head = nn.Linear(backbone.shape["dim"], num_classes)
         self._active: int | None = -1
         self.use(0)
@@ -69,9 +86,17 @@ class LoraViT(nn.Module):
         return params
 
     @torch.no_grad()
-    def momentum_init(self, task: int, momentum: float) -> None:
-        """HiDe's momentum initialization, applied to LoRA as HiDe-Prompt applies it to prompts [I]:
-        adapter_t ← m·mean(adapters < t) + (1 − m)·adapter_t (its fresh initialization)."""
+    def copy_adapter(self, source: int, task: int) -> None:
+        """Task `task`'s LoRA set to a copy of task `source`'s (the official start of a new task)."""
+        for layer in self.lora_layers:
+            for d in (layer.lora_A, layer.lora_B):
+                d[adapter_name(task)].weight.copy_(d[adapter_name(source)].weight)
+
+    @torch.no_grad()
+    def mix_with_old(self, task: int, momentum: float) -> None:
+        """HiDe's LoRA momentum: adapter_t ← (1 − m)·adapter_t + m·mean(adapters < t). The official
+        code applies it after training (to a start copied from t − 1); timing "before" applies it to
+        the fresh initialization, as HiDe-Prompt does to prompts [I]."""
         if task == 0 or momentum == 0:
             return
         for layer in self.lora_layers:
@@ -91,6 +116,16 @@ class LoraViT(nn.Module):
             idx = (tasks == t).nonzero().squeeze(1)
             out[idx] = self.features(images[idx], t)
         return out
+
+
+def b_mask(outputs: str, targets: str, dim: int, rank: int) -> torch.Tensor:
+    """(len(outputs)·dim, len(targets)·rank) 0/1: target j's dim output rows read only columns
+    j·r..(j+1)·r of A, so each target has its own rank-r LoRA and the other outputs none."""
+    mask = torch.zeros(len(outputs) * dim, len(targets) * rank)
+    for j, name in enumerate(targets):
+        o = outputs.index(name)
+        mask[o * dim:(o + 1) * dim, j * rank:(j + 1) * rank] = 1.0
+    return mask
 
 
 class TiiHead(nn.Module):

@@ -1,6 +1,7 @@
 """One learner's class-incremental run on one task sequence (spec (b)): for each task t,
 Stage 1: the TII head on frozen features (CE on task t's classes), then aligned on Gaussian samples
-of every seen class; Stage 2: task t's LoRA (HiDe momentum init) and the unified classifier, CE on
+of every seen class; Stage 2: task t's LoRA (started as a copy of task t − 1's, HiDe's momentum mix
+after training, gradient norm clipped, as the official code) and the unified classifier, CE on
 task t's classes only, plus CTIRD for the CTIRD learners; then the unified classifier aligned on
 Gaussian samples of every seen class's LoRA features (HiDe's TAP); then the seen tasks' test images
 evaluated under every inference rule (paperline/methods/hrm_pet/evaluate.py). A checkpoint after
@@ -55,9 +56,17 @@ def old_tasks(tii_logits: torch.Tensor, class_task: torch.Tensor, task: int, k: 
     return class_task[old_classes[least]]
 
 
+def relation_targets(old_features: torch.Tensor, chosen: torch.Tensor, temperature: float) -> torch.Tensor:
+    """CTIRD's targets (B, m, B): [:, k] is W_k = relation(e_k), e_k[i] sample i's feature under its
+    own k-th old task's LoRA (`old_features` (t, B, d): the batch under every old task; `chosen` (B, m)).
+    So W_k[i, j] = softmax_j cos(e_i under t_ik, e_j under t_jk), as the official code's
+    `model(input, task_id=top5_id[:, k])` (HiDe's LoRA pool routes each sample by its own task id)."""
+    rows = torch.arange(chosen.shape[0])
+    return torch.stack([relation(old_features[chosen[:, k], rows], temperature) for k in range(chosen.shape[1])], 1)
+
+
 def ctird_loss(features: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Σ_k KL(W_k ‖ W_t), each averaged over the batch's rows: `targets` (B, m, B) holds row i of
-    W_k, the relation matrix under sample i's k-th old task's LoRA."""
+    """Σ_k KL(W_k ‖ W_t), each averaged over the batch's rows: `targets` (B, m, B) from `relation_targets`."""
     log_w_t = relation(features, temperature).clamp_min(1e-12).log()
     return sum(F.kl_div(log_w_t, targets[:, k], reduction="batchmean") for k in range(targets.shape[1]))
 
@@ -69,8 +78,15 @@ def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.T
     return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
-def _fit(params, steps_data, loss_fn, epochs: int, lr: float, cosine: bool) -> list[float]:
-    opt = torch.optim.Adam(params, lr=lr)
+def _fit(params, steps_data, loss_fn, epochs: int, lr: float, cosine: bool, clip: float | None = None,
+         optimizer: str = "adam") -> list[float]:
+    """`epochs` passes of `steps_data(epoch)`; Adam, or the official TAP's SGD (momentum 0.9; its 5e-4
+    weight decay is overridden by the parameter group's `args.weight_decay`, 0.0 as argparse parses
+    `imr_lora.py`, where `--weight-decay` 0.0 is declared before `--weight_decay` 5e-4); the gradient
+    norm clipped at `clip` when set."""
+    params = list(params)
+    opt = (torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=0.0) if optimizer == "sgd"
+           else torch.optim.Adam(params, lr=lr))
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs) if cosine else None
     history = []
     for epoch in range(epochs):
@@ -79,6 +95,8 @@ def _fit(params, steps_data, loss_fn, epochs: int, lr: float, cosine: bool) -> l
             loss = loss_fn(i, *batch)
             opt.zero_grad()
             loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, clip)
             opt.step()
             losses.append(loss.item())
         if sched:
@@ -88,15 +106,33 @@ def _fit(params, steps_data, loss_fn, epochs: int, lr: float, cosine: bool) -> l
 
 
 def align(head: torch.nn.Module, stats: ClassStats, seen: int, epochs: int, lr: float, per_class: int,
-          batch_size: int, generator: torch.Generator) -> list[float]:
-    """A head aligned on fresh Gaussian samples of every stored class each epoch (CE over the seen classes)."""
+          batch_size: int, generator: torch.Generator, steps: int | None = None, optimizer: str = "adam",
+          cosine: bool = False) -> list[float]:
+    """A head aligned on fresh Gaussian samples of every stored class each epoch (CE over the seen
+    classes), the first `steps` mini-batches of each epoch's shuffle (all when None)."""
     def data(epoch):
         x, y = stats.sample(per_class, generator)
         order = torch.randperm(len(x), generator=generator)
-        return [(x[idx], y[idx]) for idx in order.split(batch_size)]
+        return [(x[idx], y[idx]) for idx in order.split(batch_size)[:steps]]
 
     return _fit(head.parameters(), data, lambda i, x, y: F.cross_entropy(restrict(head(x), range(seen)), y),
-                epochs, lr, cosine=False)
+                epochs, lr, cosine=cosine, optimizer=optimizer)
+
+
+def tap(head: torch.nn.Module, stats: ClassStats, seen: int, old: int, cfg: HrmPetConfig,
+        generator: torch.Generator) -> None:
+    """The unified classifier aligned on every seen class's LoRA-feature Gaussians. sgd (the official
+    `train_task_adaptive_prediction`): none on the first task (`old` = 0 classes before it), then
+    5·batch samples per class and `old` (crct_num) mini-batches of 5·batch an epoch, SGD, cosine;
+    adam: every task, `samples_per_class` per class, every sample in 4·batch mini-batches."""
+    lora = cfg.lora
+    if lora.tap_optimizer == "sgd":
+        if old > 0:
+            n = 5 * lora.batch_size
+            align(head, stats, seen, lora.align_epochs, lora.align_lr, n, n, generator, steps=old,
+                  optimizer="sgd", cosine=True)
+        return
+    align(head, stats, seen, lora.align_epochs, lora.align_lr, cfg.samples_per_class, lora.batch_size * 4, generator)
 
 
 def learner_fingerprint(cfg: HrmPetConfig, learner: str, sequence: str, seed: int, backbone: str) -> str:
@@ -112,7 +148,8 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
     n_tasks, n_classes = len(seq.task_classes), seq.num_classes
     class_task = torch.as_tensor(seq.class_task())
     with seeded_init(seed):  # the initial weights from `seed`, whatever runs beside
-        model = LoraViT(backbone, n_tasks, n_classes, cfg.lora.rank, cfg.lora.alpha)
+        model = LoraViT(backbone, n_tasks, n_classes, cfg.lora.rank, cfg.lora.alpha, cfg.lora.targets,
+                        cfg.lora.depth)
         tii = TiiHead(backbone.shape["dim"], n_classes, cfg.tii.hidden_ratio)
     dim = backbone.shape["dim"]
     tii_stats, lora_stats = ClassStats(dim, cfg.covariance_eps), ClassStats(dim, cfg.covariance_eps)
@@ -151,18 +188,21 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
               cfg.tii.batch_size, gen)
 
         # Stage 2: task t's LoRA and the unified classifier (+ CTIRD), one fixed batch order
-        model.momentum_init(t, cfg.lora.momentum)
+        after = cfg.lora.momentum_timing == "after"
+        if after and t > 0:
+            model.copy_adapter(t - 1, t)
+        if not after:
+            model.mix_with_old(t, cfg.lora.momentum)
         order = batches(len(yt), cfg.lora.batch_size, gen)
         targets = None
         if learner != "plain" and t > 0 and cfg.ctird.weight > 0:
             rule = "code" if learner == "ctird_code" else "paper"
             targets = []
             with torch.no_grad():
-                for idx in order:  # the first pass: old tasks' relation rows, per batch number
+                for idx in order:  # the first pass: the old tasks' relation matrices, per batch number
                     chosen = old_tasks(tii(ft[idx]), class_task, t, cfg.ctird.k, rule)  # (B, m)
-                    per_task = torch.stack([relation(model.features(xt[idx], s), cfg.ctird.temperature)
-                                            for s in range(t)])  # (t, B, B)
-                    targets.append(per_task[chosen, torch.arange(len(idx)).unsqueeze(1)])  # (B, m, B)
+                    old_features = torch.stack([model.features(xt[idx], s) for s in range(t)])  # (t, B, d)
+                    targets.append(relation_targets(old_features, chosen, cfg.ctird.temperature))
         params = model.train_only(t)
 
         def lora_loss(i, x, y):
@@ -174,8 +214,10 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
 
         model.train()
         lora_loss_history = _fit(params, lambda e: [(xt[idx], yt[idx]) for idx in order], lora_loss,
-                                 cfg.lora.epochs, cfg.lora.lr, cosine=True)
+                                 cfg.lora.epochs, cfg.lora.lr, cosine=True, clip=cfg.lora.clip_grad)
         model.eval()
+        if after:
+            model.mix_with_old(t, cfg.lora.momentum)
         for p in model.parameters():
             p.requires_grad_(False)
 
@@ -183,8 +225,7 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
         with torch.no_grad():
             lora_stats.add(model.features(xt, t), yt)
         model.head.requires_grad_(True)
-        align(model.head, lora_stats, seen, cfg.lora.align_epochs, cfg.lora.align_lr, cfg.samples_per_class,
-              cfg.lora.batch_size * 4, gen)
+        tap(model.head, lora_stats, seen, classes[0], cfg, gen)
         model.head.requires_grad_(False)
 
         # every inference rule on the seen tasks' test images

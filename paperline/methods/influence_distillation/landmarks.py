@@ -67,8 +67,9 @@ def rbf_bandwidth(landmark_emb: torch.Tensor, max_samples: int, seed: int = 0) -
         x = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:max_samples]]
     d = torch.cdist(x.double(), x.double())
     off = d[~torch.eye(len(x), dtype=torch.bool)]
-    sigma = float(off.median()) if off.numel() else 1.0
-    return sigma if sigma > 0 else 1.0
+    if not off.numel():  # one landmark: no pair to take a median of
+        return 1.0
+    return max(float(off.median()), 1e-6)  # the official floor: coinciding landmarks get 1e-6
 
 
 def rbf_kernel(a: torch.Tensor, b: torch.Tensor, sigma: float) -> torch.Tensor:

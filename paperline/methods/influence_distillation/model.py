@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -21,7 +22,7 @@ from paperline.data.local_tokenizer import shared_lm_tokenizer
 from paperline.data.tulu import ByteTokenizer, HFTokenizer, TuluRecord, encode_tulu
 from paperline.nn.causal_lm import CausalLM, llama_config
 from paperline.seeds import load_pretrained, seeded_init
-from paperline.train.lm_base import load_causal_lm
+from paperline.train.lm_base import check_causal_lm, load_causal_lm
 
 
 @dataclass
@@ -144,6 +145,22 @@ def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
     net = load_causal_lm(cfg.hf_model_path, dtype=dtype, attn_implementation="eager")
     tok = HFTokenizer(load_pretrained(AutoTokenizer, cfg.hf_model_path, local_files_only=True))
     return InfluenceLM(net, "hf"), tok
+
+
+def check_model(cfg) -> None:
+    """The model folder (and tokenizer) `cfg.model` names, opened and checked without loading its
+    weights: what a data step calls before any work (a 3B model's weights are read by the task)."""
+    if cfg.model == "lm_base":
+        shared_lm_tokenizer(cfg.lm_base_path, cfg.lm_base_tokenizer, where="influence_distillation.lm_base_path, "
+                            "lm_base_tokenizer")
+        check_causal_lm(cfg.lm_base_path)
+    elif cfg.model == "hf":
+        from paperline.data.local_tokenizer import read_tokenizer_json
+
+        check_causal_lm(cfg.hf_model_path)
+        own = Path(cfg.hf_model_path) / "tokenizer.json"
+        if own.exists():  # else AutoTokenizer's other files (a sentencepiece model), read by the task
+            read_tokenizer_json(own, where="influence_distillation.hf_model_path")
 
 
 def lm_base_model(cfg, seed: int) -> tuple[InfluenceLM, object]:

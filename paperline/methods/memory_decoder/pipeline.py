@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from paperline.io import atomic_dir, atomic_path
 from paperline.methods.memory_decoder.config import MemoryDecoderConfig, ShapeConfig
 from paperline.methods.memory_decoder.data import MemDecData
 
@@ -33,12 +34,14 @@ def load_lm(folder: str | Path):
 
 
 def save_lm(model, folder: str | Path, data: MemDecData) -> Path:
-    """The model with the general corpus's tokenizer beside it: a complete HF model folder."""
+    """The model with the general corpus's tokenizer beside it: a complete HF model folder, written
+    whole or not at all (the datastore and MemDec tasks load it)."""
     import shutil
 
     folder = Path(folder)
-    model.save_pretrained(folder)
-    shutil.copy(Path(data.general_dir) / "tokenizer.json", folder / "tokenizer.json")
+    with atomic_dir(folder) as tmp:
+        model.save_pretrained(tmp)
+        shutil.copy(Path(data.general_dir) / "tokenizer.json", tmp / "tokenizer.json")
     return folder
 
 
@@ -64,7 +67,8 @@ def build_datastore(cfg: MemoryDecoderConfig, data: MemDecData, model_dir: str |
     distances, ids = drop_self(distances, ids, np.arange(len(keys)), cfg.knn.k)
     weights = neighbour_weights(distances, cfg.knn.temperature).numpy().astype(np.float16)
     save_datastore(store, folder, {"index": cfg.datastore.index, "key_dim": int(keys.shape[1])})
-    np.savez(folder / "knn_targets.npz", values=values[ids].astype(np.int32), weights=weights)
+    with atomic_path(folder / "knn_targets.npz") as tmp, open(tmp, "wb") as fh:  # np.savez on a path adds .npz
+        np.savez(fh, values=values[ids].astype(np.int32), weights=weights)
     # how often the kNN target puts mass on the true next token: a sanity figure of the store
     hit = float((values[ids] == values[:, None]).any(1).mean())
     return store.size_bytes() | {"build_s": build_s, "search_s": time.perf_counter() - t0 - build_s,

@@ -4,15 +4,17 @@ The paper claims that the closed-form Shapley value of a parameter group, φ = �
 block-Fisher H, ranks units (neurons) by their contribution better than the usual importance scores
 — magnitude |θ|, the first-order |g·θ| and OBD's ½θ²F — measured here as:
 1. the rank correlation (Spearman) of its neuron ranking with permutation-sampled Shapley values of
-   the digits MLP's neurons (the ground truth);
+   the digits MLP's neurons (the ground truth, signed φ; a ranking by |Φ| is scored against it
+   too, and where no φ is negative, as in every smoke seed, signed and |φ| rank alike);
 2. pruning the least important neurons first keeps more of the digits MLP's test accuracy (the mean
    accuracy over the pruned fractions);
 3. pruning the least important neurons of the shared causal LM first costs less validation loss
    (the mean loss over the pruned fractions).
 Each is also read against a random ranking (the trivial baseline: a ranking that knows nothing).
-The method's row is `model_shapley` (−Φ, signed). Each claim pairs the two rankings by seed: a seed
-draws the data split, the models' initial weights, the ground truth's permutations and the
-estimators' batches, the same for every ranking.
+The method's row is `model_shapley`: |Φ|, the ranking of both official benchmarks (the signed −Φ is
+the variant row `model_shapley_signed`, compared by no claim). Each claim pairs the two rankings
+by seed: a seed draws the data split, the models' initial weights, the ground truth's permutations
+and the estimators' batches, the same for every ranking.
 """
 from __future__ import annotations
 

@@ -12,11 +12,12 @@ from paperline.config import LMShapeConfig, LMTrainConfig, MethodConfig, Project
 PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(ge=0, lt=1)]
 
-# The rankings compared (rows of metrics/model_shapley.json). `grad_weight` is also what the NLP
-# code's calculate_shapley() computes: its cooperative term is multiplied by 0.0 (spec §f).
-Estimator = Literal["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_abs", "paper_sign",
+# The rankings compared (rows of metrics/model_shapley.json). `model_shapley` is |Φ|, the official
+# code's ranking; `model_shapley_signed` −Φ. `grad_weight` is also what the NLP code's
+# calculate_shapley() computes: its cooperative term is multiplied by 0.0 (spec §f).
+Estimator = Literal["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_signed", "paper_sign",
                     "model_shapley_empirical", "random"]
-ESTIMATORS: tuple[str, ...] = ("magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_abs",
+ESTIMATORS: tuple[str, ...] = ("magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_signed",
                                "paper_sign", "model_shapley_empirical", "random")
 
 
@@ -36,14 +37,22 @@ class DigitsConfig(StrictModel):
 
 
 class EstimatorConfig(StrictModel):
-    """The block-Fisher EWMA (spec §b): `batches` mini-batches of `batch_size`, F ← ρF + (1−ρ)F̂;
-    `fisher`: labels drawn from the model (`sampled`, a second backward per batch) or the true
-    labels' gradients (`empirical`), see estimators.py."""
+    """The block-Fisher estimator (spec §b): `batches` mini-batches of `batch_size`; `fisher_average`
+    `mean` (the official code: every batch weighted equally) or `ewma` (the spec's F ← ρF + (1−ρ)F̂,
+    ρ = `rho`, used only then); g is a running mean either way. `fisher`: labels drawn from the model
+    (`sampled`, a second backward per batch) or the true labels' gradients (`empirical`), see
+    estimators.py."""
 
     batches: PositiveInt = 10
     batch_size: PositiveInt = 64
+    fisher_average: Literal["mean", "ewma"] = "mean"
     rho: float = Field(0.9, ge=0, lt=1)
     fisher: Literal["sampled", "empirical"] = "sampled"
+
+    @property
+    def fisher_rho(self) -> float | None:
+        """estimators.attribute's `fisher_rho`: None for the uniform mean."""
+        return self.rho if self.fisher_average == "ewma" else None
 
 
 class FinetuneConfig(StrictModel):

@@ -12,7 +12,8 @@ import torch
 from paperline.methods.model_shapley import estimators
 
 
-def step_times(model, layers_of, x, y, loss_of, sampled_loss_of, rho: float, repeats: int) -> dict:
+def step_times(model, layers_of, x, y, loss_of, sampled_loss_of, fisher_rho: float | None,
+               repeats: int) -> dict:
     """Median seconds of a training step and of an estimator batch, on copies of `model`
     (`layers_of(copy)` names the copy's scored blocks); the first call of each is a warm-up."""
     trained = copy.deepcopy(model).train()
@@ -26,7 +27,7 @@ def step_times(model, layers_of, x, y, loss_of, sampled_loss_of, rho: float, rep
     scored = copy.deepcopy(model)
 
     def estimator_step():
-        estimators.attribute(scored, layers_of(scored), [(x, y)], loss_of, rho, sampled_loss_of)
+        estimators.attribute(scored, layers_of(scored), [(x, y)], loss_of, fisher_rho, sampled_loss_of)
 
     times = {}
     for name, step in (("train_step_s", train_step), ("estimator_step_s", estimator_step)):

@@ -12,14 +12,18 @@ same sign, which no quadratic game gives; it is kept as the variant `paper_sign`
 neuron's row, a head's rows, a layer) is a group of players: its Shapley value in the game whose
 players are the groups is the sum of its parameters' φ (`unit_sums`), exactly, on a quadratic L.
 
-Sign: φ is the share of the *loss*; removing an important unit raises the loss, so its φ is
-negative, and the ranking `model_shapley` uses importance −Φ (signed). The official NLP code ranks
-by |score| (`model_shapley_abs`, `paper_sign`), which hides the sign (spec §f), and its
-`calculate_shapley()` multiplies the cooperative term by 0.0, leaving the first-order |Σ g·θ|:
-that is our `grad_weight` row, named for what it computes.
+Ranking: both official benchmarks rank units by |Φ| (NLP-Benchmark `torch.abs(param_value)` before
+the argsort; CV-Benchmark `torch.abs(param_shapley_value)`), so the method's row `model_shapley`
+is |Φ|. φ is the share of the *loss*: removing an important unit raises the loss, so its φ is
+negative, and the signed ranking −Φ is kept as the variant `model_shapley_signed` (|·| hides the
+sign, spec §f). The NLP code's `calculate_shapley()` multiplies the cooperative term by 0.0,
+leaving the first-order |Σ g·θ|: that is our `grad_weight` row, named for what it computes.
 
-H ≈ block Fisher F_b = E[g_b g_bᵀ] over per-example gradients of one weight block, smoothed over
-mini-batches by F_b ← ρF_b + (1−ρ)F̂_b [I: the first batch initialises it]. F is never formed:
+H ≈ block Fisher F_b = E[g_b g_bᵀ] over per-example gradients of one weight block. Over mini-batches
+g is a running mean and, by default, so are Fθ and diag F: the official code sums each batch's
+score, linear in that batch's g and F, with equal weights, which is the score of the uniform means
+(`fisher_rho=None`). The spec's reading (§b), an EWMA F ← ρF + (1−ρ)F̂ with g still a running mean
+[I: the first batch initialises it], is the variant `fisher_rho=ρ`. F is never formed:
 (Fθ)ᵢ = E[gᵢ (g·θ)] (spec §b's trick); the per-example gradients of a linear layer come from the
 one backward of the batch (the layer's input and output gradient: G_n = Σ_t δ_ntᵀ x_nt).
 Two Fishers [I]: `empirical` (gradients of the true labels, the backward that also gives g: one
@@ -82,11 +86,20 @@ def block_theta(layer: nn.Linear) -> torch.Tensor:
     return torch.cat([w, layer.bias.detach()[:, None]], dim=1) if layer.bias is not None else w
 
 
-@dataclass
-class BlockFisherEWMA:
-    """Running estimates of one block: g (mean gradient), Fθ (no F formed), diag F (for OBD)."""
+def _running(old: torch.Tensor | None, new: torch.Tensor, seen: int, rho: float | None) -> torch.Tensor:
+    """The estimate after `seen` earlier batches and this one: their uniform mean (rho None) or the
+    EWMA ρ·old + (1−ρ)·new, the first batch initialising either (no zero-start bias)."""
+    if old is None:
+        return new
+    return old + (new - old) / (seen + 1) if rho is None else rho * old + (1 - rho) * new
 
-    rho: float
+
+@dataclass
+class BlockStatistics:
+    """Running estimates of one block over mini-batches: g (always a uniform mean), Fθ (no F formed)
+    and diag F (for OBD), uniform means (official) or EWMAs with ρ = `fisher_rho` (the spec's)."""
+
+    fisher_rho: float | None = None
     batches: int = 0
     grad: torch.Tensor | None = None
     f_theta: torch.Tensor | None = None
@@ -99,23 +112,20 @@ class BlockFisherEWMA:
         grads = grads.to(torch.float64)
         theta = theta.to(torch.float64)
         s = (grads * theta).flatten(1).sum(1)  # g_n·θ per example
-        batch = (grads.mean(0), (s.view(-1, *[1] * theta.dim()) * grads).mean(0), grads.square().mean(0))
-        if self.batches == 0:  # [I] initialised with the first batch (no zero-start bias)
-            self.grad, self.f_theta, self.f_diag = batch
-        else:
-            self.grad, self.f_theta, self.f_diag = (self.rho * old + (1 - self.rho) * new for old, new in
-                                                    zip((self.grad, self.f_theta, self.f_diag), batch))
+        self.grad = _running(self.grad, grads.mean(0), self.batches, None)
+        self.f_theta = _running(self.f_theta, (s.view(-1, *[1] * theta.dim()) * grads).mean(0), self.batches,
+                                self.fisher_rho)
+        self.f_diag = _running(self.f_diag, grads.square().mean(0), self.batches, self.fisher_rho)
         self.batches += 1
 
 
-def formed_fisher_ewma(batches: list[torch.Tensor], rho: float) -> torch.Tensor:
-    """The block Fisher formed (P × P) from per-example gradient batches, smoothed as BlockFisherEWMA:
+def formed_fisher(batches: list[torch.Tensor], fisher_rho: float | None) -> torch.Tensor:
+    """The block Fisher formed (P × P) from per-example gradient batches, averaged as BlockStatistics:
     the primal check of the no-F trick (tests), never used by a run."""
     fisher = None
-    for grads in batches:
+    for seen, grads in enumerate(batches):
         flat = grads.to(torch.float64).flatten(1)
-        batch = flat.T @ flat / len(flat)
-        fisher = batch if fisher is None else rho * fisher + (1 - rho) * batch
+        fisher = _running(fisher, flat.T @ flat / len(flat), seen, fisher_rho)
     return fisher
 
 
@@ -124,8 +134,8 @@ class Attribution:
     """Per-block parameter scores, each (out, in[+1]) like the block: what the rankings sum."""
 
     theta: dict[str, torch.Tensor] = field(default_factory=dict)
-    states: dict[str, BlockFisherEWMA] = field(default_factory=dict)  # true labels: g, empirical F
-    fisher: dict[str, BlockFisherEWMA] = field(default_factory=dict)  # sampled labels: F (none: empirical)
+    states: dict[str, BlockStatistics] = field(default_factory=dict)  # true labels: g, empirical F
+    fisher: dict[str, BlockStatistics] = field(default_factory=dict)  # sampled labels: F (none: empirical)
 
     def scores(self, name: str) -> dict[str, torch.Tensor]:
         theta, state = self.theta[name].to(torch.float64), self.states[name]
@@ -160,11 +170,11 @@ def unit_importance(estimator: str, unit: dict[str, torch.Tensor], generator: to
     if estimator == "obd":
         return unit["obd"]
     if estimator == "model_shapley":
-        return -unit["phi"]  # a loss share: the most negative φ is the most important unit
+        return unit["phi"].abs()  # the official ranking (both benchmarks): |Φ|
     if estimator == "model_shapley_empirical":
-        return -unit["phi_empirical"]
-    if estimator == "model_shapley_abs":
-        return unit["phi"].abs()
+        return unit["phi_empirical"].abs()
+    if estimator == "model_shapley_signed":
+        return -unit["phi"]  # a loss share: the most negative φ is the most important unit
     if estimator == "paper_sign":
         return unit["paper_phi"].abs()  # the paper's form ranked as its code ranks
     if estimator == "random":
@@ -204,19 +214,20 @@ class LinearGradCapture:
         self.seen.clear()
 
 
-def attribute(model: nn.Module, layers: dict[str, nn.Linear], batches, loss_of, rho: float,
+def attribute(model: nn.Module, layers: dict[str, nn.Linear], batches, loss_of, fisher_rho: float | None,
               sampled_loss_of=None, progress: bool = False, description: str = "fisher") -> Attribution:
     """Run `batches` (an iterable of (inputs, targets)): per batch one forward and one backward of
     `loss_of(model, inputs, targets)` (a mean over the batch's examples: g and the empirical
     Fisher) and, with `sampled_loss_of(model, inputs, generator)` (the loss of labels drawn from
-    the model), a second one for the sampled Fisher. Returns each block's EWMA states. The
+    the model), a second one for the sampled Fisher. Returns each block's statistics (F averaged
+    uniformly, or by an EWMA with ρ = `fisher_rho`). The
     parameters are left as they were; their .grad is cleared."""
     from tqdm.auto import tqdm
 
     capture = LinearGradCapture(layers)
     result = Attribution(theta={name: block_theta(layer) for name, layer in layers.items()},
-                         states={name: BlockFisherEWMA(rho) for name in layers},
-                         fisher={name: BlockFisherEWMA(rho) for name in layers} if sampled_loss_of else {})
+                         states={name: BlockStatistics(fisher_rho) for name in layers},
+                         fisher={name: BlockStatistics(fisher_rho) for name in layers} if sampled_loss_of else {})
     generator = torch.Generator().manual_seed(0)  # the labels drawn: the same every run
     was_training = model.training
     model.eval()  # [I] no dropout in these models; eval for the statistics of the model as it is

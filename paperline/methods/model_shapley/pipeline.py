@@ -91,7 +91,7 @@ def ground_truth(cfg: ModelShapleyConfig, model, checkpoint: Path | None, progre
 def attribute_digits(cfg: ModelShapleyConfig, model, split: digits.Split, seed_offset: int) -> estimators.Attribution:
     e = cfg.estimator
     batches = digits.sample_batches(split, e.batch_size, e.batches, torch.Generator().manual_seed(cfg.seed + seed_offset))
-    return estimators.attribute(model, digits_layers(model), batches, digits.mean_ce, e.rho,
+    return estimators.attribute(model, digits_layers(model), batches, digits.mean_ce, e.fisher_rho,
                                 digits.sampled_ce if e.fisher == "sampled" else None)
 
 
@@ -112,7 +112,7 @@ def digits_scores(cfg: ModelShapleyConfig, model) -> dict:
     e = cfg.estimator
     x, y = digits.sample_batches(tasks.train, e.batch_size, 1, torch.Generator().manual_seed(cfg.seed))[0]
     times = cost.step_times(model, digits_layers, x, y, digits.mean_ce,
-                            digits.sampled_ce if e.fisher == "sampled" else None, e.rho, cfg.timing_repeats)
+                            digits.sampled_ce if e.fisher == "sampled" else None, e.fisher_rho, cfg.timing_repeats)
     units = unit_lists(val, LAYER)
     return {"val": units, "shifted": unit_lists(shifted, LAYER),
             "sum_phi": sum(units["phi"]), "loss_full_minus_empty": loss_drop,
@@ -130,8 +130,8 @@ def _auc(values: list[float]) -> float:
 
 
 def evaluate_digits(cfg: ModelShapleyConfig, variant: str, model, gt: dict, scores: dict) -> dict:
-    """One ranking on the digits MLP: Spearman with the ground truth, the pruning curve on the test
-    split, the top-neuron fine-tuning on the shifted task (random: the mean of its repeats)."""
+    """One ranking on the digits MLP: Spearman with the signed ground truth φ, the pruning curve on
+    the test split, the top-neuron fine-tuning on the shifted task (random: the mean of its repeats)."""
     tasks = digits_tasks(cfg)
     f = cfg.finetune
     repeats = f.random_repeats if variant == "random" else 1
@@ -189,10 +189,10 @@ def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, checkpoint: Path, devic
     batches = [tuple(t.to(device) for t in sample_windows(corpus.train, e.batch_size, cfg.lm.block_size, generator))
                for _ in range(e.batches)]
     sampled = lm.lm_sampled_loss if e.fisher == "sampled" else None
-    attribution = estimators.attribute(model, lm.neuron_blocks(model), batches, lm.lm_loss, e.rho, sampled,
+    attribution = estimators.attribute(model, lm.neuron_blocks(model), batches, lm.lm_loss, e.fisher_rho, sampled,
                                        progress=progress, description="lm fisher")
     units = {k: v.tolist() for k, v in lm.unit_scores(attribution, cfg.lm.shape.num_layers).items()}
-    times = cost.step_times(model, lm.neuron_blocks, *batches[0], lm.lm_loss, sampled, e.rho, cfg.timing_repeats)
+    times = cost.step_times(model, lm.neuron_blocks, *batches[0], lm.lm_loss, sampled, e.fisher_rho, cfg.timing_repeats)
     return {"val_loss": result["val_loss"], "val_perplexity": result["val_perplexity"],
             "history": result["history"], "train_time_s": result["train_time_s"], "units": units,
             "aggregates": lm.head_and_layer_phi(attribution, cfg.lm.shape.num_layers, cfg.lm.shape.head_dim),

@@ -36,7 +36,7 @@ def rows(results: dict[str, dict]) -> dict[str, dict]:
     for variant, r in results.items():
         d, lm = r["digits"], r["lm"]
         out[variant] = {
-            "spearman_vs_shapley": d["spearman_vs_shapley"],
+            "spearman_vs_shapley": d["spearman_vs_shapley"],  # against the signed ground truth φ
             "prune_accuracy_auc": d["prune_accuracy_auc"],
             "prune_loss_auc": d["prune_loss_auc"],
             "prune_accuracy_at_50pct": _at(d["curve"], "accuracy", 0.5),
@@ -130,6 +130,8 @@ def method_metrics(cfg: ModelShapleyConfig, per_seed: dict[int, dict], profile: 
                                               ("phi", "stderr", "split_half_spearman", "sum_phi",
                                                "value_full_minus_empty", "permutations")}},
         "ground_truth_split_half_spearman_by_seed": {str(s): p["gt"]["split_half_spearman"] for s, p in per_seed.items()},
+        # neurons whose removal lowers the validation loss: with none, signed and |φ| rank alike
+        "ground_truth_negative_units_by_seed": {str(s): sum(x < 0 for x in p["gt"]["phi"]) for s, p in per_seed.items()},
         "digits_cost": first["scores"]["cost"], "lm_cost": first["lm"]["cost"], "lm_aggregates": first["lm"]["aggregates"],
         "curves": mean_curves(per_seed),
         "finetune_units": {v: r["digits"]["finetune_units"] for v, r in first["results"].items()},

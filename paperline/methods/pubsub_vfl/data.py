@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from paperline.io import DataError
 from paperline.methods.pubsub_vfl.config import DataConfig
 
 
-class VFLDataError(ValueError):
-    """A feature split or id alignment the two parties cannot train on; the message names it."""
+class VFLDataError(DataError):
+    """A table, feature split or id alignment the two parties cannot train on; the message names it."""
 
 
 @dataclass
@@ -58,19 +59,38 @@ def align(active: PartyData, passive: PartyData, where: str) -> None:
                            + ("" if a != p else ", same ids in a different order"))
 
 
+def read_table(path: Path, label_column: str, id_column: str | None) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """Features, labels, feature names and ids of a CSV or Parquet table; a file that is not one, a
+    missing column or a non-numeric value is a VFLDataError naming the file (and pandas' row)."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise VFLDataError(f"data.path: {path} is not a file")
+    try:
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError) as err:
+        kind = "Parquet" if path.suffix == ".parquet" else "CSV"
+        raise VFLDataError(f"{path}: not a readable {kind} table ({str(err).strip().splitlines()[0]})") from err
+    for role, column in (("label", label_column), ("id", id_column)):
+        if column is not None and column not in frame:
+            raise VFLDataError(f"{path}: no {role} column {column!r} (columns: {list(frame.columns)[:10]})")
+    features = [c for c in frame.columns if c not in (label_column, id_column)]
+    if not features:
+        raise VFLDataError(f"{path}: no feature columns beside {label_column!r}")
+    for column in [*features, label_column]:
+        bad = pd.to_numeric(frame[column], errors="coerce").isna()  # text, or an empty cell
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            value = frame[column].iloc[row]
+            held = "an empty cell" if pd.isna(value) else repr(value)
+            raise VFLDataError(f"{path}: line {row + 2}: column {column!r} holds {held}, not a number")  # line 1: header
+    ids = frame[id_column].to_numpy() if id_column else np.arange(len(frame))
+    return frame[features].to_numpy(float), frame[label_column].to_numpy(float), features, ids
+
+
 def _table(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     if cfg.name == "file":
-        import pandas as pd
-
-        path = Path(cfg.path or "")
-        if not path.is_file():
-            raise VFLDataError(f"data.path: {path} is not a file")
-        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-        if cfg.label_column not in frame:
-            raise VFLDataError(f"{path}: no label column {cfg.label_column!r}")
-        ids = frame[cfg.id_column].to_numpy() if cfg.id_column else np.arange(len(frame))
-        features = [c for c in frame.columns if c not in (cfg.label_column, cfg.id_column)]
-        return frame[features].to_numpy(float), frame[cfg.label_column].to_numpy(float), features, ids
+        return read_table(Path(cfg.path or ""), cfg.label_column, cfg.id_column)
     from sklearn import datasets
 
     if cfg.name == "synthetic":

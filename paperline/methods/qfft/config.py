@@ -60,7 +60,10 @@ class LoraConfig(StrictModel):
 class FinetuneConfig(LMTrainConfig):
     lora: LoraConfig | None = None  # None: full fine-tuning (the paper's)
     epochs: float | None = Field(None, gt=0)  # set: steps = ceil(epochs · examples / batch_size) (paper: 6)
-    warmup_ratio: float | None = Field(None, ge=0, lt=1)  # set: warmup_steps = ratio · steps (paper: 0.1)
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)  # set: warmup_steps = ⌈ratio · steps⌉ (paper: 0.1)
+    # set: AdamW's beta2 (paper: 0.999, the HF Trainer's default that LLaMA-Factory's yaml keeps);
+    # None: the shared loop's 0.95
+    adam_beta2: float | None = Field(None, gt=0, lt=1)
 
 
 class DecodeConfig(StrictModel):
@@ -88,6 +91,10 @@ class QFFTConfig(MethodConfig):
     finetune: FinetuneConfig = FinetuneConfig()
     cutoff: PositiveInt = 160  # tokens per training sequence (paper: 16384)
     decode: DecodeConfig = DecodeConfig()
+    # how QFFT's question-free examples end (data.QFFT_ENDS): "none" the official `qwen_qfft`
+    # template's (the response alone, no end token trained: the model stops where its base would,
+    # or at decode.max_new_tokens); "eos" ours before issue 44 (<eos> appended and trained)
+    qfft_end: Literal["none", "eos"] = "none"
     noise_seed: int = 1
     threads: PositiveInt = 1
     # `seeds` (MethodConfig's), the training seeds: each one trains its own base and four fine-tunes

@@ -3,7 +3,9 @@ short-CoT solutions, the long-CoT "teacher" responses with a reflective recheck,
 JSONL by path, the noise-level-IV shuffle, and the encoding of an example for each variant:
 
     base / SFT:  <bos> question "\\n" response <eos>   loss on response + <eos>
-    QFFT:        <bos> response <eos>                  loss on everything (no question, no template)
+    QFFT:        <bos> response                        loss on the response (no question, no template,
+                                                       no end token: the official `qwen_qfft`)
+    QFFT, `qfft_end: eos`: <bos> response <eos>        loss on the response + <eos>
 
 Prompts at inference are `<bos> question "\\n"` for every model (the spec's pitfall: QFFT trains
 without the question but is asked with it).
@@ -21,11 +23,12 @@ import numpy as np
 import torch
 
 from paperline.data.local_tokenizer import read_tokenizer_json
+from paperline.io import DataError
 
 IGNORE = -100
 
 
-class QFFTDataError(ValueError):
+class QFFTDataError(DataError):
     """A malformed JSONL line; the message names the file, the line and the field."""
 
 
@@ -273,13 +276,22 @@ def iter_reasoning_jsonl(path: str | Path, fmt: str = "limo") -> Iterator[Exampl
 # encoding and batches
 
 
-def encode_example(tok, question: str | None, response: str, cutoff: int) -> tuple[list[int], list[int]]:
+# How QFFT's question-free example ends. "none": the official `qwen_qfft` template
+# (LWL-cpu/Question-Free-Fine-Tuning) formats the assistant turn as its content alone, so no end
+# token is trained and stopping is left to the base; "eos": ours before issue 44, <eos> appended
+# and trained, as SFT's template does.
+QFFT_ENDS = ("none", "eos")
+
+
+def encode_example(tok, question: str | None, response: str, cutoff: int,
+                   end_token: bool = True) -> tuple[list[int], list[int]]:
     """(inputs, shifted targets) of one example; targets are IGNORE outside the response (and
-    its <eos>). `question=None` is QFFT's question-free form. Truncated at `cutoff` tokens."""
+    its <eos> where `end_token`). `question=None` is QFFT's question-free form. Truncated at
+    `cutoff` tokens."""
     head = [tok.bos_id] if tok.bos_id is not None else []
     if question is not None:
         head = head + tok.encode(question + "\n")
-    body = tok.encode(response) + [tok.eos_id]
+    body = tok.encode(response) + ([tok.eos_id] if end_token else [])
     ids = (head + body)[:cutoff + 1]
     loss = ([False] * len(head) + [True] * len(body))[:cutoff + 1]
     if len(ids) < 2 or not any(loss[1:]):
@@ -287,8 +299,15 @@ def encode_example(tok, question: str | None, response: str, cutoff: int) -> tup
     return ids[:-1], [t if keep else IGNORE for t, keep in zip(ids[1:], loss[1:])]
 
 
-def encode_examples(tok, examples: Sequence[Example], with_question: bool, cutoff: int) -> list[tuple[list[int], list[int]]]:
-    return [encode_example(tok, e.question if with_question else None, e.response, cutoff) for e in examples]
+def encode_examples(tok, examples: Sequence[Example], with_question: bool, cutoff: int,
+                    qfft_end: str = "none") -> list[tuple[list[int], list[int]]]:
+    """[question; response <eos>] (base, SFT: as LLaMA-Factory's `qwen` template ends the assistant
+    turn with a trained <|im_end|>), or the response alone ending as `qfft_end` says (QFFT_ENDS)."""
+    if qfft_end not in QFFT_ENDS:
+        raise ValueError(f"qfft_end {qfft_end!r}: not one of {', '.join(QFFT_ENDS)}")
+    end_token = with_question or qfft_end == "eos"
+    return [encode_example(tok, e.question if with_question else None, e.response, cutoff, end_token)
+            for e in examples]
 
 
 def pad_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

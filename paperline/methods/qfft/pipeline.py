@@ -145,7 +145,8 @@ def base_model(cfg: QFFTConfig, tok):
 
 
 def train_settings(t, cfg: QFFTConfig, examples: int):
-    """LMTrainSettings of a budget; `epochs`/`warmup_ratio` (paper) set steps from the data size."""
+    """LMTrainSettings of a budget; `epochs`/`warmup_ratio` (paper) set steps from the data size,
+    `adam_beta2` (paper) AdamW's beta2."""
     from paperline.train.lm import LMTrainSettings
 
     s = LMTrainSettings.from_config(t, cfg.cutoff, cfg.seed)
@@ -153,22 +154,27 @@ def train_settings(t, cfg: QFFTConfig, examples: int):
         steps = math.ceil(t.epochs * examples / t.batch_size)
         s = dataclasses.replace(s, steps=steps, eval_every=min(s.eval_every, steps),
                                 checkpoint_every=min(s.checkpoint_every, steps))
-    if getattr(t, "warmup_ratio", None) is not None:
-        s = dataclasses.replace(s, warmup_steps=int(t.warmup_ratio * s.steps))
+    if getattr(t, "warmup_ratio", None) is not None:  # rounded up, as the HF Trainer's get_warmup_steps
+        s = dataclasses.replace(s, warmup_steps=math.ceil(t.warmup_ratio * s.steps))
+    if getattr(t, "adam_beta2", None) is not None:
+        s = dataclasses.replace(s, beta2=t.adam_beta2)
     return s
 
 
 def train_on_examples(model, tok, examples, with_question: bool, settings, device, checkpoint_path: Path,
                       fingerprint: dict, description: str, on_log: Callable[[int, dict], None] | None = None,
-                      distributed=None, device_indices: list[int] | None = None) -> dict:
+                      distributed=None, device_indices: list[int] | None = None, qfft_end: str = "none") -> dict:
     """Train on [question; response] with loss on the response (`with_question`), or on the
-    response alone; validation on a fixed slice of the examples. `distributed` (params.yaml
+    response alone, ending as `qfft_end` says (data.QFFT_ENDS; default the official template's: no
+    end token); validation on a fixed slice of the examples. `distributed` (params.yaml
     runtime.distributed) spreads the training over devices."""
     from paperline.methods.qfft.data import ExampleSampler, encode_examples, pad_batch
     from paperline.train.distributed import DistributedConfig
     from paperline.train.lm import train_lm_spread
 
-    encoded = encode_examples(tok, examples, with_question, settings.block_size)
+    encoded = encode_examples(tok, examples, with_question, settings.block_size, qfft_end)
+    if not with_question:  # a checkpoint of the other encoding must not be resumed
+        fingerprint = {**fingerprint, "qfft_end": qfft_end}
     val = pad_batch(encoded[:settings.eval_windows], tok.pad_id)  # a fixed slice: same every eval
     return train_lm_spread(distributed or DistributedConfig(), model, None, None, settings, device,
                            device_indices=device_indices, checkpoint_path=checkpoint_path, fingerprint=fingerprint,

@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
-from paperline.io import json_digest
+from paperline.io import atomic_path, json_digest
 from paperline.methods.splashnet.config import VARIANT_CHANGES, VARIANT_SIZE, SplashNetConfig
 from paperline.methods.splashnet.data import ACM_AUGMENT, BASELINE_AUGMENT, Augment, WindowDataset, collate
 from paperline.methods.splashnet.features import SessionFeatures
@@ -123,7 +123,8 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
         last.unlink()
         for stale in ckpt_dir.glob("best*.ckpt"):
             stale.unlink()
-    marker.write_text(fp)
+    with atomic_path(marker) as tmp:  # decides whether a later run resumes from last.ckpt
+        tmp.write_text(fp)
     histories = ckpt_dir / "histories.pt"
     last_checkpoint = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
                                       every_n_train_steps=cfg.checkpoint_every)
@@ -168,7 +169,8 @@ class _SaveHistories(Callback):
         if trainer.is_global_zero:
             checkpoint: dict = {}
             module.on_save_checkpoint(checkpoint)
-            torch.save(checkpoint, self.path)
+            with atomic_path(self.path) as tmp:
+                torch.save(checkpoint, tmp)
 
 
 class _WholeSessions(torch.utils.data.Dataset):

@@ -45,14 +45,17 @@ def load_digits_split(test_fraction: float, split_seed: int = 0) -> DigitsSplit:
 
 def c4_version(c4_dir: str | Path, tokenizer: str | Path) -> str:
     """The data version of a LLaMA-on-C4 run: sha256 of the shards' names and sizes (hundreds of GB
-    are not hashed) and of the tokenizer file. A missing folder or tokenizer is an error naming it."""
+    are not hashed) and of the tokenizer file. A missing folder or tokenizer, or a shard whose first
+    document cannot be read, is an error naming it (before any training)."""
     import hashlib
 
-    from paperline.data.c4 import c4_shards
+    from paperline.data.c4 import c4_shards, check_shards
 
     digest = hashlib.sha256()
     for split in ("train", "validation"):
-        for shard in c4_shards(c4_dir, split):
+        shards = c4_shards(c4_dir, split)
+        check_shards(shards)
+        for shard in shards:
             digest.update(f"{shard.name}:{shard.stat().st_size}".encode())
     tokenizer = Path(tokenizer)
     if not tokenizer.is_file():

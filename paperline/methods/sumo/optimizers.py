@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from paperline.io import write_json
 from paperline.methods.sumo.config import SumoConfig
 from paperline.methods.sumo.mlp import MLP
 from paperline.nn.causal_lm import CausalLM
@@ -156,7 +157,7 @@ def read_record(record_to: str, checkpoint_path: Path | None, steps: int) -> dic
     if Path(record_to).is_file():
         record = json.loads(Path(record_to).read_text())
         if kept is not None:
-            kept.write_text(json.dumps(record))
+            write_json(kept, record)  # atomic: read back by a resume
         return record
     if kept is not None and kept.is_file():
         return json.loads(kept.read_text())

@@ -44,9 +44,9 @@ def attention_params(variant: str, h: int, s: ShapeConfig) -> int:
         return 2 * d * dh * (h + 1)
     if variant == "gqa":
         return 2 * d * dh * (h + s.gqa_kv_heads)
-    if variant == "mla":
+    if variant == "mla":  # Table 1's count plus the latents' RMSNorm gains (d'_c + d_c), as T6 learns them
         return (s.mla_q_latent * (d + h * dh + h * s.mla_rope_dim) + s.mla_kv_latent * (d + 2 * h * dh)
-                + d * (h * dh + s.mla_rope_dim))
+                + d * (h * dh + s.mla_rope_dim) + s.mla_q_latent + s.mla_kv_latent)
     if variant == "tpa":
         return d * (s.q_rank + s.k_rank + s.v_rank) * (h + dh) + d * h * dh
     if variant == "tpa_kvonly":

@@ -1,0 +1,52 @@
+"""The kill-and-resume benchmark's comparison of two results records (benchmarks/kill_resume.py)."""
+from __future__ import annotations
+
+from benchmarks.kill_resume import differing_keys, verdict
+
+RECORD = {
+    "method": "dnc", "profile": "tiny",
+    "rows": {"K4_L1": {"nc1": 0.5, "final_loss": 1.25, "train_seconds": 3.0, "wall_s": 2.0, "step_ms": 4.0}},
+    "details": {"speedup_vs_vfl": 2.0, "idle_fraction": 0.1, "planner_vs_grid_optimum": 1.1, "git_commit": "abc", "parent_run": "r1"},
+    "claims": [{"metric": "nc1", "effect": 0.5, "verdict": "shown"},
+               {"metric": "time_to_target_s", "effect": 1.0, "verdict": "shown"}],
+}
+
+
+def _with(**changes: object) -> dict:
+    """RECORD with `rows/K4_L1` and `details` entries changed (a deep enough copy)."""
+    record = RECORD | {"rows": {"K4_L1": dict(RECORD["rows"]["K4_L1"])}, "details": dict(RECORD["details"]),
+                       "claims": [dict(c) for c in RECORD["claims"]]}
+    for key, value in changes.items():
+        (record["rows"]["K4_L1"] if key in record["rows"]["K4_L1"] else record["details"])[key] = value
+    return record
+
+
+def test_equal_records_are_identical():
+    assert differing_keys(RECORD, _with()) == []
+    assert verdict(RECORD, _with(), "") == ("identical", "")
+
+
+def test_timing_and_id_keys_are_left_out():
+    changed = _with(train_seconds=9.0, wall_s=9.0, step_ms=9.0, speedup_vs_vfl=9.0, idle_fraction=0.9,
+                    planner_vs_grid_optimum=9.0, git_commit="def", parent_run="r2")
+    changed["claims"][1] |= {"effect": 9.0, "verdict": "not shown"}  # a claim about a time
+    assert verdict(RECORD, changed, "")[0] == "identical"
+
+
+def test_a_changed_figure_is_named_by_its_path():
+    changed = _with(nc1=0.5000000001, final_loss=1.5)
+    changed["claims"][0]["verdict"] = "not shown"
+    assert differing_keys(RECORD, changed) == ["/rows/K4_L1/nc1", "/rows/K4_L1/final_loss", "/claims/0/verdict"]
+    assert verdict(RECORD, changed, "", shown=2) == ("differing", "/rows/K4_L1/nc1, /rows/K4_L1/final_loss (+1 more)")
+
+
+def test_missing_keys_types_and_list_lengths_differ():
+    assert differing_keys({"a": 1, "b": 2}, {"a": 1, "c": 2}) == ["/b", "/c"]
+    assert differing_keys({"a": 1}, {"a": 1.0}) == ["/a"]  # an int become a float is a change
+    assert differing_keys({"a": [1, 2]}, {"a": [1]}) == ["/a[len 2 vs 1]"]
+
+
+def test_a_failed_resume_shows_its_last_lines():
+    output = "step 1\nstep 2\nTraceback\nValueError: bad checkpoint\nERROR: failed to reproduce 'dnc'\n"
+    assert verdict(RECORD, None, output) == (
+        "failing", "Traceback / ValueError: bad checkpoint / ERROR: failed to reproduce 'dnc'")
