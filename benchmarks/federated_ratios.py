@@ -33,7 +33,7 @@ def leff_ratios(rounds: int, log) -> dict:
     from paperline.methods.leff.summary import _table, headline, row
     from paperline.train.lm_base import load_causal_lm
 
-    _, cfg = load_method_config(LEFFConfig, read_params(ROOT / "params.yaml"), "leff", "smoke",
+    _, cfg = load_method_config(LEFFConfig, read_params(ROOT / "params"), "leff", "smoke",
                                 ["methods=[fedavg, leff_importance]", f"rounds={rounds}", "seeds=[0]"], root=ROOT)
     cfg = cfg.model_copy(update={"alphas": cfg.alphas[:1]})  # the ratios at the profile's first α
     import logging
@@ -63,7 +63,7 @@ def pubsub_ratios(seeds: list[int], workers: tuple[int, int], batch: int, epochs
     from paperline.methods.pubsub_vfl.data import load
     from paperline.methods.pubsub_vfl.train import run_variant
 
-    # the smoke profile's data and heterogeneity (params.yaml pubsub_vfl.profiles.smoke)
+    # the smoke profile's data and heterogeneity (params/pubsub_vfl.yaml pubsub_vfl.profiles.smoke)
     cfg = PubSubVFLConfig(data={"name": "synthetic", "n_samples": 3000, "n_features": 40, "passive_fraction": 0.6},
                           epochs=epochs, lr=0.2, delay_per_sample_ms=0.1, passive_slowdown=2.0,
                           channels={"deadline_s": 1.0})

@@ -4,7 +4,7 @@
     python benchmarks/gpu_check.py --only tpa sumo       # some methods
     python benchmarks/gpu_check.py --device cpu --scale 0.05 --steps 2   # the CPU rehearsal
 
-Models at the paper profile's shapes (read from params.yaml through each method's config, so the
+Models at the paper profile's shapes (read from the params files through each method's config, so the
 check follows the params file) with random weights, random inputs of the paper's shapes where the
 real data is absent (it always is here: no data or weights are downloaded). Each workload is one
 training step of the method's heaviest model (forward, backward, optimizer step; bf16 autocast on
@@ -63,19 +63,16 @@ class Prepared:
 
 
 def paper_config(method: str):
-    """The method's validated `paper` profile from params.yaml."""
+    """The method's validated `paper` profile from params/<method>.yaml."""
     import importlib
 
-    import yaml
-
     from flows import METHODS
-    from paperline.config import load_method_config
+    from paperline.config import load_method_config, read_params
 
     spec = METHODS[method]
     module, attribute = spec.config.split(":")
     model = getattr(importlib.import_module(module), attribute)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    return load_method_config(model, params, method, "paper", (), "params.yaml", ROOT)[1]
+    return load_method_config(model, read_params(ROOT / "params"), method, "paper", root=ROOT)[1]
 
 
 def scaled(n: int, scale: float, floor: int = 1) -> int:
@@ -169,13 +166,10 @@ def memory_decoder(part: str):
 
 
 def lm_base(device, scale):
-    import yaml
-
-    from paperline.config import load_data_config
+    from paperline.config import load_data_config, read_params
     from paperline.data.lm_base import LMBaseConfig
 
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    _, cfg = load_data_config(LMBaseConfig, params, "lm_base", "tpa", "paper", (), "params.yaml", ROOT)
+    _, cfg = load_data_config(LMBaseConfig, read_params(ROOT / "params"), "lm_base", "tpa", "paper", root=ROOT)
     return lm_shape_workload(device, scale, cfg.shape, vocab=512, seq=cfg.block_size, batch=cfg.train.batch_size)
 
 
@@ -370,7 +364,7 @@ def geoada_egtn(device, scale):
     from paperline.methods.geoada.experiment import make_base
 
     cfg = paper_config("geoada")
-    particles = 21  # aspirin, the paper profile's MD17 molecule (params.yaml nbody.paper)
+    particles = 21  # aspirin, the paper profile's MD17 molecule (params/nbody.yaml nbody.paper)
     if scale < 1:  # the rehearsal: the code path at a toy size
         cfg = cfg.model_copy(update={"shape": cfg.shape.model_copy(update={"hidden": 16, "blocks": 2, "time_dim": 8}),
                                      "cond_frames": 2, "frame_control_frames": 3, "horizon": 4,

@@ -7,12 +7,15 @@ every stage reporting to one Prefect server:
     .venv/bin/python benchmarks/kill_resume.py --stages dnc --kill-at 0.5
 
 Per method: upstream stages run first, once, untimed; then (1) `dvc repro --single-item <m>`,
-uninterrupted, its results/<m>.json kept; (2) `dvc repro --force --single-item <m>` (DVC removes the
-method's uncached outputs; the flow clears models/<m>, whose run completed), its whole process
-group SIGKILLed at a seeded random point in [20%, 90%] of (1)'s wall time; (3) `dvc repro
+uninterrupted, its results/<m>.json kept, the run directory's record (models/<m>/run.json) watched
+for when the flow opened its run and when that run completed; (2) `dvc repro --force --single-item
+<m>` (DVC removes the method's uncached outputs; the flow clears models/<m>, whose run completed),
+its whole process group SIGKILLed at a seeded random point in [20%, 90%] of (1)'s open-to-complete
+time after (2)'s flow opened its run, so the kill lands inside the flow's work; (3) `dvc repro
 --single-item <m>` again, the resume, to completion. Verdict: `identical` (every non-timing figure
-of the two results records equal, exactly), `differing` (the first keys that differ) or `failing`
-(the resume failed: its last output lines). Processes a flow starts in sessions of their own (Ray's)
+of the two results records equal, exactly), `nondeterministic` (it differs, but only in figures in
+which a second uninterrupted run differs from the first too: the method moves from run to run),
+`differing` (the first keys that differ) or `failing` (the resume failed: its last output lines). Processes a flow starts in sessions of their own (Ray's)
 outlive the kill.
 """
 from __future__ import annotations
@@ -39,7 +42,8 @@ TIMING_KEY = re.compile(r"(^|_)(s|ms|seconds|time|times|wall|speed|speedup|throu
                         r"utilisation)(_|$)"
                         # ratios of measured times named otherwise (model_shapley, pubsub_vfl's planner)
                         r"|(^|_)(estimator_over_train_step|planner_vs_grid_optimum|pick_over_best)$")
-ID_KEY = re.compile(r"run_id|parent_run|git_commit|mlflow|experiment_id")
+# ... and an error's text (a dropped client's `reason` names Ray's worker and lease by id)
+ID_KEY = re.compile(r"run_id|parent_run|git_commit|mlflow|experiment_id|(^|_)reason$")
 
 
 def _skipped(key: str) -> bool:
@@ -62,15 +66,25 @@ def differing_keys(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b and type(a) is type(b) else [path or "/"]
 
 
-def verdict(uninterrupted: dict, resumed: dict | None, resume_output: str, shown: int = 3) -> tuple[str, str]:
-    """(`identical` | `differing` | `failing`, detail) for one method; `resumed` is None when the
-    resume failed or wrote no results record."""
+def verdict(uninterrupted: dict, resumed: dict | None, resume_output: str, shown: int = 3,
+            rerun: dict | None = None) -> tuple[str, str]:
+    """(`identical` | `nondeterministic` | `differing` | `failing`, detail) for one method; `resumed`
+    is None when the resume failed or wrote no results record. `rerun`, a second uninterrupted run's
+    record: a resume that differs only where the two uninterrupted runs differ too is
+    `nondeterministic` (the method's figures move from run to run, kill or no kill: PubSub-VFL's
+    asynchronous parties)."""
     if resumed is None:
         return "failing", " / ".join(line.strip() for line in resume_output.strip().splitlines()[-3:])
     keys = differing_keys(uninterrupted, resumed)
     if not keys:
         return "identical", ""
+    if rerun is not None and set(keys) <= set(moving := differing_keys(uninterrupted, rerun)):
+        return "nondeterministic", (f"differs in {len(keys)} figures, all among the {len(moving)} in which "
+                                    "two uninterrupted runs differ")
     return "differing", ", ".join(keys[:shown]) + (f" (+{len(keys) - shown} more)" if len(keys) > shown else "")
+
+
+POLL_S = 0.1  # how often the run directory's record is read while a stage runs
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, str]:
@@ -80,12 +94,36 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple
     return rc, time.monotonic() - started, log.read_text()
 
 
-def _killed(command: list[str], cwd: Path, env: dict[str, str], log: Path, after: float) -> bool:
-    """Run `command` in a session of its own and SIGKILL its process group `after` seconds in;
+def _flow_window(command: list[str], cwd: Path, env: dict[str, str], log: Path,
+                 models: Path) -> tuple[int, float, float | None, float | None]:
+    """Run `command` to its end: (exit code, wall s, s when its flow opened a run, s when that run
+    completed), the two from the run directory's record (None where never seen)."""
+    before, opened, completed = run_state(models), None, None
+    started = time.monotonic()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            state, now = run_state(models), time.monotonic() - started
+            if state is not None and state != before and opened is None:
+                opened = now
+            if opened is not None and state is not None and state.get("complete") and completed is None:
+                completed = now
+            time.sleep(POLL_S)
+    return process.returncode, time.monotonic() - started, opened, completed
+
+
+def _killed(command: list[str], cwd: Path, env: dict[str, str], log: Path, after: float,
+            models: Path | None = None) -> bool:
+    """Run `command` in a session of its own and SIGKILL its process group `after` seconds in
+    (with `models`: `after` seconds after its flow opened a new run in that run directory);
     False when it ended first."""
+    before = run_state(models) if models is not None else None
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
+        if models is not None:  # wait for the flow to open its run (the stage may end first)
+            while process.poll() is None and run_state(models) in (before, None):
+                time.sleep(POLL_S)
         try:
             process.wait(timeout=after)
             return False
@@ -140,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     dvc = str(Path(sys.executable).parent / "dvc")
     rows = [f"kill and resume at the tiny profile, seed {args.seed}" +
             (f", killed at {args.kill_at:.0%}" if args.kill_at is not None else "") + f" ({time.strftime('%Y-%m-%d')})",
-            "", "| method | kill point s | uninterrupted s | resume s | verdict | detail |",
+            "", "| method | kill point s (after the run opened) | uninterrupted s | resume s | verdict | detail |",
             "| --- | ---: | ---: | ---: | --- | --- |"]
     print("\n".join(rows), flush=True)
     verdicts: list[str] = []
@@ -148,18 +186,25 @@ def main(argv: list[str] | None = None) -> int:
         env["PREFECT_API_URL"] = api
         for stage in stage_order(clone, dvc, env, methods):
             log = work / f"{stage}.log"
-            rc, wall, output = _run([dvc, "repro", "--single-item", stage], clone, env, log)
-            if rc != 0:
-                raise SystemExit(f"stage {stage} failed uninterrupted (see {log}):\n{output[-3000:]}")
             if stage not in methods:
+                rc, wall, output = _run([dvc, "repro", "--single-item", stage], clone, env, log)
+                if rc != 0:
+                    raise SystemExit(f"stage {stage} failed (see {log}):\n{output[-3000:]}")
                 continue
+            rc, wall, opened, completed = _flow_window([dvc, "repro", "--single-item", stage], clone, env, log,
+                                                       clone / "models" / stage)
+            if rc != 0:
+                raise SystemExit(f"stage {stage} failed uninterrupted (see {log}):\n{log.read_text()[-3000:]}")
             results = clone / "results" / f"{stage}.json"
             uninterrupted = json.loads(results.read_text())
             fraction = args.kill_at if args.kill_at is not None else random.Random(f"{args.seed}:{stage}").uniform(0.2, 0.9)
-            kill_at = fraction * wall
+            # the kill lands inside the flow's run: at `fraction` of the time from its opening to its
+            # completion in the uninterrupted run (of the whole stage where the record showed neither)
+            inside = opened is not None and completed is not None
+            kill_at = fraction * (completed - opened if opened is not None and completed is not None else wall)
             before = run_state(clone / "models" / stage)
             killed = _killed([dvc, "repro", "--force", "--single-item", stage], clone, env,
-                             work / f"{stage}.killed.log", kill_at)
+                             work / f"{stage}.killed.log", kill_at, clone / "models" / stage if inside else None)
             # The killed run's `gpu` slot would stay taken until its lease expires (up to 75 s,
             # tasks/runners.py); nothing else runs on this server now, so every taken slot is its.
             release_orphaned_slots(api)
@@ -168,11 +213,16 @@ def main(argv: list[str] | None = None) -> int:
                                            work / f"{stage}.resume.log")
             resumed = json.loads(results.read_text()) if rc == 0 and results.exists() else None
             name, detail = verdict(uninterrupted, resumed, output)
+            if name == "differing":  # is it the kill, or does the method move from run to run anyway?
+                rc, _, _ = _run([dvc, "repro", "--force", "--single-item", stage], clone, env, work / f"{stage}.rerun.log")
+                if rc == 0:
+                    name, detail = verdict(uninterrupted, resumed, output, rerun=json.loads(results.read_text()))
             row = f"| {stage} | {kill_at:.1f} | {wall:.1f} | {resume_wall:.1f} | {name} | {how}{'; ' + detail if detail else ''} |"
             rows.append(row)
             verdicts.append(name)
             print(row, flush=True)
-    rows += ["", ", ".join(f"{verdicts.count(v)}/{len(verdicts)} {v}" for v in ("identical", "differing", "failing")) +
+    rows += ["", ", ".join(f"{verdicts.count(v)}/{len(verdicts)} {v}"
+                           for v in ("identical", "nondeterministic", "differing", "failing")) +
              f" (load average {os.getloadavg()[0]:.1f} at the end)"]
     print(f"{rows[-1]}\nlogs in {work}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

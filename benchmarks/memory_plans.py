@@ -5,7 +5,7 @@ method pages between `<!-- memory-plan -->` markers.
     python benchmarks/memory_plans.py --write    # update docs/methods/<method>.md
 
 Parameter counts come from the models themselves, built on the meta device (no memory, no
-weights) at the paper profile's shapes read from params.yaml; transformer activations from the
+weights) at the paper profile's shapes read from the params files; transformer activations from the
 formula in paperline/memory_plan.py; other models' activations from what autograd saves in one
 fp32 forward on meta tensors (an upper bound under bf16 autocast). tests/test_memory_plans.py
 checks that the pages hold what this computes."""
@@ -416,15 +416,12 @@ def ztsurv() -> list[Workload]:
 
 
 def codemerge() -> list[Workload]:
-    import yaml
-
-    from paperline.config import load_data_config
+    from paperline.config import load_data_config, read_params
     from paperline.data.vit_source import VitSourceConfig
     from paperline.methods.codemerge.tta import adapted_parameters, save_due
 
     cfg = paper_config("codemerge")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    shape = load_data_config(VitSourceConfig, params, "vit_source", "codemerge", "paper")[1].shape
+    shape = load_data_config(VitSourceConfig, read_params(ROOT / "params"), "vit_source", "codemerge", "paper")[1].shape
     student, image = meta_vit(shape.model_dump())
     student.requires_grad_(False)
     for p in adapted_parameters(student, cfg.adapt):
@@ -456,7 +453,7 @@ def method_plans(method: str) -> list[Plan]:
 
 def page_block(method: str) -> str:
     return (f"{START}\n## Memory plan (paper profile)\n\nComputed by `python benchmarks/memory_plans.py` from "
-            f"params.yaml's `{method}.profiles.paper` (see paperline/memory_plan.py for the accounting: bf16 "
+            f"`{method}.profiles.paper` in params/{method}.yaml (see paperline/memory_plan.py for the accounting: bf16 "
             "mixed precision, fp32 master weights and AdamW moments unless the method's optimizer says "
             "otherwise); the micro-batch is the largest ≤ the paper's that fits beside the states.\n\n"
             f"{markdown(method_plans(method))}\n{END}")

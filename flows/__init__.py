@@ -28,6 +28,7 @@ class FlowSpec:
 @dataclass(frozen=True)
 class MethodSpec(FlowSpec):
     status: str
+    paper: str  # authors, title, venue: the MLflow experiment's description names it
 
 
 def _load(path: str) -> Any:
@@ -58,8 +59,8 @@ def get_method(name: str) -> MethodSpec:
 
 @dataclass(frozen=True)
 class PrepSpec(FlowSpec):
-    """A shared data-prep stage (`name`: its dvc.yaml stage) and the params.yaml `section` it reads:
-    with `follows` None, one configuration for every profile; `follows` == `section`, a method's
+    """A shared data-prep stage (`name`: its dvc.yaml stage) and the params `section` it reads
+    (params/<section>.yaml): with `follows` None, one configuration for every profile; `follows` == `section`, a method's
     own section; else a data section at the profile the method `follows` names."""
 
     section: str

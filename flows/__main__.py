@@ -4,7 +4,7 @@
 (the message names the file, line or field: checked in the flow's data step, before any output is
 touched), 1 when the work itself fails. Outside DVC a method's run writes its outputs to a
 scratch folder (`scratch/<method>-<time>/`, printed), not the workspace's versioned ones; `--in-place`
-writes those, with params.yaml's parameters only (else exit 2 and the `dvc exp run` that does it)."""
+writes those, with the params files' parameters only (else exit 2 and the `dvc exp run` that does it)."""
 from __future__ import annotations
 
 import argparse
@@ -20,13 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run one method's or data-prep stage's flow")
     run.add_argument("method", metavar="name", help="a method or a data-prep stage (python -m flows list)")
     run.add_argument("--profile", choices=["tiny", "smoke", "paper"], default=None,
-                     help="default: the method's `profile` in params.yaml")
+                     help="default: the method's `profile` in params/<method>.yaml")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a key of the chosen profile (repeatable)")
     where = run.add_mutually_exclusive_group()
     where.add_argument("--in-place", action="store_true",
                        help="write the workspace's versioned outputs (as `dvc repro` would): only with the "
-                            "profile params.yaml names and no --set")
+                            "profile params/<method>.yaml names and no --set")
     where.add_argument("--out", metavar="DIR", default=None,
                        help="a method's outputs go under DIR (default: a new scratch/<method>-<time>/); "
                             "a killed run's folder resumes from its checkpoints")

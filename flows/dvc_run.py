@@ -34,7 +34,7 @@ from flows.launch import (
     resolve,
 )
 from flows.lineage import parent_env
-from paperline.config import PROFILES, ParamsError, StrictModel, read_params, validate
+from paperline.config import PROFILES, ParamsError, StrictModel, read_params, section_file, validate
 from tasks.paths import params_path, repo_root
 from tasks.runners import SLOT_LEASE_SECONDS  # the dvc slot is leased like a gpu slot
 from tasks.track import tracking_uri
@@ -49,14 +49,14 @@ _PREFECT_CONSOLE_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| [A-Z]+ +\| ")
 
 
 class PipelineConfig(StrictModel):
-    """`pipeline:` in params.yaml: the whole pipeline's deployment (no stage reads it)."""
+    """`pipeline:` in params/pipeline.yaml: the whole pipeline's deployment (no stage reads it)."""
 
     schedule: str | None = None
 
 
 def pipeline_config(params: dict[str, Any]) -> PipelineConfig:
     return validate(PipelineConfig, params.get(PIPELINE_SECTION) or {},
-                    f"{params_path().name}: {PIPELINE_SECTION}")
+                    f"{section_file(PIPELINE_SECTION, params_path())}: {PIPELINE_SECTION}")
 
 
 def dvc_command(method: str, profile: str | None, overrides: Sequence[str],
@@ -146,7 +146,7 @@ def run_dvc(command: list[str]) -> None:
 def dvc_stage(method: str, profile: ProfileName | None = None,
               overrides: list[str] | None = None) -> dict:
     """Run one method through DVC: `dvc repro <method>` with the defaults (profile empty or the one
-    params.yaml names, no overrides), else a DVC experiment with `profile` and the `key=value`
+    its params file names, no overrides), else a DVC experiment with `profile` and the `key=value`
     overrides of that profile's keys."""
     from prefect.runtime import flow_run
 
@@ -171,7 +171,7 @@ def dvc_pipeline() -> dict:
 
 def deployments() -> list[Any]:
     """A deployment per method (`dvc-stage/<method>`) and one for the whole pipeline
-    (`dvc-pipeline/pipeline`), each with its cron schedule from params.yaml."""
+    (`dvc-pipeline/pipeline`), each with its cron schedule from its params file."""
     params = read_params(params_path())
     out = []
     for name, spec in METHODS.items():

@@ -3,8 +3,8 @@
 Only a DVC stage writes the workspace's versioned outputs (models/, metrics/, results/, plots/, runs/
 of the method). `python -m flows run <method>` outside DVC writes them to a scratch folder of its own
 (`scratch/<method>-<time>/`, the same layout, ignored by git and DVC); `--in-place` writes the
-workspace's, with the parameters params.yaml names only, else it shows the `dvc exp run` that runs
-those parameters versioned. The inputs (params.yaml, prepared data, upstream models) are the
+workspace's, with the parameters the params files name only, else it shows the `dvc exp run` that runs
+those parameters versioned. The inputs (the params files, prepared data, upstream models) are the
 workspace's either way (tasks/paths.py)."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 from flows import get_method
 from flows.lineage import run_linked
-from paperline.config import ParamsError, load_method_config, parse_override, read_params
+from paperline.config import ParamsError, load_method_config, parse_override, read_params, section_file
 from paperline.io import DataError
 from tasks.paths import OUTPUT_ROOT_ENV, params_path, repo_path, repo_root
 from tasks.runners import make_task_runner, runtime_config
@@ -31,14 +31,14 @@ _HYDRA_KEY = re.compile(r"[A-Za-z_][\w-]*")
 
 
 def resolve(method: str, profile: str | None = None, overrides: Sequence[str] = ()):
-    """(profile, config) of a method from params.yaml; raises ParamsError naming the key."""
+    """(profile, config) of a method from params/<method>.yaml; raises ParamsError naming the key."""
     spec = get_method(method)
     return load_method_config(spec.load_config_model(), read_params(params_path()), method,
                               profile, overrides, source=params_path().name, root=repo_root())
 
 
 def is_default_run(method: str, profile: str | None, overrides: Sequence[str]) -> bool:
-    """Whether these are the parameters params.yaml names (its profile for the method, no
+    """Whether these are the parameters params/<method>.yaml names (its profile for the method, no
     override): what `dvc repro <method>` runs. Validates them (ParamsError names the key)."""
     default_profile, _ = resolve(method)
     chosen, _ = resolve(method, profile, overrides)
@@ -138,19 +138,22 @@ def hydra_value(key: str, value: Any) -> str:
 
 
 def experiment_params(method: str, profile: str, overrides: Sequence[str]) -> list[str]:
-    """`-S` arguments setting the method's profile and each override in that profile's section;
-    `++` adds a key params.yaml lacks (a model default) as well as replacing one it has."""
-    args = ["-S", f"{method}.profile={profile}"]
+    """`-S` arguments setting the method's profile and each override in that profile's section, in
+    DVC's file-qualified form `params/<method>.yaml:<key>=<value>` (the section's own file, not
+    DVC's default params.yaml); `++` adds a key the file lacks (a model default) as well as
+    replacing one it has."""
+    file = section_file(method)
+    args = ["-S", f"{file}:{method}.profile={profile}"]
     for text in overrides:
         key, value = parse_override(text)
-        args += ["-S", f"++{method}.profiles.{profile}.{key}={hydra_value(key, value)}"]
+        args += ["-S", f"{file}:++{method}.profiles.{profile}.{key}={hydra_value(key, value)}"]
     return args
 
 
 def experiment_command(method: str, profile: str | None, overrides: Sequence[str],
                        name: str | None = None) -> list[str]:
     """`dvc exp run --temp [-n name] -S ... <method>`: the method with `profile` (None: the one
-    params.yaml names) and `overrides` as a DVC experiment in a temporary copy of the repository."""
+    params/<method>.yaml names) and `overrides` as a DVC experiment in a temporary copy of the repository."""
     profile, _ = resolve(method, profile, overrides)
     return [dvc_executable(), "exp", "run", "--temp", *(["-n", name] if name else []),
             *experiment_params(method, profile, overrides), method]
@@ -177,7 +180,7 @@ def scratch_dir(method: str) -> Path:
 def cli_outputs(method: str, profile: str | None, overrides: Sequence[str], in_place: bool = False,
                 out: str | None = None) -> Path | None:
     """Where `python -m flows run` writes a method's outputs; None: the workspace's. Inside a DVC
-    stage (dvc repro, dvc exp run) and with `in_place` (params.yaml's parameters only, else a
+    stage (dvc repro, dvc exp run) and with `in_place` (the params files' parameters only, else a
     ParamsError showing the DVC experiment that runs these parameters versioned), the workspace;
     else `out` (a killed run's folder resumes from its checkpoints) or a new scratch folder."""
     default = is_default_run(method, profile, overrides)  # a bad key fails before anything is made
@@ -189,7 +192,7 @@ def cli_outputs(method: str, profile: str | None, overrides: Sequence[str], in_p
         if not default:
             raise ParamsError(
                 f"--in-place writes the workspace's versioned outputs, so only with the parameters "
-                f"{params_path().name} names ({method}.profile={resolve(method)[0]}, no --set). The same "
+                f"{section_file(method)} names ({method}.profile={resolve(method)[0]}, no --set). The same "
                 f"run, versioned, as a DVC experiment in a temporary copy (`dvc exp show` lists it):\n"
                 f"  {shlex.join(experiment_command(method, profile, overrides))}")
         return None

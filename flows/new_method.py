@@ -1,6 +1,6 @@
 """`python -m flows new <method>`: the files of a new method, from the skeleton (docs/contributing.md,
 "adding a method"): the library's config, placeholder experiment, claims, summary and plots, the
-tasks, the flow, a params.yaml section (tiny, smoke, paper), a registry entry, a docs page, a
+tasks, the flow, its params file params/<method>.yaml (tiny, smoke, paper), a registry entry, a docs page, a
 test of its tiny-DAG outputs, and its dvc.yaml stage, whose code deps come from the import graph
 (flows/dvc_stages.py) and whose other lines copy the dnc stage's. The placeholder experiment is
 least squares by gradient descent, its one claim the trivial one (training beats the untrained
@@ -19,10 +19,10 @@ from string import Template
 import yaml
 
 from flows.dvc_stages import REPORT, code_deps, stage_modules
-from paperline.config import ParamsError
+from paperline.config import PARAMS_DIR, ParamsError, read_params, section_file
 from paperline.io import atomic_path
 
-NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a module, a params.yaml section, a claim-name prefix
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a module, a params section (and file), a claim-name prefix
 TEMPLATE_STAGE = "dnc"  # the stage whose params, outs, metrics and plots lines a new stage copies
 
 FILES: dict[str, str] = {
@@ -30,7 +30,7 @@ FILES: dict[str, str] = {
 """$title: the library side (plain torch/numpy; no prefect, mlflow or dvc)."""
 ''',
     "paperline/methods/$method/config.py": '''\
-"""Parameters of $method: params.yaml section `$method`, one profile each of tiny, smoke and paper."""
+"""Parameters of $method: section `$method` in params/$method.yaml, one profile each of tiny, smoke and paper."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -195,7 +195,7 @@ def test_tiny_dag_outputs(dag):
     "docs/methods/$method.md": '''\
 # $title (`$method`)
 
-[Back to the README](../../README.md) · stage `$method` in `dvc.yaml`, section `$method` in `params.yaml`
+[Back to the README](../../README.md) · stage `$method` in `dvc.yaml`, section `$method` in `params/$method.yaml`
 
 Written by `python -m flows new $method`: a placeholder experiment (least squares by gradient
 descent) and its trivial claim. Say here what the paper does, what this run measures, the
@@ -205,7 +205,7 @@ measured smoke table and the command that measured it.
 ''',
 }
 
-PARAMS = '''
+PARAMS = '''\
 $method:
   profile: smoke
   schedule: "$schedule"   # weekly (the Prefect deployment's cron), a minute no other schedule uses
@@ -224,6 +224,7 @@ $method:
 REGISTRY = '''\
   $method:
     title: $title_yaml
+    paper: "the paper: authors, title (venue; arXiv id) -- the MLflow experiment's description names it"
     config: paperline.methods.$method.config:${Class}Config
     flow: flows.$method:${method}_flow
     status: pipeline
@@ -238,7 +239,7 @@ def check_name(method: str, root: Path) -> None:
     registry = yaml.safe_load((root / "flows" / "registry.yaml").read_text())
     taken = {*registry["methods"], *registry["prep_stages"],
              *yaml.safe_load((root / "dvc.yaml").read_text())["stages"],
-             *yaml.safe_load((root / "params.yaml").read_text())}
+             *read_params(root / PARAMS_DIR)}
     existing = [p for p in _files(method, method) if (root / p).exists()]
     if method in taken or existing:
         raise ParamsError(f"method {method!r} exists already ({', '.join(existing) or 'a stage or params section'})")
@@ -287,9 +288,13 @@ def stage_text(method: str, dvc_text: str, deps: list[str]) -> str:
 
 
 def with_stage(method: str, dvc_text: str, deps: list[str]) -> str:
-    """dvc.yaml with the method's stage before the report's, and its record among the report's deps
-    (a line like the template stage's)."""
+    """dvc.yaml with the method's stage before the report's, its record among the report's deps
+    (a line like the template stage's) and its params file among the `vars` (in order), so that
+    `${<method>.profile}` resolves."""
     lines = dvc_text.splitlines(keepends=True)
+    start = lines.index("vars:\n") + 1
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("  - "))
+    lines[start:end] = sorted([*lines[start:end], f"  - {section_file(method)}\n"])
     report = lines.index(f"  {REPORT}:\n")
     deps_at = lines.index("    deps:\n", report) + 1
     end = next(i for i in range(deps_at, len(lines)) if not lines[i].startswith("      - "))
@@ -306,14 +311,13 @@ def new_method(method: str, root: Path, title: str | None = None) -> list[str]:
     title = title or f"{method} (scaffold)"
     files = _files(method, title)
     registry = (root / "flows" / "registry.yaml").read_text()
-    params = (root / "params.yaml").read_text()
     dvc = (root / "dvc.yaml").read_text()
     names = {"method": method, "Class": class_prefix(method), "title_yaml": json.dumps(title),
-             "schedule": free_schedule(yaml.safe_load(params))}
+             "schedule": free_schedule(read_params(root / PARAMS_DIR))}
+    files[section_file(method)] = Template(PARAMS).substitute(names)
     at = registry.index("\nprep_stages:")
     edits = {"flows/registry.yaml": registry[:at].rstrip("\n") + "\n" + Template(REGISTRY).substitute(names)
-             + registry[at:],
-             "params.yaml": params.rstrip("\n") + "\n" + Template(PARAMS).substitute(names)}
+             + registry[at:]}
     written: list[Path] = []
     new_dirs = [d for d in {(root / p).parent for p in files} if not d.exists()]
     try:
@@ -325,7 +329,7 @@ def new_method(method: str, root: Path, title: str | None = None) -> list[str]:
         _write(root / "dvc.yaml", with_stage(method, dvc, code_deps(modules, root)), written)
     except BaseException:
         for path in written:  # restore: new files removed, edited ones back to their text
-            original = {"flows/registry.yaml": registry, "params.yaml": params, "dvc.yaml": dvc}.get(
+            original = {"flows/registry.yaml": registry, "dvc.yaml": dvc}.get(
                 path.relative_to(root).as_posix())
             path.write_text(original) if original is not None else path.unlink()
         for folder in new_dirs:

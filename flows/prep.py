@@ -1,5 +1,5 @@
 """Run a data-prep stage's flow (`python -m flows run <stage>`), its parameters validated before
-Prefect starts, on the task runner `runtime:` in params.yaml names."""
+Prefect starts, on the task runner `runtime:` in params/runtime.yaml names."""
 from __future__ import annotations
 
 from typing import Any, Sequence

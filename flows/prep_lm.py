@@ -1,6 +1,6 @@
 """The lm-base flow: the shared causal LM the adaptation methods start from (AltLoRA, LoTA-QAF,
 FVAE-LoRA's text task, LEFF), pretrained once on the text-corpus stage's Shakespeare tokens (one
-task, spread over the devices of params.yaml runtime.distributed). Parameters: lm_base.profiles.<the profile tpa.profile names>."""
+task, spread over the devices of params/runtime.yaml runtime.distributed). Parameters: lm_base.profiles.<the profile tpa.profile names>."""
 from __future__ import annotations
 
 from prefect import flow
@@ -17,7 +17,7 @@ def lm_base_flow(profile: str | None = None, overrides: list[str] | None = None)
     profile, cfg = resolve_prep("lm-base", profile, overrides or [])
     distributed = runtime_config(read_params(params_path())).distributed
     ensure_gpu_limit()
-    # params.yaml `runtime.distributed`: the paper profile's base over several GPUs (DDP/FSDP)
+    # params/runtime.yaml `runtime.distributed`: the paper profile's base over several GPUs (DDP/FSDP)
     record = build.submit(cfg, distributed).result()
     print(f"lm-base ({profile}): {record['parameters']} parameters, {record['steps']} steps, "
           f"{record['tokens_seen']} tokens, validation loss {record['val_loss']:.3f} "

@@ -78,10 +78,12 @@ class Progress:
         self.current_started = 0.0
         self.done: set[str] = set()
         self.measured: dict[str, float] = {}
+        self.numbers: dict[str, int] = {}
 
     def _index(self, stage: str) -> str:
-        position = self.planned.index(stage) + 1 if stage in self.planned else len(self.done) + 1
-        return f"[{position}/{len(self.planned)}]"
+        """`[k/n]`: the k-th stage this run started (DVC's order is its own, not the plan's) of the n
+        it will run."""
+        return f"[{self.numbers.setdefault(stage, len(self.numbers) + 1)}/{len(self.planned)}]"
 
     def _finish_current(self) -> None:
         if self.current is None:

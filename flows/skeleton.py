@@ -46,7 +46,7 @@ class MethodRun:
     data: Any
     context: track.RunContext
     run_dir: RunDir
-    # params.yaml `runtime.distributed`: how a training task spreads over devices (the tasks that
+    # params/runtime.yaml `runtime.distributed`: how a training task spreads over devices (the tasks that
     # take it; `gpus` is the `gpu` slots such a task holds, for submit_gpu's runner annotations)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     published: dict | None = field(default=None, init=False)
@@ -62,9 +62,10 @@ class MethodRun:
     def publish(self, report: Any) -> dict:
         """Publish the method's Report (or a future of one); returns the metrics record."""
         self.published = publish(self.context, report.result() if hasattr(report, "result") else report)
-        from flows import METHODS  # the registry: the paper's title
+        from flows import METHODS  # the registry: the method's title and its paper
 
-        track.describe(self.context.parent, METHODS[self.method].title, f"docs/methods/{self.method}.md",
+        spec = METHODS[self.method]
+        track.describe(self.context.parent, spec.title, spec.paper, f"docs/methods/{self.method}.md",
                        self.published.get("claims", []))
         return self.published
 

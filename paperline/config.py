@@ -1,4 +1,4 @@
-"""Typed parameters. Each method's `params.yaml` section is
+"""Typed parameters. Each method's section, in its own file `params/<method>.yaml`, is
 
     <method>:
       profile: smoke            # the profile `dvc repro` and the flow run by default
@@ -36,7 +36,7 @@ def _against_root(value: str, info: ValidationInfo) -> str:
     return str(path if path.is_absolute() else Path(root) / path)
 
 
-# A path in params.yaml: relative ones are relative to the project root (where params.yaml is),
+# A path in the params files: relative ones are relative to the project root (above params/),
 # made absolute when the config is validated with that root (flows.launch.resolve does), so every
 # task of a run reads the same file wherever its process runs.
 ProjectPath = Annotated[str, AfterValidator(_against_root)]
@@ -44,7 +44,7 @@ ProjectPath = Annotated[str, AfterValidator(_against_root)]
 
 class StrictModel(BaseModel):
     # validate_default + revalidate_instances: a ProjectPath inside a default (nested) model is
-    # resolved like one given in params.yaml
+    # resolved like one given in the params files
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True,
                               revalidate_instances="always")
 
@@ -74,17 +74,44 @@ class MethodConfig(StrictModel):
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
-def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    path = Path(path)
+PARAMS_DIR = "params"  # one file per top-level section: params/<section>.yaml holds `<section>:`
+
+
+def section_file(section: str, folder: str | Path = PARAMS_DIR) -> str:
+    """The file holding `section` (`params/dnc.yaml`), as messages and `dvc exp run -S` name it."""
+    return f"{Path(folder).name}/{section}.yaml"
+
+
+def _read_section_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as err:
-        raise ParamsError(f"{path}: no such parameters file") from err
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {err}") from err
     if not isinstance(data, dict):
-        raise ParamsError(f"{path}: expected a mapping of sections at the top level")
+        raise ParamsError(f"{path}: expected a mapping with one top-level key, {path.stem!r}")
     return data
+
+
+def read_params(folder: str | Path = PARAMS_DIR) -> dict[str, Any]:
+    """The union of the folder's `<section>.yaml` files. One file per section (each DVC stage then
+    parses only its own small file): a file whose top-level key is not its stem, or a section in
+    two files, fails naming the file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ParamsError(f"{folder}: no such parameters folder (one <section>.yaml per section)")
+    files = {path: _read_section_file(path) for path in sorted(folder.glob("*.yaml"))}
+    where: dict[str, Path] = {}
+    for path, data in files.items():
+        for section in data:
+            if section in where:
+                raise ParamsError(f"{where[section]} and {path} both hold section {section!r} "
+                                  "(one file per section)")
+            where[section] = path
+    for path, data in files.items():
+        if list(data) != [path.stem]:
+            raise ParamsError(f"{path}: top-level keys {list(data)}: a params file holds one section, "
+                              f"the one its name says ({path.stem!r})")
+    return {section: values for data in files.values() for section, values in data.items()}
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -132,13 +159,14 @@ def validate(model: type[ConfigT], values: dict[str, Any], where: str, root: str
         raise ParamsError("invalid parameters:\n  " + "\n  ".join(lines)) from None
 
 
-def method_section(params: dict[str, Any], method: str, source: str = "params.yaml") -> dict[str, Any]:
+def method_section(params: dict[str, Any], method: str, source: str = PARAMS_DIR) -> dict[str, Any]:
+    where = section_file(method, source)  # the file the section is in
     section = params.get(method)
     if not isinstance(section, dict):
-        raise ParamsError(f"{source}: no section {method!r}")
+        raise ParamsError(f"{where}: no section {method!r}")
     unknown = set(section) - {"profile", "schedule", "profiles"}
     if unknown:
-        raise ParamsError(f"{source}: {method}.{sorted(unknown)[0]}: unknown parameter "
+        raise ParamsError(f"{where}: {method}.{sorted(unknown)[0]}: unknown parameter "
                           "(a method section holds profile, schedule and profiles)")
     return section
 
@@ -149,22 +177,23 @@ def load_method_config(
     method: str,
     profile: str | None = None,
     overrides: Iterable[str] = (),
-    source: str = "params.yaml",
+    source: str = PARAMS_DIR,  # the params folder's name, as messages show it
     root: str | Path | None = None,
 ) -> tuple[str, ConfigT]:
     """Resolve (profile, validated config) for `method` from a parsed params mapping."""
+    where = section_file(method, source)  # the file the section is in
     section = method_section(params, method, source)
     profile = profile or section.get("profile", "smoke")
     if profile not in PROFILES:
-        raise ParamsError(f"{source}: {method}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+        raise ParamsError(f"{where}: {method}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
     profiles = section.get("profiles") or {}
     if profile not in profiles:
-        raise ParamsError(f"{source}: {method}.profiles.{profile}: missing")
+        raise ParamsError(f"{where}: {method}.profiles.{profile}: missing")
     values = copy.deepcopy(profiles[profile] or {})  # a nested --set must not edit `params`
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(values, key, value)
-    return profile, validate(model, values, f"{source}: {method}.profiles.{profile}", root)
+    return profile, validate(model, values, f"{where}: {method}.profiles.{profile}", root)
 
 
 def load_data_config(
@@ -174,29 +203,31 @@ def load_data_config(
     follows: str,
     profile: str | None = None,
     overrides: Iterable[str] = (),
-    source: str = "params.yaml",
+    source: str = PARAMS_DIR,
     root: str | Path | None = None,
 ) -> tuple[str, ConfigT]:
     """(profile, validated config) of a shared data-prep section (`wsi`, `tulu`): it holds only
     `profiles`, and the profile is the one the method that reads the data (`follows`) names, so one
     switch sets data and model scale together; `profile` overrides it."""
+    where = section_file(section_name, source)  # the file the section is in
     section = params.get(section_name)
     if not isinstance(section, dict):
-        raise ParamsError(f"{source}: no section {section_name!r}")
+        raise ParamsError(f"{where}: no section {section_name!r}")
     unknown = set(section) - {"profiles"}
     if unknown:
-        raise ParamsError(f"{source}: {section_name}.{sorted(unknown)[0]}: unknown parameter "
+        raise ParamsError(f"{where}: {section_name}.{sorted(unknown)[0]}: unknown parameter "
                           f"(the section holds profiles; the profile is {follows}.profile)")
     profile = profile or (params.get(follows) or {}).get("profile", "smoke")
     if profile not in PROFILES:
-        raise ParamsError(f"{source}: {follows}.profile: {profile!r} is not one of {', '.join(PROFILES)}")
+        raise ParamsError(f"{section_file(follows, source)}: {follows}.profile: {profile!r} is not one of "
+                          f"{', '.join(PROFILES)}")
     profiles = section.get("profiles") or {}
     if profile not in profiles:
-        raise ParamsError(f"{source}: {section_name}.profiles.{profile}: missing")
+        raise ParamsError(f"{where}: {section_name}.profiles.{profile}: missing")
     values = copy.deepcopy(profiles[profile] or {})
     for text in overrides:
         _set_dotted(values, *parse_override(text))
-    return profile, validate(model, values, f"{source}: {section_name}.profiles.{profile}", root)
+    return profile, validate(model, values, f"{where}: {section_name}.profiles.{profile}", root)
 
 
 def load_section_config(
@@ -204,14 +235,14 @@ def load_section_config(
     params: dict[str, Any],
     section_name: str,
     overrides: Iterable[str] = (),
-    source: str = "params.yaml",
+    source: str = PARAMS_DIR,
 ) -> ConfigT:
     """The validated config of a section that holds one configuration for every profile
     (`text_corpus`), with `overrides` applied."""
     values = copy.deepcopy(params.get(section_name) or {})
     for text in overrides:
         _set_dotted(values, *parse_override(text))
-    return validate(model, values, f"{source}: {section_name}")
+    return validate(model, values, f"{section_file(section_name, source)}: {section_name}")
 
 
 class LMShapeConfig(StrictModel):

@@ -107,7 +107,7 @@ def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContex
 def lm_variant(cfg: AltLoRAConfig, name: OptimizerName, lr: float, ctx: track.RunContext,
                optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig(), s: int = 0) -> dict:
     """One (optimizer, lr) of the LM adaptation at seed index `s` (of `cfg.run_seeds()`): a nested
-    MLflow run, a resumable checkpoint. `distributed` (params.yaml runtime.distributed) spreads the
+    MLflow run, a resumable checkpoint. `distributed` (params/runtime.yaml runtime.distributed) spreads the
     training over devices."""
     from paperline.methods.altlora.lm import adapt_lm
 

@@ -1,6 +1,6 @@
 """The lm-base stage's task (flows/prep_lm.py) and what the adaptation methods ask of it.
 
-Parameters: `lm_base.profiles.<profile>` in params.yaml, validated into LMBaseConfig before any
+Parameters: `lm_base.profiles.<profile>` in params/lm_base.yaml, validated into LMBaseConfig before any
 work; the profile is the one `tpa.profile` names (the scale switch of the LM methods: the tiny DAG
 and the embedded default set every method's profile together). Writes <project>/<lm_base.out>/ (a
 transformers model directory, lm_base.json; train.pt while training, to resume a killed run).

@@ -60,7 +60,7 @@ def domain_corpus(cfg: MemoryDecoderConfig, data: MemDecData) -> Path:
 def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, ctx: track.RunContext,
                distributed: DistributedConfig = DistributedConfig()) -> dict:
     """A base LM pretrained on the general (Shakespeare train) corpus, spread over devices by
-    `distributed` (params.yaml runtime.distributed)."""
+    `distributed` (params/runtime.yaml runtime.distributed)."""
 
     from paperline.data.tokens import open_tokens
     from paperline.nn.causal_lm import CausalLM

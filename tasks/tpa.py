@@ -13,6 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from paperline.config import read_params
+from paperline.io import atomic_dir
 from paperline.methods.tpa import plots
 from paperline.methods.tpa.config import TPAConfig
 from paperline.methods.tpa.data import TokenData, open_data
@@ -62,7 +63,7 @@ def train_variant(cfg: TPAConfig, variant: str, seed: int, data: TokenData, ctx:
     """One attention variant at one seed, trained with the run's budget, on its MLflow run
     `<variant>/seed<seed>` (nested under `variant_run`), its model under models/tpa/<variant>/seed<seed>/:
     its measurements (the untrained model's validation loss too), with histories. `distributed`
-    (params.yaml runtime.distributed) spreads the training over devices."""
+    (params/runtime.yaml runtime.distributed) spreads the training over devices."""
     import torch
 
     from paperline.methods.tpa.models import build_model
@@ -90,9 +91,10 @@ def train_variant(cfg: TPAConfig, variant: str, seed: int, data: TokenData, ctx:
                                  if "val_loss" in m else None)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         run.log_history("lr", result["history"]["step"], result["history"]["lr"])
-        model.save_pretrained(out / "hf")
-        if data.corpus_dir:  # the tokenizer beside the weights: the folder is a complete HF model
-            shutil.copy(Path(data.corpus_dir) / "tokenizer.json", out / "hf" / "tokenizer.json")
+        with atomic_dir(out / "hf") as hf:  # a kill mid-save leaves the previous folder, never half of one
+            model.save_pretrained(hf)
+            if data.corpus_dir:  # the tokenizer beside the weights: the folder is a complete HF model
+                shutil.copy(Path(data.corpus_dir) / "tokenizer.json", hf / "tokenizer.json")
         with torch.no_grad():  # the cache this model actually holds, per token per layer
             probe = torch.as_tensor(val[:8].astype("int64"))[None].to(device)
             measured_cache = model.eval()(probe, use_cache=True).cache.elements_per_token()

@@ -30,8 +30,8 @@ STEP_BATCH = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 # MLflow 3's UI picks an experiment's landing page from this tag (its JS enum ExperimentKind)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# DVC outputs a run rewrites (and params.yaml under `dvc exp run`): not what makes code dirty
-_NOT_CODE = ("metrics", "results", "plots", "runs", "reports", "dvc.lock", "params.yaml")
+# DVC outputs a run rewrites (and the params files under `dvc exp run`): not what makes code dirty
+_NOT_CODE = ("metrics", "results", "plots", "runs", "reports", "dvc.lock", "params")
 
 
 def tracking_uri() -> str:
@@ -47,7 +47,29 @@ def _client(uri: str):
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(uri)
+    with _store_lock(uri):  # MlflowClient opens the store: a new SQLite file gets its tables here
+        return MlflowClient(uri)
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock, across processes, on opening the SQLite store `uri` (any other: none). Two
+    flows started together on a new store both created its tables, and one failed ("table ... already
+    exists", alembic's "expected to match one row"; tests/test_concurrency.py). The lock file is in
+    the temporary folder, named by the database's path: nothing beside the store, which git sees."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        yield
+        return
+    database = str(Path(uri.removeprefix(prefix)).resolve())
+    name = f"paperline-mlflow-{hashlib.sha256(database.encode()).hexdigest()[:16]}.lock"
+    with open(Path(tempfile.gettempdir()) / name, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _git(*args: str) -> str:
@@ -59,7 +81,7 @@ def _git(*args: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_state() -> dict[str, str]:
-    """`git_commit` and `git_dirty` (uncommitted changes to tracked code; DVC outputs and params.yaml,
+    """`git_commit` and `git_dirty` (uncommitted changes to tracked code; DVC outputs and the params files,
     which runs rewrite, do not count). A checkout that is not a git repository says so in both tags
     rather than failing a run: a source tarball is a legitimate way to get the code."""
     if not (code_root() / ".git").exists():
@@ -124,9 +146,10 @@ def experiment_id(method: str) -> str:
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
 
 
-def description(title: str, page: str, claims: list[Mapping[str, Any]]) -> str:
-    """Markdown: the paper's title, where its page is, and each claim with this run's verdict."""
-    lines = [f"**{title}**", "", f"Method page: `{page}`; every run's figures: `reports/results.md`.", ""]
+def description(title: str, paper: str, page: str, claims: list[Mapping[str, Any]]) -> str:
+    """Markdown: the method, its paper, where its page is, and each claim with this run's verdict."""
+    lines = [f"**{title}**", "", f"Paper: {paper}", "",
+             f"Method page: `{page}`; every run's figures: `reports/results.md`.", ""]
     if claims:
         lines += ["Claims (verdicts of the latest run):", ""]
         lines += [f"- `{c['name']}`: {c['claim']} ({c['metric']}, `{c['method']}`"
@@ -135,14 +158,19 @@ def description(title: str, page: str, claims: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def describe(parent: "Run", title: str, page: str, claims: list[Mapping[str, Any]]) -> None:
+def describe(parent: "Run", title: str, paper: str, page: str, claims: list[Mapping[str, Any]]) -> None:
     """Set the experiment's and the parent run's descriptions (the UI's Description column)."""
-    text = description(title, page, claims)
+    text = description(title, paper, page, claims)
     client().set_experiment_tag(parent.experiment_id, NOTE_TAG, text)
     client().set_tag(parent.run_id, NOTE_TAG, text)
 
 
 REPORT_EXPERIMENT = "report"  # one run per report: the verdicts figure and reports/results.md
+REPORT_DESCRIPTION = ("**The report of the nineteen methods**\n\nOne run per report: `verdicts.png` (every claim's "
+                      "effect with its 95% interval, coloured by verdict) and `results.md` (the claims table). "
+                      "Each method's own experiment holds its runs; its page is `docs/methods/<method>.md`.")
+DEFAULT_DESCRIPTION = ("MLflow's default experiment: paperline logs nothing here. Each method has an experiment of "
+                       "its own (named after it, its paper in the description); the report has `report`.")
 
 
 def log_verdicts(reports: Path, methods: Iterable[str], pointer: Any) -> str:
@@ -167,6 +195,9 @@ def log_verdicts(reports: Path, methods: Iterable[str], pointer: Any) -> str:
     root = _artifact_root()
     exp_id = exp.experiment_id if exp else c.create_experiment(
         REPORT_EXPERIMENT, **({"artifact_location": (root / REPORT_EXPERIMENT).as_uri()} if root else {}))
+    c.set_experiment_tag(exp_id, NOTE_TAG, REPORT_DESCRIPTION)
+    if c.get_experiment_by_name("Default") is not None:  # MLflow's own, which no paperline run uses
+        c.set_experiment_tag(c.get_experiment_by_name("Default").experiment_id, NOTE_TAG, DEFAULT_DESCRIPTION)
     run = c.create_run(exp_id, tags={"git_commit": git_commit(), NOTE_TAG: "Every claim of the last `make run`: "
                                      "effect and 95% interval, coloured by verdict (`reports/results.md`)."})
     for name in ("verdicts.png", "results.md"):

@@ -35,7 +35,7 @@ def selection_dir() -> Path:
 
 
 def with_resolved_paths(cfg):
-    """A relative pool_dir / hf_model_path is relative to the project root (where params.yaml is)."""
+    """A relative pool_dir / hf_model_path is relative to the project root (the folder holding params/)."""
     update = {key: str(project_path(getattr(cfg, key))) for key in ("pool_dir", "hf_model_path")
               if getattr(cfg, key) is not None}
     return cfg.model_copy(update=update)

@@ -1,6 +1,6 @@
 """The vit-source stage's task (flows/prep_vision.py) and what the vision methods ask of it.
 
-Parameters: `vit_source.profiles.<profile>` in params.yaml, validated into VitSourceConfig before
+Parameters: `vit_source.profiles.<profile>` in params/vit_source.yaml, validated into VitSourceConfig before
 any work; the profile is the one `codemerge.profile` names (the method that reads the folder), so
 one switch sets data and model scale together. Writes <project>/<vit_source.out>/ (images.npz,
 classifier.pt, source.json; train.pt to resume a killed training).

@@ -1,7 +1,7 @@
 """Tasks of the WSI data-prep flows (flows/prep_wsi.py: wsi-cohort, wsi-downsample, til-maps): a
 chunk of slides each, wrapping paperline/data/wsi_prep.py's per-slide functions.
 
-Parameters: `wsi.profiles.<profile>` in params.yaml, validated into WSIPrepConfig before any work.
+Parameters: `wsi.profiles.<profile>` in params/wsi.yaml, validated into WSIPrepConfig before any work.
 The profile is the one `ztsurv.profile` names (the method that reads these data), so one switch
 sets data and model scale together; `--profile` overrides it. Outputs go under <project>/data/wsi/
 (PAPERLINE_ROOT, as everywhere); the texture slide is read from data/raw/ (the project's, else the

@@ -289,10 +289,10 @@ def mlflow_template_db() -> Path:
 
 @pytest.fixture
 def project(tmp_path, monkeypatch, mlflow_template_db) -> Path:
-    """A fresh project root holding the checkout's params.yaml and an empty MLflow database."""
+    """A fresh project root holding the checkout's params files and an empty MLflow database."""
     root = tmp_path / "project"
     root.mkdir()
-    shutil.copy(CHECKOUT / "params.yaml", root / "params.yaml")
+    shutil.copytree(CHECKOUT / "params", root / "params")
     shutil.copy(mlflow_template_db, root / "mlflow.db")
     monkeypatch.setenv("PAPERLINE_ROOT", str(root))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
@@ -328,7 +328,7 @@ def make_clone(dest: Path, profile: str | None = "tiny", env: dict[str, str] | N
     """A fresh clone of the working tree as `git clone` of a commit of it would give (tracked and
     untracked-but-not-ignored files; the committed DVC outputs only `with_outputs`, a workspace as
     a user has it after `make run`), every method and data section at `profile` (None: as
-    params.yaml says), committed in a new git repository (DVC experiments need one)."""
+    the params files say), committed in a new git repository (DVC experiments need one)."""
     import yaml
 
     from flows import METHODS
@@ -340,10 +340,11 @@ def make_clone(dest: Path, profile: str | None = "tiny", env: dict[str, str] | N
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(CHECKOUT / f, dest / f)
     if profile:
-        params = yaml.safe_load((dest / "params.yaml").read_text())
         for name in METHODS:
+            path = dest / "params" / f"{name}.yaml"
+            params = yaml.safe_load(path.read_text())
             params[name]["profile"] = profile
-        (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+            path.write_text(yaml.safe_dump(params, sort_keys=False))
     run_git(dest, "init", "-q", env=env)
     run_git(dest, "add", "-A", env=env)
     run_git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone", env=env)
@@ -437,12 +438,10 @@ def two_play_slice(dest: Path) -> Path:
 def vit_source_copy(project: Path, tmp_path: Path, profile: str = "tiny"):
     """The vit_source config at `profile` pointing at a copy of the project's vit-source folder (a
     test may break the copy's files: the refused-input tests of the vision methods)."""
-    import yaml
-
+    from paperline.config import read_params
     from tasks import vit_source
 
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    _, source_cfg = vit_source.resolve(params, profile)
+    _, source_cfg = vit_source.resolve(read_params(project / "params"), profile)
     folder = tmp_path / "vit_source"
     shutil.copytree(project / "data" / "vit_source", folder)
     return source_cfg.model_copy(update={"out": str(folder)})

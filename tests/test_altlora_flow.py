@@ -23,7 +23,7 @@ TIMING_KEYS = {"step_ms", "step_time_vs_lora_adamw"}
 
 
 def _tiny(project) -> dict:
-    return yaml.safe_load((project / "params.yaml").read_text())["altlora"]["profiles"]["tiny"]
+    return yaml.safe_load((project / "params" / "altlora.yaml").read_text())["altlora"]["profiles"]["tiny"]
 
 
 def _metrics(project):

@@ -20,7 +20,7 @@ from tests.conftest import finished_flow_runs, report_rows, vit_source_copy
 
 
 def _tiny(project) -> dict:
-    return yaml.safe_load((project / "params.yaml").read_text())["codemerge"]["profiles"]["tiny"]
+    return yaml.safe_load((project / "params" / "codemerge.yaml").read_text())["codemerge"]["profiles"]["tiny"]
 
 
 def test_tiny_dag_outputs(dag):

@@ -1,19 +1,19 @@
 """Parameters: typed, strict, and failing before any work with the key named."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
-import yaml
 
 from flows import METHODS
 from paperline.config import MethodConfig, ParamsError, load_method_config, parse_override, read_params
 from paperline.methods.dnc.config import DNCConfig
 from tests.conftest import CHECKOUT
 
-PARAMS = read_params(CHECKOUT / "params.yaml")
+PARAMS = read_params(CHECKOUT / "params")
 
 
 @pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])
@@ -77,16 +77,39 @@ def test_every_method_takes_its_seeds_from_method_config(method):
 
 
 def test_malformed_params_file_names_the_file(tmp_path):
-    bad = tmp_path / "params.yaml"
+    bad = tmp_path / "dnc.yaml"
     bad.write_text("dnc: [unclosed\n")
     with pytest.raises(ParamsError, match=str(bad)):
-        read_params(bad)
+        read_params(tmp_path)
+
+
+def test_the_params_folder_is_the_union_of_one_file_per_section(tmp_path):
+    folder = tmp_path / "params"
+    shutil.copytree(CHECKOUT / "params", folder)
+    assert read_params(folder) == PARAMS and set(PARAMS) == {p.stem for p in folder.glob("*.yaml")}
+    (folder / "dnc.yaml").write_text("dcn:\n  profile: smoke\n")  # a misnamed section
+    with pytest.raises(ParamsError, match=rf"{folder / 'dnc.yaml'}: top-level keys \['dcn'\]"):
+        read_params(folder)
+    (folder / "dnc.yaml").write_text("dnc:\n  profile: smoke\nsumo:\n  profile: tiny\n")  # sumo twice
+    with pytest.raises(ParamsError, match=rf"{folder / 'dnc.yaml'} and {folder / 'sumo.yaml'} both hold "
+                                          "section 'sumo'"):
+        read_params(folder)
+    (folder / "dnc.yaml").write_text("- dnc\n")
+    with pytest.raises(ParamsError, match=rf"{folder / 'dnc.yaml'}: expected a mapping"):
+        read_params(folder)
+    with pytest.raises(ParamsError, match="no such parameters folder"):
+        read_params(tmp_path / "nope")
+
+
+def test_a_bad_key_is_named_with_its_sections_file():
+    with pytest.raises(ParamsError, match=r"params/dnc.yaml: dnc.profiles.smoke.lamda: unknown parameter"):
+        load_method_config(DNCConfig, PARAMS, "dnc", None, ["lamda=1"])
 
 
 def test_cli_rejects_an_unknown_key_before_any_work(tmp_path):
     root = tmp_path / "project"
     root.mkdir()
-    (root / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    shutil.copytree(CHECKOUT / "params", root / "params")
     env = {"PAPERLINE_ROOT": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "flows", "run", "dnc", "--set", "lamda=0.1"],
@@ -94,7 +117,7 @@ def test_cli_rejects_an_unknown_key_before_any_work(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "dnc.profiles.smoke.lamda: unknown parameter" in proc.stderr
     # nothing started: no Prefect home, no MLflow database, no outputs
-    assert sorted(p.name for p in root.iterdir()) == ["params.yaml"]
+    assert sorted(p.name for p in root.iterdir()) == ["params"]
     assert time.monotonic() - started < 60
 
 
@@ -125,7 +148,7 @@ def test_project_paths_are_made_absolute_against_the_root_even_as_defaults(tmp_p
         inner: Inner
         corpus: Corpus = Corpus()  # a default model instance: revalidated with the root too
 
-    cfg = validate(Cfg, {"inner": {"shards": "c4"}, "model": "/models/m"}, "params.yaml: x", root=tmp_path)
+    cfg = validate(Cfg, {"inner": {"shards": "c4"}, "model": "/models/m"}, "params/x.yaml: x", root=tmp_path)
     assert (cfg.pool, cfg.inner.shards, cfg.model) == (str(tmp_path / "data/pool"), str(tmp_path / "c4"), "/models/m")
     assert cfg.corpus.folder == str(tmp_path / "data/text")
-    assert validate(Cfg, {"inner": {"shards": "c4"}}, "params.yaml: x").pool == "data/pool"  # no root: as given
+    assert validate(Cfg, {"inner": {"shards": "c4"}}, "params/x.yaml: x").pool == "data/pool"  # no root: as given

@@ -23,7 +23,7 @@ from tests.conftest import run_git as _git
 BIN = Path(sys.executable).parent
 RUN_TIMEOUT_S = 300
 SERVER_TIMEOUT_S = 120
-TRACKED_OUTPUTS = ("dvc.lock", "params.yaml", "metrics", "results", "runs", "plots", "reports")
+TRACKED_OUTPUTS = ("dvc.lock", "params", "metrics", "results", "runs", "plots", "reports")
 
 
 def _stop_group(process: subprocess.Popen) -> None:
@@ -156,7 +156,7 @@ def _assert_recorded(workspace: Path, url: str, flow_run, overrides: dict, exper
 
     name = _experiment_name(flow_run)
     experiment = experiments[name]
-    params = experiment["params"]["params.yaml"]["data"]["dnc"]
+    params = experiment["params"]["params/dnc.yaml"]["data"]["dnc"]
     assert params["profile"] == "tiny" and params["profiles"]["tiny"].items() >= overrides.items()
     assert experiment["metrics"]["metrics/dnc.json"]["data"], "the experiment has its metrics"
 
@@ -215,7 +215,7 @@ def test_bad_parameters_fail_the_run_at_once_with_the_key_named_and_change_nothi
     before, experiments = _snapshot(workspace), _experiment_refs(workspace)
     flow_run = _wait(url, _start(url, {"method": "dnc", "profile": "tiny", "overrides": ["lamda=0.1"]}))
     assert flow_run.state.is_failed()
-    assert "params.yaml: dnc.profiles.tiny.lamda: unknown parameter" in flow_run.state.message
+    assert "params/dnc.yaml: dnc.profiles.tiny.lamda: unknown parameter" in flow_run.state.message
     assert flow_run.end_time - flow_run.start_time < timedelta(seconds=20)  # before DVC starts
     assert _snapshot(workspace) == before and _experiment_refs(workspace) == experiments
     assert _git(workspace, "status", "--porcelain") == ""

@@ -15,7 +15,7 @@ from tests.conftest import finished_flow_runs, report_rows
 
 
 def _variants(project) -> list[str]:
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["dnc"]["profiles"]["tiny"]
+    tiny = yaml.safe_load((project / "params" / "dnc.yaml").read_text())["dnc"]["profiles"]["tiny"]
     return sorted(f"K{K}_L{L}" for K in tiny["classes"] for L in tiny["depths"])
 
 
@@ -63,8 +63,9 @@ def test_scale_out_runners_reproduce_the_dag_run(runner, dag_stage, project, pre
     """The same seed gives the same metrics, and the Dask and Ray runners give what the thread
     runner gave."""
     expected = json.loads((dag_stage / "results" / "dnc.json").read_text())
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    runtime = project / "params" / "runtime.yaml"
+    params = yaml.safe_load(runtime.read_text())
     params["runtime"]["task_runner"] = runner
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    runtime.write_text(yaml.safe_dump(params))
     run_method("dnc", "tiny")
     assert json.loads((project / "results" / "dnc.json").read_text()) == expected

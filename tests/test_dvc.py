@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from flows.dvc_stages import (
 from paperline.claims import outcome_counts
 from paperline.metrics import validate_metrics
 from tests.conftest import CHECKOUT, clone_env
+from tests.test_plots_offline import CHROMIUM, drawn_plots
 
 DVC_YAML = yaml.safe_load((CHECKOUT / "dvc.yaml").read_text())
 REPORT = "report"
@@ -32,6 +34,11 @@ REPORT = "report"
 
 def _deps(stage: str) -> list[str]:
     return DVC_YAML["stages"][stage]["deps"]
+
+
+def _params(stage: str) -> dict[str, list[str]]:
+    """The stage's params deps by file: {"params/dnc.yaml": ["dnc.profile", ...], ...}."""
+    return {file: keys for entry in DVC_YAML["stages"][stage]["params"] for file, keys in entry.items()}
 
 
 def test_dvc_stages_and_flow_registries_name_the_same_stages():
@@ -44,14 +51,28 @@ def test_dvc_stages_and_flow_registries_name_the_same_stages():
         assert stage["metrics"] == [{f"metrics/{name}.json": {"cache": False}}]
         assert {f"results/{name}.json": {"cache": False}} in stage["outs"]
         assert f"results/{name}.json" in _deps(REPORT) and f"metrics/{name}.json" not in _deps(REPORT)
-        assert f"{name}.profiles.${{{name}.profile}}" in stage["params"]
-        assert {"flows/registry.yaml": [f"methods.{name}"]} in stage["params"]
+        assert f"{name}.profiles.${{{name}.profile}}" in _params(name)[f"params/{name}.yaml"]
+        assert f"params/{name}.yaml" in DVC_YAML["vars"]  # `${name.profile}` resolves
+        assert _params(name)["flows/registry.yaml"] == [f"methods.{name}"]
     for name, spec in PREP_STAGES.items():
         stage = DVC_YAML["stages"][name]
-        assert {"flows/registry.yaml": [f"prep_stages.{name}"]} in stage["params"]
+        assert _params(name)["flows/registry.yaml"] == [f"prep_stages.{name}"]
         assert stage["cmd"] == f"python -m flows run {name}"
-        assert "runtime" in stage["params"]  # the stage's task runner
-        assert any(p.split(".")[0] == spec.section for p in stage["params"]), (name, spec.section)
+        assert _params(name)["params/runtime.yaml"] == ["runtime"]  # the stage's task runner
+        assert f"params/{spec.section}.yaml" in _params(name), (name, spec.section)
+
+
+def test_each_params_dep_names_the_file_of_its_section():
+    """One file per section (params/<section>.yaml): a key listed under another section's file, or
+    under DVC's default params.yaml (gone), would make DVC fail or track the wrong file."""
+    for name in DVC_YAML["stages"]:
+        assert all(isinstance(entry, dict) for entry in DVC_YAML["stages"][name]["params"]), name
+        for file, keys in _params(name).items():
+            if file != "flows/registry.yaml":
+                assert (CHECKOUT / file).is_file(), (name, file)
+                assert {key.split(".")[0] for key in keys} == {Path(file).stem}, (name, file, keys)
+    interpolated = set(re.findall(r"\$\{(\w+)\.", (CHECKOUT / "dvc.yaml").read_text()))
+    assert DVC_YAML["vars"] == sorted(f"params/{s}.yaml" for s in interpolated)
 
 
 def test_a_stage_depends_on_its_own_registry_entry_only():
@@ -59,7 +80,7 @@ def test_a_stage_depends_on_its_own_registry_entry_only():
     is no stage's dependency as a whole, only the report's `methods` list is."""
     for name, stage in DVC_YAML["stages"].items():
         assert "flows/registry.yaml" not in stage["deps"], name
-        entries = [p["flows/registry.yaml"] for p in stage["params"] if isinstance(p, dict)]
+        entries = [p["flows/registry.yaml"] for p in stage["params"] if "flows/registry.yaml" in p]
         assert entries == ([["methods"]] if name == REPORT else [[f"{'methods' if name in METHODS else 'prep_stages'}.{name}"]])
 
 
@@ -217,6 +238,7 @@ def test_claims_land_on_each_parent_run_for_the_runs_table(dag):
         experiment = track.client().get_experiment(parent.info.experiment_id)
         for described in (experiment.tags[track.NOTE_TAG], tags[track.NOTE_TAG]):  # the UI's Description
             assert f"docs/methods/{name}.md" in described and METHODS[name].title in described
+            assert f"Paper: {METHODS[name].paper}" in described
             assert all(f"`{c.name}`" in described for c in claims)
 
 
@@ -231,3 +253,8 @@ def test_dvc_plots_show_writes_a_page_that_renders_offline(dag, tmp_path):
     page = (out / "index.html").read_text()
     assert "vegaEmbed(" in page and "<script src=" not in page and "cdn.jsdelivr" not in page
     assert page.count("<script>") >= 3  # the three libraries inline, then the plots' own calls
+    if CHROMIUM:  # every data plot of the DAG drawn in headless Chromium, offline (images are files beside it)
+        asked, drawn = drawn_plots(out / "index.html")
+        assert asked >= 10 and drawn == asked, (asked, drawn)
+    for image in re.findall(r'<img src="(static/[^"]+)"', page):  # the PNG plots, copied beside the page
+        assert (out / image).is_file(), image

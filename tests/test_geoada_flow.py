@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from paperline.config import read_params
 from paperline.data.nbody import NBodyError
 from paperline.methods.geoada.claims import SPECS
 from paperline.methods.geoada.config import GeoAdaConfig, fits
@@ -20,7 +21,7 @@ from tasks import track
 from tests.conftest import finished_flow_runs, report_rows
 
 CONTROLS = ("frame", "global", "subgraph")
-TINY_VARIANTS = ("frozen", "full_ft", "controlnet", "geoada")  # params.yaml geoada.profiles.tiny
+TINY_VARIANTS = ("frozen", "full_ft", "controlnet", "geoada")  # params/geoada.yaml geoada.profiles.tiny
 SEEDS = (0, 1)
 ROWS = [f"{c}_{v}" for c in CONTROLS for v in TINY_VARIANTS if fits(v, c)]
 
@@ -62,7 +63,7 @@ def test_tiny_dag_outputs(dag):
     assert [d.dataset.digest for d in parent.inputs.dataset_inputs] != ["generated"]  # versioned by content
     assert sorted(r.data.tags["variant"] for r in children) == sorted(["base", *ROWS])
     c = track.client()
-    steps = yaml.safe_load((dag / "params.yaml").read_text())["geoada"]["profiles"]["tiny"]["finetune"]["steps"]
+    steps = yaml.safe_load((dag / "params" / "geoada.yaml").read_text())["geoada"]["profiles"]["tiny"]["finetune"]["steps"]
     for child in children:
         assert child.info.status == "FINISHED"
         name = child.data.tags["variant"]
@@ -89,7 +90,7 @@ def test_tiny_dag_outputs(dag):
 def test_refused_inputs_name_the_file_and_field(dag_stage, tmp_path):
     from tasks import geoada, nbody_prep
 
-    params = yaml.safe_load((dag_stage / "params.yaml").read_text())
+    params = read_params(dag_stage / "params")
     _, data_cfg = nbody_prep.resolve(params, "tiny")
     folder = tmp_path / "nbody"
     shutil.copytree(dag_stage / "data" / "nbody", folder)

@@ -17,7 +17,7 @@ from tests.conftest import CHECKOUT, finished_flow_runs, report_rows, vit_source
 
 
 def _tiny(project) -> dict:
-    return yaml.safe_load((project / "params.yaml").read_text())["hrm_pet"]["profiles"]["tiny"]
+    return yaml.safe_load((project / "params" / "hrm_pet.yaml").read_text())["hrm_pet"]["profiles"]["tiny"]
 
 
 def test_tiny_dag_outputs(dag):
@@ -109,7 +109,7 @@ def test_a_converted_colour_backbone_by_path_replaces_the_vit_source_classifier(
                                              num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                                              num_labels=1000))
     save_classifier(tmp_path / "vit_b16_like.pt", vit_from_transformers(hf))
-    tiny = yaml.safe_load((CHECKOUT / "params.yaml").read_text())["hrm_pet"]["profiles"]["tiny"]
+    tiny = yaml.safe_load((CHECKOUT / "params" / "hrm_pet.yaml").read_text())["hrm_pet"]["profiles"]["tiny"]
     cfg = validate(HrmPetConfig, tiny | {"backbone": str(tmp_path / "vit_b16_like.pt")}, "test")
     prepared = data(cfg, source_cfg=None)  # no vit-source stage needed
     assert prepared.backbone == str(tmp_path / "vit_b16_like.pt")

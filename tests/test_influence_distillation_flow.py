@@ -29,7 +29,7 @@ def test_tiny_dag_outputs(dag):
     assert manifest["pool_size"] == 120 and manifest["skipped"]["skipped"] == 0
     path = dag / "results" / f"{METHOD}.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    tiny = yaml.safe_load((dag / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]
+    tiny = yaml.safe_load((dag / "params" / f"{METHOD}.yaml").read_text())[METHOD]["profiles"]["tiny"]
     methods = ["random", "rds_plus", "exact_first_order", "influence_distillation"]
     assert sorted(metrics.rows) == sorted(report_rows(dag, METHOD)) == sorted(methods)
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \

@@ -6,7 +6,8 @@ from benchmarks.kill_resume import differing_keys, verdict
 RECORD = {
     "method": "dnc", "profile": "tiny",
     "rows": {"K4_L1": {"nc1": 0.5, "final_loss": 1.25, "train_seconds": 3.0, "wall_s": 2.0, "step_ms": 4.0}},
-    "details": {"speedup_vs_vfl": 2.0, "idle_fraction": 0.1, "planner_vs_grid_optimum": 1.1, "git_commit": "abc", "parent_run": "r1"},
+    "details": {"speedup_vs_vfl": 2.0, "idle_fraction": 0.1, "planner_vs_grid_optimum": 1.1, "git_commit": "abc", "parent_run": "r1",
+                "reason": "worker 8e58d2 died"},
     "claims": [{"metric": "nc1", "effect": 0.5, "verdict": "shown"},
                {"metric": "time_to_target_s", "effect": 1.0, "verdict": "shown"}],
 }
@@ -28,7 +29,7 @@ def test_equal_records_are_identical():
 
 def test_timing_and_id_keys_are_left_out():
     changed = _with(train_seconds=9.0, wall_s=9.0, step_ms=9.0, speedup_vs_vfl=9.0, idle_fraction=0.9,
-                    planner_vs_grid_optimum=9.0, git_commit="def", parent_run="r2")
+                    planner_vs_grid_optimum=9.0, git_commit="def", parent_run="r2", reason="worker c5c82e died")
     changed["claims"][1] |= {"effect": 9.0, "verdict": "not shown"}  # a claim about a time
     assert verdict(RECORD, changed, "")[0] == "identical"
 
@@ -50,3 +51,10 @@ def test_a_failed_resume_shows_its_last_lines():
     output = "step 1\nstep 2\nTraceback\nValueError: bad checkpoint\nERROR: failed to reproduce 'dnc'\n"
     assert verdict(RECORD, None, output) == (
         "failing", "Traceback / ValueError: bad checkpoint / ERROR: failed to reproduce 'dnc'")
+
+
+def test_a_resume_that_moves_only_where_an_uninterrupted_rerun_moves_is_nondeterministic():
+    resumed, rerun = _with(nc1=0.75), _with(nc1=0.7, final_loss=1.5)
+    assert verdict(RECORD, resumed, "", rerun=rerun) == (
+        "nondeterministic", "differs in 1 figures, all among the 2 in which two uninterrupted runs differ")
+    assert verdict(RECORD, _with(nc1=0.75, final_loss=2.0), "", rerun=_with(final_loss=1.5))[0] == "differing"

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from paperline.config import read_params
 from paperline.data.text_corpus import load_corpus
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.train.lm import evaluate, validation_windows
@@ -16,7 +17,7 @@ from paperline.train.lm_base import ModelDirError, load_causal_lm, read_lm_base
 
 @pytest.mark.dag_stage("lm-base")
 def test_the_dag_base_reloads_with_its_recorded_validation_loss(dag_stage):
-    params = __import__("yaml").safe_load((dag_stage / "params.yaml").read_text())
+    params = read_params(dag_stage / "params")
     tiny = params["lm_base"]["profiles"]["tiny"]
     model, record = read_lm_base(dag_stage / "data" / "lm_base")
     assert isinstance(model, CausalLM) and record["steps"] == tiny["train"]["steps"]
@@ -57,7 +58,7 @@ def test_load_causal_lm_round_trips_and_refuses_what_is_not_a_causal_lm(tmp_path
 
 @pytest.mark.dag_stage("lm-base")
 def test_the_base_spread_over_two_ddp_processes_is_the_dag_base(dag_stage, tmp_path):
-    """params.yaml runtime.distributed reaches the base's pretraining: two CPU processes (gloo) at
+    """params/runtime.yaml runtime.distributed reaches the base's pretraining: two CPU processes (gloo) at
     the same global batch write the folder the one-process stage wrote, to float-reduction
     tolerance (the all-reduce sums in another order)."""
     from paperline.train.distributed import DistributedConfig
@@ -65,7 +66,7 @@ def test_the_base_spread_over_two_ddp_processes_is_the_dag_base(dag_stage, tmp_p
     from tasks.lm_base import resolve
 
     torch.set_num_threads(1)
-    params = __import__("yaml").safe_load((dag_stage / "params.yaml").read_text())
+    params = read_params(dag_stage / "params")
     _, cfg = resolve(params, "tiny")
     record = build_lm_base(cfg, dag_stage / cfg.corpus, tmp_path / "base",
                            distributed=DistributedConfig(strategy="ddp", accelerator="cpu", devices=2))

@@ -15,7 +15,7 @@ from tests.conftest import finished_flow_runs, report_rows
 
 
 def _tiny(project) -> dict:
-    return yaml.safe_load((project / "params.yaml").read_text())["lota_qaf"]["profiles"]["tiny"]
+    return yaml.safe_load((project / "params" / "lota_qaf.yaml").read_text())["lota_qaf"]["profiles"]["tiny"]
 
 
 def _variants(project) -> list[str]:

@@ -22,7 +22,7 @@ ROWS = [f"{size}/{variant}" for size in ("small", "large") for variant in ("base
 def test_tiny_dag_outputs(dag):
     path = dag / "results" / f"{METHOD}.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    tiny = yaml.safe_load((dag / "params.yaml").read_text())[METHOD]["profiles"]["tiny"]
+    tiny = yaml.safe_load((dag / "params" / f"{METHOD}.yaml").read_text())[METHOD]["profiles"]["tiny"]
     assert sorted(metrics.rows) == sorted(report_rows(dag, METHOD)) == sorted(ROWS)
     assert (metrics.profile, metrics.baseline, metrics.primary_metric) == ("tiny", None, "domain_ppl")
     assert metrics.details["lambdas"] == tiny["lambdas"]

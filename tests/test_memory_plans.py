@@ -1,5 +1,5 @@
 """The memory plans of the paper profiles: the accounting on hand-computed cases, and the method
-pages hold what benchmarks/memory_plans.py computes from today's params.yaml (a changed paper
+pages hold what benchmarks/memory_plans.py computes from today's params files (a changed paper
 profile or model makes this fail until `python benchmarks/memory_plans.py --write` is run)."""
 from __future__ import annotations
 

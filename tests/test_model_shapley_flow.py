@@ -20,7 +20,7 @@ ESTIMATORS = ["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley
 def test_tiny_dag_outputs(dag):
     path = dag / "results" / "model_shapley.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    tiny = yaml.safe_load((dag / "params.yaml").read_text())["model_shapley"]["profiles"]["tiny"]
+    tiny = yaml.safe_load((dag / "params" / "model_shapley.yaml").read_text())["model_shapley"]["profiles"]["tiny"]
     assert sorted(metrics.rows) == sorted(report_rows(dag, "model_shapley")) == sorted(ESTIMATORS)
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \
         ("tiny", "magnitude", "spearman_vs_shapley", True)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from flows import dvc_stages, new_method
-from paperline.config import ParamsError
+from paperline.config import ParamsError, read_params
 from tests.conftest import CHECKOUT
 
 NAME = "toy_method"
@@ -20,10 +20,11 @@ NAME = "toy_method"
 
 @pytest.fixture
 def layout(tmp_path: Path) -> Path:
-    """The code, params.yaml, dvc.yaml and pyproject.toml (ruff's settings) of the checkout."""
+    """The code, the params files, dvc.yaml and pyproject.toml (ruff's settings) of the checkout."""
     for folder in ("paperline", "tasks", "flows"):
         shutil.copytree(CHECKOUT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("params.yaml", "dvc.yaml", "pyproject.toml"):
+    shutil.copytree(CHECKOUT / "params", tmp_path / "params")
+    for name in ("dvc.yaml", "pyproject.toml"):
         shutil.copy(CHECKOUT / name, tmp_path / name)
     (tmp_path / "docs" / "methods").mkdir(parents=True)
     (tmp_path / "tests").mkdir()
@@ -43,11 +44,15 @@ def test_a_new_method_imports_validates_and_its_stage_deps_are_exact(layout):
     assert dvc_stages.deps_diff(NAME, stage["deps"], modules, layout) == ""
     assert {"flows/new_method.py", "flows/dvc_stages.py"}.isdisjoint(stage["deps"])  # `new`'s code: not run
     assert {f"tasks/{NAME}.py", f"flows/{NAME}.py", f"paperline/methods/{NAME}/train.py"} <= set(stage["deps"])
-    assert stage["cmd"] == f"python -m flows run {NAME}" and f"{NAME}.profiles.${{{NAME}.profile}}" in stage["params"]
+    assert stage["cmd"] == f"python -m flows run {NAME}"
+    assert {f"params/{NAME}.yaml": [f"{NAME}.profile", f"{NAME}.profiles.${{{NAME}.profile}}"]} in stage["params"]
+    dvc_vars = yaml.safe_load((layout / "dvc.yaml").read_text())["vars"]
+    assert f"params/{NAME}.yaml" in dvc_vars and dvc_vars == sorted(dvc_vars)  # `${toy_method.profile}` resolves
+    assert list(yaml.safe_load((layout / "params" / f"{NAME}.yaml").read_text())) == [NAME]
     assert any(f"/{NAME}.json" in d for d in stages["report"]["deps"])
     assert list(stages)[-1] == "report" and yaml.safe_load((layout / "flows" / "registry.yaml").read_text())[
         "methods"][NAME]["title"] == "A toy method"
-    schedules = [s["schedule"] for s in yaml.safe_load((layout / "params.yaml").read_text()).values()
+    schedules = [s["schedule"] for s in read_params(layout / "params").values()
                  if isinstance(s, dict) and "schedule" in s]
     assert len(schedules) == len(set(schedules))
 

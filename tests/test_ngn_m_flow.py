@@ -21,7 +21,7 @@ OPTIMIZERS = ["adam", "ngn", "ngn_m", "ngn_md", "sgd", "sgdm"]
 def test_tiny_dag_outputs(dag):
     path = dag / "results" / "ngn_m.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    problems = yaml.safe_load((dag / "params.yaml").read_text())["ngn_m"]["profiles"]["tiny"]["problems"]
+    problems = yaml.safe_load((dag / "params" / "ngn_m.yaml").read_text())["ngn_m"]["profiles"]["tiny"]["problems"]
     assert sorted(metrics.rows) == OPTIMIZERS == sorted(report_rows(dag, "ngn_m"))
     assert (metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == ("sgdm", "mean_decades", True)
     assert metrics.details["band"] == 0.1 and metrics.headline["grid_decades"] == pytest.approx(2.0)

@@ -33,9 +33,10 @@ def _cohort_with_a_broken_slide(project: Path) -> None:
 
 
 def _set_runtime(project: Path, **runtime) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    path = project / "params" / "runtime.yaml"
+    params = yaml.safe_load(path.read_text())
     params["runtime"] |= runtime
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -88,7 +89,7 @@ def test_the_cli_lists_prep_stages_and_exits_2_on_a_bad_key_or_a_bad_input(proje
 
 
 def test_pool_flow_exits_2_naming_a_bad_line_and_skip_invalid_counts(project, prefect_server, capsys):
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    params = yaml.safe_load((project / "params" / "tulu.yaml").read_text())
     target_dir = project / "targets"
     target_dir.mkdir()
     for name in ("a",):
@@ -96,7 +97,7 @@ def test_pool_flow_exits_2_naming_a_bad_line_and_skip_invalid_counts(project, pr
             shutil.copy(TULU_SAMPLE, target_dir / f"{name}.{split}.jsonl")
     params["tulu"]["profiles"]["paper"] = {"source": "tulu_file", "tulu_path": str(TULU_MALFORMED),
                                            "target_dir": "targets", "targets": ["a"], "pool_size": 2}
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    (project / "params" / "tulu.yaml").write_text(yaml.safe_dump(params))
     assert flows_cli(["run", "tulu-pool", "--profile", "paper"]) == 2  # strict: the bad line stops it
     assert "tulu_v2_malformed.jsonl: line 2: not valid JSON" in capsys.readouterr().err
     assert not (project / "data" / "tulu").exists()  # nothing half-written

@@ -17,8 +17,9 @@ class Clock:
 
 
 def test_one_line_per_stage_with_the_time_left_from_the_last_run():
+    """Stages are counted as DVC starts them (here not in the plan's order)."""
     now, lines = Clock(), []
-    progress = Progress(["text-corpus", "tpa", "report"], {"text-corpus": 60, "tpa": 120, "report": 5},
+    progress = Progress(["tpa", "text-corpus", "report"], {"text-corpus": 60, "tpa": 120, "report": 5},
                         emit=lines.append, now=now)
     progress.line("Running stage 'text-corpus':\n")
     now.t = 50

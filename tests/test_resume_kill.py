@@ -67,7 +67,7 @@ def test_sigkilled_run_resumes_to_the_same_metrics(project, prefect_server, pref
 
     clean = tmp_path / "clean"
     clean.mkdir()
-    shutil.copy(project / "params.yaml", clean / "params.yaml")
+    shutil.copytree(project / "params", clean / "params")
     monkeypatch.setenv("PAPERLINE_ROOT", str(clean))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{clean / 'mlflow.db'}")
     run_method("dnc", "tiny", [s for s in SETTINGS if s != "--set"])

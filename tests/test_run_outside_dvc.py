@@ -1,5 +1,5 @@
 """`python -m flows run` outside DVC never writes the workspace's versioned outputs: it writes a
-scratch folder of its own; `--in-place` writes them with params.yaml's parameters only, and refuses
+scratch folder of its own; `--in-place` writes them with the params files' parameters only, and refuses
 anything else (exit 2) showing the `dvc exp run` that runs it versioned."""
 from __future__ import annotations
 
@@ -61,16 +61,20 @@ def test_a_run_outside_dvc_writes_a_scratch_folder_and_leaves_the_versioned_outp
 def test_in_place_with_other_parameters_exits_2_showing_the_dvc_experiment(project, outside_dvc):
     proc = _cli(project, "--in-place", "--profile", "tiny", "--set", "lam=5e-3")
     assert proc.returncode == 2, proc.stderr
-    assert "exp run --temp -S dnc.profile=tiny -S ++dnc.profiles.tiny.lam=0.005 dnc" in proc.stderr
-    assert sorted(p.name for p in project.iterdir()) == ["mlflow.db", "params.yaml"]  # nothing started
+    assert ("exp run --temp -S params/dnc.yaml:dnc.profile=tiny -S params/dnc.yaml:++dnc.profiles.tiny.lam=0.005 dnc"
+            in proc.stderr)
+    assert sorted(p.name for p in project.iterdir()) == ["mlflow.db", "params"]  # nothing started
 
 
-def test_in_place_is_allowed_with_params_yamls_own_parameters_only(project, outside_dvc):
+def test_in_place_is_allowed_with_the_params_files_own_parameters_only(project, outside_dvc):
     assert cli_outputs("dnc", None, [], in_place=True) is None
-    assert cli_outputs("dnc", "smoke", [], in_place=True) is None  # params.yaml: dnc.profile: smoke
-    with pytest.raises(ParamsError, match=r"exp run --temp -S dnc.profile=tiny dnc$"):
+    assert cli_outputs("dnc", "smoke", [], in_place=True) is None  # params/dnc.yaml: dnc.profile: smoke
+    with pytest.raises(ParamsError, match=r"params/dnc.yaml names \(dnc.profile=smoke, no --set\)"):
         cli_outputs("dnc", "tiny", [], in_place=True)
-    with pytest.raises(ParamsError, match=r"-S dnc.profile=smoke -S '\+\+dnc.profiles.smoke.depths=\[1,4\]' dnc"):
+    with pytest.raises(ParamsError, match=r"exp run --temp -S params/dnc.yaml:dnc.profile=tiny dnc$"):
+        cli_outputs("dnc", "tiny", [], in_place=True)
+    with pytest.raises(ParamsError, match=r"-S params/dnc.yaml:dnc.profile=smoke "
+                                         r"-S 'params/dnc.yaml:\+\+dnc.profiles.smoke.depths=\[1,4\]' dnc"):
         cli_outputs("dnc", None, ["depths=[1, 4]"], in_place=True)
     with pytest.raises(ParamsError, match="lamda: unknown parameter"):  # validated first, as always
         cli_outputs("dnc", None, ["lamda=1"], in_place=True)
@@ -87,7 +91,7 @@ def test_outside_dvc_each_run_gets_a_scratch_folder_of_its_own(project, outside_
 
 def test_inside_a_dvc_stage_the_run_writes_the_workspace(project, outside_dvc, monkeypatch):
     monkeypatch.setenv("DVC_STAGE", "dnc")  # DVC 3 sets it for every stage command (dvc/stage/run.py)
-    assert cli_outputs("dnc", "tiny", ["lam=5e-3"]) is None  # `dvc exp run -S` changed params.yaml
+    assert cli_outputs("dnc", "tiny", ["lam=5e-3"]) is None  # `dvc exp run -S` changed params/dnc.yaml
     with pytest.raises(ParamsError, match="--out"):
         cli_outputs("dnc", None, [], out=str(project / "elsewhere"))
     assert not (project / "scratch").exists()
@@ -99,8 +103,8 @@ def test_only_a_methods_outputs_move_to_the_scratch_folder(project, outside_dvc,
     assert paths.metrics_path("dnc") == tmp_path / "scratch" / "metrics" / "dnc.json"
     assert paths.plots_dir("dnc") == tmp_path / "scratch" / "plots" / "dnc"
     assert paths.run_pointer_path("dnc") == tmp_path / "scratch" / "runs" / "dnc" / "mlflow_run.json"
-    # the inputs: params.yaml, data the upstream stages prepared, committed data
-    assert paths.params_path() == project / "params.yaml"
+    # the inputs: the params files, data the upstream stages prepared, committed data
+    assert paths.params_path() == project / "params"
     assert paths.project_path("data/prepared/corpus") == project / "data" / "prepared" / "corpus"
     assert paths.project_path("models/lm-base") == project / "models" / "lm-base"
     assert paths.committed_data_path("data/raw") == CHECKOUT / "data" / "raw"

@@ -7,16 +7,15 @@ import math
 from datetime import datetime
 
 import pytest
-import yaml
 
 from flows import METHODS
 from flows.dvc_run import deployments, dvc_command, hydra_value
-from paperline.config import ParamsError
+from paperline.config import ParamsError, read_params
 from tests.conftest import CHECKOUT
 
 
 def test_every_method_and_the_pipeline_is_a_deployment_with_its_schedule(project):
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    params = read_params(project / "params")
     deps = {d.name: d for d in deployments()}
     assert set(deps) == set(METHODS) | {"pipeline"}
     for name in METHODS:
@@ -30,7 +29,7 @@ def test_every_method_and_the_pipeline_is_a_deployment_with_its_schedule(project
 def test_no_two_schedules_fire_in_the_same_minute():
     from cronsim import CronSim
 
-    params = yaml.safe_load((CHECKOUT / "params.yaml").read_text())
+    params = read_params(CHECKOUT / "params")
     crons = {name: params[name]["schedule"] for name in [*METHODS, "pipeline"]}
     start = datetime(2027, 1, 4)  # a Monday; two weeks hold every firing of a weekly cron
     firings = {name: set(itertools.takewhile(lambda t: (t - start).days < 14, CronSim(cron, start)))
@@ -41,17 +40,18 @@ def test_no_two_schedules_fire_in_the_same_minute():
 
 def test_defaults_run_dvc_repro_and_parameters_a_dvc_experiment(project):
     assert dvc_command("dnc", None, [], "run")[0][1:] == ["repro", "dnc"]
-    assert dvc_command("dnc", "smoke", [], "run")[0][1:] == ["repro", "dnc"]  # params.yaml's profile
+    assert dvc_command("dnc", "smoke", [], "run")[0][1:] == ["repro", "dnc"]  # params/dnc.yaml's profile
     command, experiment = dvc_command("dnc", "tiny", ["seeds=[0]", "depths=[1, 4]", "grad_tol=1e-5"],
                                       "crafty wolf-1a2b3c")
     assert experiment == "dnc-tiny-crafty-wolf-1a2b3c"  # a valid git ref name
-    assert command[1:] == ["exp", "run", "--temp", "-n", experiment, "-S", "dnc.profile=tiny",
-                           "-S", "++dnc.profiles.tiny.seeds=[0]", "-S", "++dnc.profiles.tiny.depths=[1,4]",
-                           "-S", "++dnc.profiles.tiny.grad_tol=1e-05", "dnc"]
+    assert command[1:] == ["exp", "run", "--temp", "-n", experiment, "-S", "params/dnc.yaml:dnc.profile=tiny",
+                           "-S", "params/dnc.yaml:++dnc.profiles.tiny.seeds=[0]",
+                           "-S", "params/dnc.yaml:++dnc.profiles.tiny.depths=[1,4]",
+                           "-S", "params/dnc.yaml:++dnc.profiles.tiny.grad_tol=1e-05", "dnc"]
 
 
 def test_bad_parameters_fail_with_the_clis_message_before_dvc_starts(project):
-    with pytest.raises(ParamsError, match=r"params.yaml: dnc.profiles.tiny.lamda: unknown parameter"):
+    with pytest.raises(ParamsError, match=r"params/dnc.yaml: dnc.profiles.tiny.lamda: unknown parameter"):
         dvc_command("dnc", "tiny", ["lamda=0.1"], "run")
     with pytest.raises(ParamsError, match=r"dnc.profiles.smoke.seeds: .*valid list"):
         dvc_command("dnc", None, ["seeds=3"], "run")

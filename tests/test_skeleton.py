@@ -59,6 +59,7 @@ def test_publish_writes_the_record_and_puts_each_row_on_its_child_run(project, p
     described = c.get_experiment(parent.info.experiment_id).tags[track.NOTE_TAG]
     assert described == parent.data.tags[track.NOTE_TAG]
     assert "docs/methods/dnc.md" in described and "`below_init`" in described and "**shown**, 3 seeds" in described
+    assert "Paper: Garrod, Keating: The Persistence of Neural Collapse Despite Low-Rank Bias" in described
     child = c.get_run(track.child_runs(track.Run(parent.info.run_id, parent.info.experiment_id))["K4_L1"])
     assert child.data.metrics == {"objective": 0.5, "rank": 3.0}
     table = json.loads((project / "mlartifacts" / "dnc" / parent.info.run_id / "artifacts" / "comparison.json").read_text())

@@ -22,7 +22,7 @@ from tests.conftest import finished_flow_runs, report_rows
 
 
 def _tiny(project) -> dict:
-    return yaml.safe_load((project / "params.yaml").read_text())["splashnet"]["profiles"]["tiny"]
+    return yaml.safe_load((project / "params" / "splashnet.yaml").read_text())["splashnet"]["profiles"]["tiny"]
 
 
 def test_tiny_dag_outputs(dag):

@@ -15,7 +15,7 @@ from tests.conftest import finished_flow_runs, report_rows
 
 
 def _rows(project) -> list[str]:
-    tiny = yaml.safe_load((project / "params.yaml").read_text())["star"]["profiles"]["tiny"]
+    tiny = yaml.safe_load((project / "params" / "star.yaml").read_text())["star"]["profiles"]["tiny"]
     return sorted(f"{t['name']}-{v}" if v == "oracle" else f"{t['name']}-{v}-{b}"
                   for t in tiny["tasks"] for v in tiny["variants"] for b in ([None] if v == "oracle" else t["budgets"]))
 

@@ -23,7 +23,7 @@ TIMING_KEYS = {"step_ms", "step_time_vs_adamw", "optimizer_time_vs_adamw", "run_
 
 
 def _tiny(project) -> dict:
-    return yaml.safe_load((project / "params.yaml").read_text())["sumo"]["profiles"]["tiny"]
+    return yaml.safe_load((project / "params" / "sumo.yaml").read_text())["sumo"]["profiles"]["tiny"]
 
 
 def _metrics(project):

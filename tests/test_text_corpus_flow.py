@@ -15,8 +15,8 @@ def test_the_text_corpus_flow_writes_the_corpus_and_a_stale_one_is_rebuilt(proje
     out = project / "data" / "text" / "shakespeare"
     meta = json.loads((out / "corpus.json").read_text())
     assert meta["vocab_size"] == 300 and meta["source"]["kind"] == "slice" and meta["fingerprint"]
-    # a method flow reuses the corpus only if it was made from params.yaml's text_corpus (512 here)
-    cfg = text_corpus.resolve(read_params(project / "params.yaml"))
+    # a method flow reuses the corpus only if it was made from params/text_corpus.yaml's text_corpus (512 here)
+    cfg = text_corpus.resolve(read_params(project / "params"))
     assert text_corpus.ensure(cfg) == out
     assert json.loads((out / "corpus.json").read_text())["vocab_size"] == 512
     assert "made from other text_corpus parameters" in capsys.readouterr().out

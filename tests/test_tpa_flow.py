@@ -19,7 +19,7 @@ from tests.conftest import finished_flow_runs, report_rows
 def test_tiny_dag_outputs(dag):
     path = dag / "results" / "tpa.json"
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
-    tiny = yaml.safe_load((dag / "params.yaml").read_text())["tpa"]["profiles"]["tiny"]
+    tiny = yaml.safe_load((dag / "params" / "tpa.yaml").read_text())["tpa"]["profiles"]["tiny"]
     variants, seeds = tiny["variants"], tiny["seeds"]
     assert sorted(metrics.rows) == sorted(report_rows(dag, "tpa")) == sorted(variants)
     assert (metrics.profile, metrics.baseline, metrics.primary_metric, metrics.higher_is_better) == \

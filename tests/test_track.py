@@ -143,3 +143,6 @@ def test_the_verdicts_figures_land_on_each_methods_run_and_on_a_report_run(proje
     run = c.get_run(report_run)
     assert run.info.status == "FINISHED" and c.get_experiment(run.info.experiment_id).name == "report"
     assert "95% interval" in run.data.tags[track.NOTE_TAG]
+    # the report's and MLflow's Default experiments say what they are (the UI's Description column); a
+    # method's own is described by its flow (tests/test_skeleton.py)
+    assert {e.name for e in c.search_experiments() if not e.tags.get(track.NOTE_TAG)} == {"m"}

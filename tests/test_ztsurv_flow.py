@@ -27,7 +27,7 @@ def test_tiny_dag_outputs(dag):
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     rows, headline = metrics.rows, metrics.headline
     assert sorted(rows) == sorted(METHODS) == sorted(report_rows(dag, "ztsurv"))
-    tiny = yaml.safe_load((dag / "params.yaml").read_text())["ztsurv"]["profiles"]["tiny"]
+    tiny = yaml.safe_load((dag / "params" / "ztsurv.yaml").read_text())["ztsurv"]["profiles"]["tiny"]
     seeds, folds = tiny["seeds"], tiny["folds"]
     per_seed = metrics.details["c_index_per_seed"]
     for m, row in rows.items():
@@ -77,11 +77,11 @@ def test_tiny_dag_outputs(dag):
 
 
 def test_bad_parameters_fail_before_any_work_naming_the_key(project):
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    params = yaml.safe_load((project / "params" / "wsi.yaml").read_text())
     params["wsi"]["profiles"]["tiny"]["patinets"] = 3
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    (project / "params" / "wsi.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ParamsError, match="wsi.profiles.tiny.patinets: unknown parameter"):
-        wsi_prep.resolve(read_params(project / "params.yaml"), "tiny")
+        wsi_prep.resolve(read_params(project / "params"), "tiny")
     assert flows_cli(["run", "wsi-cohort", "--profile", "tiny"]) == 2
     assert not (project / "data").exists()
     with pytest.raises(ParamsError, match="ztsurv.profiles.tiny.til_threshold"):

@@ -226,7 +226,7 @@ def load_corpus(folder: str | Path, block_size: int, model_vocab_size: int | Non
 
 
 class TextCorpusConfig(BaseModel):
-    """`text_corpus:` in params.yaml (the text-corpus stage)."""
+    """`text_corpus:` in params/text_corpus.yaml (the text-corpus stage)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -26,7 +26,7 @@ COHORT_DIR, THUMB_DIR, TIL_DIR = "cohort", "thumbnails", "til"
 
 
 class WSIPrepConfig(StrictModel):
-    """`wsi.profiles.<profile>` in params.yaml."""
+    """`wsi.profiles.<profile>` in params/wsi.yaml."""
 
     source: Literal["embedded", "csv"] = "embedded"
     cohort_csv: str | None = None  # source csv: a cohort CSV of real slides (see paperline/data/wsi.py)

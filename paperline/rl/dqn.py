@@ -42,7 +42,7 @@ class DQN(nn.Module):
         self.s, self.n_states, self.n_actions, self.generator = settings, n_states, n_actions, generator
         self.q = mlp(n_states, settings.hidden, settings.layers, n_actions, generator=generator)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=settings.lr, foreach=True)
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=settings.lr, fused=True)
         self.register_buffer("updates", torch.zeros((), dtype=torch.long))
 
     def epsilon(self, step: int) -> float:

@@ -1,7 +1,8 @@
 """The MLPs every RL piece is built from."""
 from __future__ import annotations
 
-from typing import Annotated
+import contextlib
+from typing import Annotated, Iterator
 
 import torch
 from pydantic import Field
@@ -53,3 +54,18 @@ def mlp(inputs: int, hidden: int, layers: int, outputs: int, out: nn.Module | No
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     for t, s in zip(target.parameters(), source.parameters()):
         t.lerp_(s, tau)
+
+
+@contextlib.contextmanager
+def no_weight_grads(module: nn.Module) -> Iterator[None]:
+    """Inside, `module`'s weights take no gradient while its inputs still do: a loss that only
+    steers another network through it (SAC's actor through the critic) skips the weight-gradient
+    products, which that network's own optimiser would clear unused before its next step anyway."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)

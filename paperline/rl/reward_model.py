@@ -69,7 +69,7 @@ class RewardEnsemble(nn.Module):
         self.s, self.pmr_eps, self.surf = settings, pmr_eps, surf
         self.members = nn.ModuleList(mlp(in_dim, settings.hidden, settings.layers, 1, nn.Tanh(), generator)
                                      for _ in range(settings.ensemble))
-        self.opt = torch.optim.Adam(self.parameters(), lr=settings.lr, foreach=True)
+        self.opt = torch.optim.Adam(self.parameters(), lr=settings.lr, fused=True)
 
     @property
     def device(self) -> torch.device:
@@ -112,6 +112,9 @@ class RewardEnsemble(nn.Module):
         seg0_t, seg1_t = self._tensor(seg0), self._tensor(seg1)
         y_t = smoothed_targets(self._tensor(y), self.pmr_eps)
         n = len(y)
+        pool = None  # the unlabelled pairs as tensors once (a session draws its batches from them)
+        if surf is not None and unlabelled is not None and len(unlabelled[0]):
+            pool = self._tensor(unlabelled[0]), self._tensor(unlabelled[1])
         loss_sum = pseudo_sum = 0.0
         for _ in range(s.updates):
             loss = torch.zeros(())
@@ -121,10 +124,10 @@ class RewardEnsemble(nn.Module):
                 if surf is not None:
                     a, b = _crop(a, b, rng, surf.crop)
                 loss = loss + bradley_terry_loss(member(a).squeeze(-1).sum(-1), member(b).squeeze(-1).sum(-1), y_t[idx])
-                if surf is not None and unlabelled is not None and len(unlabelled[0]):
-                    u = rng.integers(0, len(unlabelled[0]), min(s.batch * surf.unlabelled_ratio, len(unlabelled[0])))
-                    ua, ub = self._tensor(unlabelled[0][u]), self._tensor(unlabelled[1][u])
-                    ua, ub = _crop(ua, ub, rng, surf.crop)
+                if pool is not None and surf is not None:
+                    u = torch.as_tensor(rng.integers(0, len(pool[0]), min(s.batch * surf.unlabelled_ratio, len(pool[0]))),
+                                        device=self.device)
+                    ua, ub = _crop(pool[0][u], pool[1][u], rng, surf.crop)
                     r0, r1 = member(ua).squeeze(-1).sum(-1), member(ub).squeeze(-1).sum(-1)
                     p = torch.sigmoid(r0 - r1).detach()
                     sure = torch.maximum(p, 1 - p) > surf.threshold

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from paperline.rl.nets import BackboneSettings, mlp, soft_update
+from paperline.rl.nets import BackboneSettings, mlp, no_weight_grads, soft_update
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -61,7 +61,9 @@ class TwinQ(nn.Module):
 
 
 def _optimizer(params, s: SACSettings) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, foreach=True)
+    # fused (here and in every optimiser of paperline.rl and STAR): one kernel per step, where foreach's dozen
+    # ops dominate the small networks' updates on a CPU
+    return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, fused=True)
 
 
 class SAC(nn.Module):
@@ -80,7 +82,7 @@ class SAC(nn.Module):
         self.target_entropy = -float(act_dim)
         self.actor_opt = _optimizer(self.actor.parameters(), settings)
         self.critic_opt = _optimizer(self.critic.parameters(), settings)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=settings.lr, foreach=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=settings.lr, fused=True)
         self.register_buffer("updates", torch.zeros((), dtype=torch.long))  # saved with the weights
 
     @property
@@ -128,7 +130,8 @@ class SAC(nn.Module):
         self.critic_opt.step()
 
         a, logp = self.actor(obs)
-        q_pi = torch.min(*self.critic(obs, a))
+        with no_weight_grads(self.critic):  # the critic's gradients would be cleared before its next step
+            q_pi = torch.min(*self.critic(obs, a))
         actor_loss = (self.alpha.detach() * logp - q_pi).mean()
         if actor_extra is not None:
             actor_loss = actor_loss + actor_extra(obs, a, logp)

@@ -3,7 +3,7 @@ no launcher of ours): one device, DDP or FSDP over `devices` × `num_nodes`, bf1
 has it. `make_fabric` checks the request against what is visible before any process starts.
 
 Two ways to start the processes:
-- `spread(cfg, fn, ...)`, what the flows use (`runtime.distributed` in params.yaml): the processes
+- `spread(cfg, fn, ...)`, what the flows use (`runtime.distributed` in params/runtime.yaml): the processes
   are spawned from the calling one for the length of one training and rank 0's result comes back,
   so a training inside a Prefect task spreads over one node's devices without re-running the
   flow (Lightning's default DDP/FSDP launcher re-executes `sys.argv`: the whole flow, per rank).

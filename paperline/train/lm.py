@@ -206,7 +206,7 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
 
 def train_lm_spread(distributed, model, train_tokens, val_tokens, s: LMTrainSettings, device, device_indices=None,
                     on_log: Callable[[int, dict], None] | None = None, **kwargs) -> dict:
-    """`train_lm` over the devices of `distributed` (a DistributedConfig: params.yaml
+    """`train_lm` over the devices of `distributed` (a DistributedConfig: params/runtime.yaml
     `runtime.distributed`), the processes spawned for this training (paperline/train/distributed.py);
     `model` holds the trained weights afterwards. `on_log` (an MLflow logger, which cannot cross
     into the spawned processes) is replayed from the histories once training is done. One CPU

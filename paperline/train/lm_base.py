@@ -119,7 +119,7 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | str | None = None, **o
 def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, progress: bool = False,
                   distributed=None, device: str | torch.device = "cpu", device_indices: list[int] | None = None) -> dict:
     """Pretrain the base on the corpus and write the stage's folder `out`; returns the record.
-    `distributed` (params.yaml `runtime.distributed`, a DistributedConfig) spreads the training over
+    `distributed` (params/runtime.yaml `runtime.distributed`, a DistributedConfig) spreads the training over
     `device_indices` (the paper profile's larger base on several GPUs); None: one process on `device`."""
     from paperline.train.distributed import DistributedConfig
 
@@ -158,5 +158,5 @@ def read_lm_base(folder: str | Path, fingerprint: str | None = None) -> tuple[Ca
         raise FileNotFoundError(f"{folder}: no {RECORD_FILE} (run `python -m flows run lm-base`)")
     record = read_json(folder / RECORD_FILE)
     if fingerprint is not None and record.get("fingerprint") != fingerprint:
-        raise DataError(f"{folder}: built from other lm_base parameters than params.yaml's")
+        raise DataError(f"{folder}: built from other lm_base parameters than the params files'")
     return load_causal_lm(folder), record

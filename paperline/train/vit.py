@@ -100,7 +100,7 @@ def read_vit_source(folder: str | Path, fingerprint: str | None = None) -> tuple
         raise FileNotFoundError(f"{folder}: no {RECORD_FILE} (run `python -m flows run vit-source`)")
     record = read_json(folder / RECORD_FILE)
     if fingerprint is not None and record.get("fingerprint") != fingerprint:
-        raise DataError(f"{folder}: built from other vit_source parameters than params.yaml's")
+        raise DataError(f"{folder}: built from other vit_source parameters than the params files'")
     with np.load(folder / SPLIT_FILE) as z:
         split = {k: z[k] for k in z.files}
     for part in ("train", "test"):

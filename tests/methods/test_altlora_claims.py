@@ -61,7 +61,7 @@ def _run(name, seed, lr, c, error, role, rank=4):
 
 
 def test_rows_are_the_mean_over_seeds_at_seed0s_best_lr():
-    cfg = load_method_config(AltLoRAConfig, read_params(CHECKOUT / "params.yaml"), "altlora", "tiny",
+    cfg = load_method_config(AltLoRAConfig, read_params(CHECKOUT / "params"), "altlora", "tiny",
                              ["optimizers=[lora_adamw, altlora]", "linear.scales=[1.0, 10.0]", "lm=null"], root=CHECKOUT)[1]
     runs = []
     for name, good in (("lora_adamw", 0.04), ("altlora", 0.002)):
@@ -87,7 +87,7 @@ def _lm_run(name, seed, lr, val_loss, diverged=False):
 
 
 def test_lm_rows_repeat_seed0s_best_lr_and_the_claims_pair_by_seed():
-    cfg = load_method_config(AltLoRAConfig, read_params(CHECKOUT / "params.yaml"), "altlora", "tiny",
+    cfg = load_method_config(AltLoRAConfig, read_params(CHECKOUT / "params"), "altlora", "tiny",
                              ["lm.lr_grid.lora_adamw=[0.01, 0.03]", "lm.lr_grid.altlora=[0.1, 0.3]"], root=CHECKOUT)[1]
     # seed 0's sweep picks lora_adamw 0.01 and altlora 0.3; seeds 1, 2 repeat those lrs (a run at
     # another lr, as a resumed older run might leave, is not read)

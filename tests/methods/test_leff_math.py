@@ -99,6 +99,24 @@ def test_distillation_objective_is_zero_on_a_copy_and_training_lowers_it():
     assert torch.equal(untrained[1].mlp.up_proj.weight, model.layers[3].mlp.up_proj.weight)
 
 
+
+def test_teacher_outputs_of_the_whole_proxy_set_equal_a_batch_forward():
+    """distil_context runs the teacher once on every proxy window and indexes each step's batch out
+    of it: the rows must be those of a forward on the batch alone, bit for bit (the LEFF run's
+    block draws and figures stay those of a per-batch teacher)."""
+    from paperline.methods.leff.leff import run_stack
+
+    model = tiny_lm()
+    x = torch.randn(32, 32, 16)
+    idx = torch.tensor([5, 17, 3, 30, 3, 11, 0, 22])
+    with torch.no_grad():
+        whole, alone = run_stack(model.layers, x), run_stack(model.layers, x[idx])
+    for w, a in zip(whole[0] + whole[1], alone[0] + alone[1]):
+        assert torch.equal(w[idx], a)
+    assert torch.equal(distillation_loss(model.layers, model.layers[:2], x[idx], 1.0),
+                       distillation_loss(model.layers, model.layers[:2], x[idx], 1.0,
+                                         ([h[idx] for h in whole[0]], [a[idx] for a in whole[1]])))
+
 def test_client_model_without_compression_is_the_global_model():
     model, (x, _) = tiny_lm(), batch()
     g = torch.Generator().manual_seed(0)

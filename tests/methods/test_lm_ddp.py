@@ -28,7 +28,7 @@ def _tokens() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_two_ddp_processes_give_the_one_process_loss_curve(tmp_path):
-    """Through `train_lm_spread`, as the flows call it with params.yaml runtime.distributed: the
+    """Through `train_lm_spread`, as the flows call it with params/runtime.yaml runtime.distributed: the
     processes are spawned for the training, the weights and the MLflow-style log come back."""
     torch.set_num_threads(1)
     single_model = _model()

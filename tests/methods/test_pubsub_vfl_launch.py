@@ -34,7 +34,7 @@ def _free_port() -> int:
 def test_two_launched_parties_match_the_in_stage_run(variant, tolerance):
     overrides = [f"channels.control_port={_free_port()}"]
     cmd = [sys.executable, "-m", "paperline.methods.pubsub_vfl.launch", "--profile", "tiny", "--variant", variant,
-           "--params", str(ROOT / "params.yaml"), "--timeout", "60"] + [a for o in overrides for a in ("--set", o)]
+           "--params", str(ROOT / "params"), "--timeout", "60"] + [a for o in overrides for a in ("--set", o)]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     passive = subprocess.Popen(cmd + ["--role", "passive"], stdout=subprocess.PIPE, env=env, cwd=ROOT)
     active = subprocess.run(cmd + ["--role", "active"], stdout=subprocess.PIPE, env=env, cwd=ROOT, timeout=90)
@@ -44,7 +44,7 @@ def test_two_launched_parties_match_the_in_stage_run(variant, tolerance):
     assert told["metric"] == launched["metric"]  # the passive side hears the active side's figure
     assert launched["dropped"] == 0 and launched["dead_workers"] == {"active": [], "passive": []}
 
-    _, cfg = load_method_config(PubSubVFLConfig, read_params(ROOT / "params.yaml"), "pubsub_vfl", "tiny", root=ROOT)
+    _, cfg = load_method_config(PubSubVFLConfig, read_params(ROOT / "params"), "pubsub_vfl", "tiny", root=ROOT)
     in_stage = run_variant(cfg, load(cfg.data), variant, cfg.run_seeds()[0])
     assert (launched["workers_active"], launched["batch_size"]) == (in_stage.workers_active, in_stage.batch_size)
     assert launched["metric"] == pytest.approx(in_stage.metric, abs=tolerance)

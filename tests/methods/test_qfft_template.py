@@ -82,10 +82,10 @@ def test_the_paper_budget_follows_llama_factorys_trainer():
     from paperline.methods.qfft.config import QFFTConfig
     from paperline.methods.qfft.pipeline import train_settings
 
-    _, cfg = load_method_config(QFFTConfig, read_params("params.yaml"), "qfft", "paper",
+    _, cfg = load_method_config(QFFTConfig, read_params("params"), "qfft", "paper",
                                 overrides=["base_model_path=/m", "real_data.finetune_jsonl=/a.jsonl",
                                            "real_data.eval_jsonl=/b.jsonl"])
     s = train_settings(cfg.finetune, cfg, 871)
     assert (s.steps, s.warmup_steps, s.beta2, s.batch_size, s.lr) == (654, 66, 0.999, 8, 1e-5)
-    _, smoke = load_method_config(QFFTConfig, read_params("params.yaml"), "qfft", "smoke")
+    _, smoke = load_method_config(QFFTConfig, read_params("params"), "qfft", "smoke")
     assert train_settings(smoke.finetune, smoke, 1000).beta2 == 0.95  # the smoke keeps the shared loop's

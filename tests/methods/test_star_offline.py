@@ -27,8 +27,8 @@ from tests.methods.star_helpers import lbfgs_minimise
 
 
 def resolve(method: str, profile: str, overrides: list[str] | None = None) -> tuple[str, StarConfig]:
-    """(profile, config) from the checkout's params.yaml, as the flow resolves it."""
-    return load_method_config(StarConfig, read_params(CHECKOUT / "params.yaml"), method, profile, overrides or [],
+    """(profile, config) from the checkout's params files, as the flow resolves it."""
+    return load_method_config(StarConfig, read_params(CHECKOUT / "params"), method, profile, overrides or [],
                               root=CHECKOUT)
 
 

@@ -14,7 +14,7 @@ from paperline.methods.star.config import StarConfig
 from paperline.methods.star.envs import SUITES, EnvError, check_env, make_env
 
 PAPER = StarConfig.model_validate(
-    yaml.safe_load((Path(__file__).parents[2] / "params.yaml").read_text())["star"]["profiles"]["paper"])
+    yaml.safe_load((Path(__file__).parents[2] / "params" / "star.yaml").read_text())["star"]["profiles"]["paper"])
 
 
 DMC = [t for t in PAPER.tasks if t.env_id.startswith("dm_control/")]

@@ -2,6 +2,7 @@
 only, the actor's KL term, in-sample value iteration on a tiny graph and the seen-action KL."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -10,6 +11,8 @@ import torch
 
 from paperline.methods.star.conservative import ConservativeQ, gumbel_loss, soft_in_sample_value
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
+from paperline.rl import sac as sac_module
+from paperline.rl.sac import SAC, SACSettings
 from tests.methods.star_helpers import lbfgs_minimise
 
 
@@ -59,6 +62,34 @@ def test_the_actor_term_is_eta_times_log_pi_minus_q_xi():
     expected = 0.1 * (logp - cq.q_xi(obs, act)).mean()
     assert cq.actor_term(0.1)(obs, act, logp).item() == pytest.approx(expected.item(), rel=1e-6)
     assert cq.actor_term(0.0)(obs, act, logp).item() == 0.0
+
+
+def test_the_actor_term_steers_the_action_and_leaves_q_xi_untouched():
+    cq = ConservativeQ(3, 2, 16, 2, 1e-3, 6.0, 0.99, 0.005, 2, torch.Generator().manual_seed(0))
+    batch = _batch(np.random.default_rng(2))
+    obs, act = torch.as_tensor(batch["obs"]), torch.as_tensor(batch["act"]).requires_grad_(True)
+    (grad_reference,) = torch.autograd.grad(-0.1 * cq.q_xi(obs, act).mean(), act)
+    cq.actor_term(0.1)(obs, act, torch.zeros(16)).backward()
+    assert torch.equal(act.grad, grad_reference)
+    assert all(p.grad is None and p.requires_grad for p in cq.q.parameters())
+
+
+def test_sac_updates_the_same_without_the_critics_weight_gradients_in_the_actor_step(monkeypatch):
+    """The actor step skips the critic's weight gradients (its optimiser clears them unused): the
+    weights after a few updates are exactly those of the plain step that computes them."""
+    def trained() -> SAC:
+        agent = SAC(3, 2, -np.ones(2, np.float32), np.ones(2, np.float32), SACSettings(hidden=16, batch=16),
+                    torch.Generator().manual_seed(0))
+        rng = np.random.default_rng(3)
+        for _ in range(4):
+            agent.update(_batch(rng))
+        return agent
+
+    fast = trained()
+    assert all(p.requires_grad for p in fast.critic.parameters())
+    monkeypatch.setattr(sac_module, "no_weight_grads", lambda module: contextlib.nullcontext())
+    plain = trained()
+    assert all(torch.equal(a, b) for a, b in zip(fast.state_dict().values(), plain.state_dict().values()))
 
 
 def test_in_sample_value_iteration_on_a_tiny_graph():

@@ -7,7 +7,7 @@ import pytest
 
 from paperline.methods.star.config import StarConfig, row_name, runs_of
 from paperline.methods.star.envs import GRID_ID, EnvError, GridWorld, check_env
-from paperline.methods.star.evaluate import discounted_returns, mc_steps, soft_returns
+from paperline.methods.star.evaluate import discounted_returns, evaluate, mc_steps, soft_returns
 from paperline.methods.star.summary import method_metrics, normalised, summarize
 from paperline.methods.star.train import train_run
 from paperline.rl.buffer import ReplayBuffer
@@ -106,6 +106,17 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_same_result(task, tmp_p
     resumed = train_run(cfg, t, "star", 4, 0, checkpoint=ckpt)
     drop = ("seconds",)
     assert {k: v for k, v in resumed.items() if k not in drop} == {k: v for k, v in whole.items() if k not in drop}
+
+
+def test_the_final_evaluation_is_the_last_point_of_the_curve_not_played_again(monkeypatch):
+    from paperline.methods.star import train
+
+    cfg = _cfg(tasks=[PENDULUM])
+    calls = []
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
+    result = train_run(cfg, cfg.tasks[0], "oracle", None, 0)
+    assert result["return"] == result["curve"]["return"][-1]
+    assert len(calls) == len(result["curve"]["step"]) + 1  # the curve's evaluations and the random policy's
 
 
 def test_summary_normalises_by_the_same_seed_oracle_and_computes_the_claims():

@@ -114,11 +114,11 @@ def test_summary_picks_the_lr_with_the_lowest_loss_curve_and_skips_diverged():
 
 
 @pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])
-def test_every_profile_in_params_yaml_validates(profile):
+def test_every_profile_in_its_params_file_validates(profile):
     from paperline.config import read_params
     from tests.conftest import CHECKOUT
 
-    _, cfg = load_method_config(SumoConfig, read_params(CHECKOUT / "params.yaml"), "sumo", profile)
+    _, cfg = load_method_config(SumoConfig, read_params(CHECKOUT / "params"), "sumo", profile)
     assert cfg.task == ("llama_c4" if profile == "paper" else "digits_mlp")
     if profile == "paper":  # the GaLore LLaMA-60M protocol
         assert (cfg.lm.model_size, cfg.rank, cfg.update_period, cfg.alpha, cfg.steps, cfg.batch_size,

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from paperline.claims import MIN_SEEDS
-from paperline.config import ParamsError, load_method_config
+from paperline.config import ParamsError, load_method_config, read_params
 from paperline.methods.tpa.claims import BASELINES
 from paperline.methods.tpa.config import TPAConfig
 from paperline.methods.tpa.formulas import PAPER_SHAPES, VARIANTS, attention_params
@@ -17,12 +16,12 @@ from paperline.methods.tpa.models import lm_config
 from paperline.nn.causal_lm import CausalLM
 from tests.conftest import CHECKOUT
 
-PARAMS = yaml.safe_load((CHECKOUT / "params.yaml").read_text())
+PARAMS = read_params(CHECKOUT / "params")
 
 
 @pytest.mark.parametrize("profile", ["tiny", "smoke", "paper"])
 def test_every_profile_validates(profile):
-    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", profile, [], source="params.yaml")
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", profile, [])
     if profile == "smoke":  # the claims' variants, at the seeds a verdict needs
         assert set(cfg.variants) == {"tpa", *BASELINES} and len(cfg.run_seeds()) >= MIN_SEEDS
     else:
@@ -30,14 +29,14 @@ def test_every_profile_validates(profile):
 
 
 def test_seeds_default_to_the_seed_and_may_not_repeat():
-    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "paper", ["seed=7"], source="params.yaml")
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "paper", ["seed=7"])
     assert cfg.run_seeds() == [7]
     with pytest.raises(ParamsError, match=r"seeds: \[1\] listed more than once"):
-        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["seeds=[1, 1, 2]"], source="params.yaml")
+        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["seeds=[1, 1, 2]"])
 
 
 def test_the_paper_profile_instantiates_t6_small_sizes():
-    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "paper", [], source="params.yaml")
+    _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "paper", [])
     assert cfg.shape == PAPER_SHAPES["small"]
     for variant in VARIANTS:
         with torch.device("meta"):
@@ -50,9 +49,9 @@ def test_the_paper_profile_instantiates_t6_small_sizes():
 
 def test_invalid_parameters_are_named():
     with pytest.raises(ParamsError, match="tpa.profiles.smoke.data: .*train_bin, val_bin and vocab_size go together"):
-        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["data.train_bin=x.bin"], source="params.yaml")
+        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["data.train_bin=x.bin"])
     with pytest.raises(ParamsError, match="shape.bogus: unknown parameter"):
-        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["shape.bogus=1"], source="params.yaml")
+        load_method_config(TPAConfig, PARAMS, "tpa", "smoke", ["shape.bogus=1"])
 
 
 def test_real_token_files_load_by_path_and_bad_ones_are_named(tmp_path):
@@ -64,7 +63,7 @@ def test_real_token_files_load_by_path_and_bad_ones_are_named(tmp_path):
     tokens[:1000].tofile(tmp_path / "fw" / "val.bin")
     _, cfg = load_method_config(TPAConfig, PARAMS, "tpa", "tiny",
                                 ["data.train_bin=fw/train.bin", "data.val_bin=fw/val.bin", "data.vocab_size=300"],
-                                source="params.yaml", root=tmp_path)
+                                root=tmp_path)
     assert cfg.data.train_bin == str(tmp_path / "fw" / "train.bin")  # relative to the project root
     data = open_data(cfg)
     assert data.vocab_size == 300 and data.corpus_dir is None and data.files() == [tmp_path / "fw" / "train.bin",

@@ -9,7 +9,7 @@ them is held out. It is tokenized with the base's own tokenizer (the corpus fold
 or a paper model's tokenizer.json in its folder: texts.py), so the base reads it unchanged. Training
 is the one LM loop (paperline/train/lm.py: warm-up then cosine, gradient clipping, a resumable
 checkpoint) with the optimizer swapped in, on one device or data-parallel over the devices of
-params.yaml `runtime.distributed` (`train_lm_spread`, DDP; not FSDP, which would split the factor
+params/runtime.yaml `runtime.distributed` (`train_lm_spread`, DDP; not FSDP, which would split the factor
 matrices the optimizers precondition); reported: the
 held-out loss on the target text (the adaptation), on the base's held-out Shakespeare (what was
 forgotten), and both for the base before adaptation."""
@@ -61,7 +61,7 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
     """Adapt the base with optimizer `name` at `lr`; a non-finite loss ends the run as diverged.
     `seed` (default cfg.seed) draws the LoRA initialisation, the batches and the dropout; the
     held-out text is split by cfg.seed at every seed, so the base scores one figure.
-    `distributed` (params.yaml runtime.distributed) spreads the training over devices
+    `distributed` (params/runtime.yaml runtime.distributed) spreads the training over devices
     (`device_indices`: the CUDA devices the task holds)."""
     from paperline.train.lm_base import load_causal_lm
 

@@ -248,7 +248,7 @@ class FederatedFineTuning(Strategy):
         L = self.model.config.num_layers
         for node in self.nodes.values():
             if node["capacity"] > L:
-                raise ValueError(f"params.yaml: leff.capacities: client {node['partition']} reports capacity "
+                raise ValueError(f"params/leff.yaml: leff.capacities: client {node['partition']} reports capacity "
                                  f"{node['capacity']} but the model has {L} layers")
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
@@ -346,7 +346,7 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
 
     L = base.config.num_layers
     if max(cfg.capacities) > L:
-        raise ValueError(f"params.yaml: leff.capacities: {max(cfg.capacities)} exceeds the model's {L} layers "
+        raise ValueError(f"params/leff.yaml: leff.capacities: {max(cfg.capacities)} exceeds the model's {L} layers "
                          f"({cfg.model})")
     results = dict(done or {})
     errors: list[BaseException] = []

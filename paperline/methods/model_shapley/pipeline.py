@@ -171,7 +171,7 @@ def lm_windows(cfg: ModelShapleyConfig, data: ShapleyData):
 def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, checkpoint: Path, device, progress: bool = False,
              on_log=None, distributed=None, device_indices: list[int] | None = None) -> dict:
     """The shared causal LM trained briefly (paperline.train.lm, resumable; over devices by
-    `distributed`, params.yaml runtime.distributed), then its neurons, heads and layers scored on
+    `distributed`, params/runtime.yaml runtime.distributed), then its neurons, heads and layers scored on
     training windows, and the estimator's cost against a training step."""
     from paperline.data.tokens import sample_windows
     from paperline.train.distributed import DistributedConfig

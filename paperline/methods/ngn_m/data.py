@@ -16,7 +16,7 @@ REAL_DATA_FILES = {"cifar10": ["data_batch_1", "test_batch"], "cifar100": ["trai
                    "text_lm": ["train.bin", "val.bin"]}
 
 
-def check_data(cfg: NGNMConfig, where: str = "params.yaml: ngn_m") -> None:
+def check_data(cfg: NGNMConfig, where: str = "params/ngn_m.yaml: ngn_m") -> None:
     """The real-data problems' folders hold their files; ParamsError naming the key otherwise.
     `data_dir` is absolute once the config is validated against the project root."""
     for name, pcfg in cfg.problems.items():

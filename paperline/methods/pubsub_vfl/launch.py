@@ -1,4 +1,4 @@
-"""One party of a PubSub-VFL run, started on its own machine from the same params.yaml:
+"""One party of a PubSub-VFL run, started on its own machine from the same params files:
 
     # machine A (the active party: labels, top model, the coordinator and the metric)
     python -m paperline.methods.pubsub_vfl.launch --role active --profile smoke \\
@@ -31,8 +31,8 @@ from paperline.methods.pubsub_vfl.train import join, run_variant
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one party of a PubSub-VFL run (see the module's docstring)")
     parser.add_argument("--role", choices=["active", "passive"], required=True)
-    parser.add_argument("--profile", default=None, help="params.yaml profile of pubsub_vfl (default: its profile)")
-    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--profile", default=None, help="profile of pubsub_vfl (default: the one params/pubsub_vfl.yaml names)")
+    parser.add_argument("--params", default="params", help="the params folder")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--variant", default="pubsub_vfl", choices=list(MODES))
     parser.add_argument("--seed", type=int, default=None, help="default: the profile's first seed")

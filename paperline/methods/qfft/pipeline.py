@@ -166,7 +166,7 @@ def train_on_examples(model, tok, examples, with_question: bool, settings, devic
                       distributed=None, device_indices: list[int] | None = None, qfft_end: str = "none") -> dict:
     """Train on [question; response] with loss on the response (`with_question`), or on the
     response alone, ending as `qfft_end` says (data.QFFT_ENDS; default the official template's: no
-    end token); validation on a fixed slice of the examples. `distributed` (params.yaml
+    end token); validation on a fixed slice of the examples. `distributed` (params/runtime.yaml
     runtime.distributed) spreads the training over devices."""
     from paperline.methods.qfft.data import ExampleSampler, encode_examples, pad_batch
     from paperline.train.distributed import DistributedConfig

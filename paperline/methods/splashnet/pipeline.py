@@ -9,6 +9,7 @@ stage's weights are saved with `save_checkpoint` and reused on a resume."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -33,17 +34,29 @@ def load_split(cfg: SplashNetConfig, features: Path, six_bands: bool):
     """(training sessions, {held-out user: fine-tuning sessions}, {held-out user: test sessions},
     validation sessions) of the prepared features, split by user as the config says."""
     from paperline.data.emg2qwerty import SessionRef, user_split
-    from paperline.methods.splashnet.features import load_session_features, read_index
+    from paperline.methods.splashnet.features import INDEX, read_index
 
-    entries = {e["name"]: e for e in read_index(features)["sessions"]}
+    index = read_index(features)
+    entries = {e["name"]: e for e in index["sessions"]}
     refs = [SessionRef(name, e["user"], name) for name, e in entries.items()]
     split = user_split(refs, cfg.data.test_users, cfg.data.val_users, cfg.data.test_sessions_per_user)
+    sessions = _read_sessions(str(features), six_bands, json_digest(index), (features / INDEX).stat().st_mtime_ns)
 
     def load(rs):
-        return [load_session_features(features, entries[r.path], six_bands) for r in rs]
+        return [sessions[r.path] for r in rs]
 
     return (load(split.train), {u: load(s) for u, s in split.finetune.items()},
             {u: load(s) for u, s in split.test.items()}, load(split.val))
+
+
+@functools.lru_cache(maxsize=2)  # the 33-bin and the six-band sets: read once a run, not once a variant and seed
+def _read_sessions(features: str, six_bands: bool, index_digest: str, index_mtime: int) -> dict[str, SessionFeatures]:
+    """Every session of the feature set (decompressing the .npz files cost ~1.5 s a task on 2 cores,
+    21 tasks a smoke run), keyed by name; the index's digest and time key a rebuilt feature set (its
+    index is written last) apart. Shared by the tasks: read only (the augmentations copy the windows)."""
+    from paperline.methods.splashnet.features import load_session_features, read_index
+
+    return {e["name"]: load_session_features(Path(features), e, six_bands) for e in read_index(Path(features))["sessions"]}
 
 
 def model_spec(cfg: SplashNetConfig, variant: str) -> ModelSpec:
@@ -95,7 +108,7 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
          distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> None:
     """Lightning fit for `max_steps`, resuming from ckpt_dir/last.ckpt when it was written for `fp`.
     With validation sessions, validates every `cfg.val_every` steps and ends with the weights of
-    the best validation CER (emg2qwerty's checkpoint choice). `distributed` (params.yaml
+    the best validation CER (emg2qwerty's checkpoint choice). `distributed` (params/runtime.yaml
     runtime.distributed): the Trainer's strategy and devices; under DDP `batch_size` is per device
     (Lightning's convention and emg2qwerty's), each process reading its share of the windows."""
     import logging

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.rl.nets import mlp, soft_update
+from paperline.rl.nets import mlp, no_weight_grads, soft_update
 
 # XQL clips the Gumbel loss's exponent (its large-value instability); ours at 5, [I]
 GUMBEL_CLIP = 5.0
@@ -47,8 +47,8 @@ class ConservativeQ(nn.Module):
         self.q = mlp(obs_dim + act_dim, hidden, layers, 1, generator=generator)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.v = mlp(obs_dim, hidden, layers, 1, generator=generator)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=lr, foreach=True)
-        self.v_opt = torch.optim.Adam(self.v.parameters(), lr=lr, foreach=True)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=lr, fused=True)
+        self.v_opt = torch.optim.Adam(self.v.parameters(), lr=lr, fused=True)
         self.register_buffer("updates", torch.zeros((), dtype=torch.long))
 
     def q_xi(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
@@ -89,5 +89,6 @@ class ConservativeQ(nn.Module):
     def actor_term(self, eta: float):
         """The actor's η·KL(π_φ ‖ π̂) term (log Z dropped), for `SAC.update(actor_extra=...)`."""
         def term(obs: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor) -> torch.Tensor:
-            return eta * (log_prob - self.q_xi(obs, action)).mean()
+            with no_weight_grads(self.q):  # it steers the actor only; Q_ξ learns in `update`
+                return eta * (log_prob - self.q_xi(obs, action)).mean()
         return term

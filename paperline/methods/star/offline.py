@@ -78,7 +78,7 @@ class MonteCarloV(nn.Module):
     def __init__(self, obs_dim: int, hidden: int, layers: int, lr: float, generator: torch.Generator | None = None):
         super().__init__()
         self.v = mlp(obs_dim, hidden, layers, 1, generator=generator)
-        self.opt = torch.optim.Adam(self.v.parameters(), lr=lr, foreach=True)
+        self.opt = torch.optim.Adam(self.v.parameters(), lr=lr, fused=True)
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         obs, ret = torch.as_tensor(batch["obs"]), torch.as_tensor(batch["mc_return"])
@@ -220,7 +220,7 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng([seed, 13])
     policy = GaussianPolicy(info.obs_dim, info.act_dim, off.hidden, off.layers, info.low, info.high, g)
-    policy_opt = torch.optim.Adam(policy.parameters(), lr=off.lr, foreach=True)
+    policy_opt = torch.optim.Adam(policy.parameters(), lr=off.lr, fused=True)
     if variant == "awr":
         value = MonteCarloV(info.obs_dim, off.hidden, off.layers, off.lr, g)
         ret = mc_returns(data, reward, gamma)

@@ -247,6 +247,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
     if saved is not None:
         run.restore(saved)
     p = run.progress
+    last_eval = None  # the curve's evaluation at the last step is the final one (the same greedy episodes)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -276,7 +277,8 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
                 for _ in range(task.updates_per_step):
                     run.update()
             if p["step"] % task.eval_every == 0 or p["step"] == task.steps:
-                value = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)["return"]
+                last_eval = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
+                value = last_eval["return"]
                 p["curve"]["step"].append(p["step"])
                 p["curve"]["return"].append(value)
                 if on_eval is not None:
@@ -291,7 +293,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
             saver.save(run.snapshot())
     if bar is not None:
         bar.close()
-    return _final(run, eval_env, eval_seeds, extra, seed) | {"seconds": saver.elapsed()}
+    return _final(run, eval_env, eval_seeds, extra, seed, last_eval) | {"seconds": saver.elapsed()}
 
 
 def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int, checkpoint,
@@ -309,9 +311,12 @@ def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | No
     return run.agent, info
 
 
-def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int) -> dict:
+def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int,
+           final: dict[str, float] | None = None) -> dict:
+    """`final`: the greedy evaluation at the last step when the loop made it (a run resumed after its
+    last step did not): evaluating again would play the same episodes."""
     task, p = run.task, run.progress
-    final = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
+    final = dict(final) if final is not None else evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
     final |= overestimation(eval_env, run.policy_of_critic, eval_seeds, task.episode_steps, extra, run.gamma, run.q_fn,
                             run.learned_reward if run.flags["learned"] else None)
     rng = np.random.default_rng([seed, 2])

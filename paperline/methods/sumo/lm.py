@@ -11,7 +11,7 @@ token-weighted mean loss over the first cfg.lm.eval_tokens non-pad tokens of the
 (seed-42-shuffled) validation shards, every eval_every steps and at the end; perplexity = exp(loss).
 (GaLore averages per-batch losses instead: the same up to how padding weighs batches.) The logged
 training loss is that of the logged step, as the shared loop logs it [I: before the loop was
-shared, the mean of the steps since the previous log]. Over several devices by params.yaml
+shared, the mean of the steps since the previous log]. Over several devices by params/runtime.yaml
 `runtime.distributed` (`train_lm_spread`: DDP, each process training on its share of every
 micro-batch, so the global batch and the data order stay the paper's); not FSDP, whose shards
 would split the matrices the low-rank optimizers project (`refuse_fsdp`).
@@ -108,7 +108,7 @@ def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: 
     """History and final metrics of one pretraining run (same keys as train.train_one's where they
     mean the same; final_test_loss is the validation loss). Resumes from checkpoint_path. step_ms is
     the run's wall time per step (evaluations included); the optimizers' step times are
-    llama_step_times'. `distributed` (params.yaml runtime.distributed) spreads it over devices
+    llama_step_times'. `distributed` (params/runtime.yaml runtime.distributed) spreads it over devices
     (`device_indices`: the CUDA devices the task holds)."""
     distributed = distributed or DistributedConfig()
     refuse_fsdp(distributed)

@@ -80,7 +80,7 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
                   distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> dict:
     """History, κ samples and final metrics of one run (the keys of train.train_one's result where
     they mean the same; final_test_loss is the held-out loss on the corpus's validation tokens).
-    `distributed` (params.yaml runtime.distributed) spreads the training over devices (DDP)."""
+    `distributed` (params/runtime.yaml runtime.distributed) spreads the training over devices (DDP)."""
     distributed = distributed or DistributedConfig()
     refuse_fsdp(distributed)
     here = runs_in_process(distributed)

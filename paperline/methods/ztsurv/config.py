@@ -1,4 +1,4 @@
-"""Parameters of ZTSurv and its baselines (`ztsurv.profiles.<profile>` in params.yaml). The data
+"""Parameters of ZTSurv and its baselines (`ztsurv.profiles.<profile>` in params/ztsurv.yaml). The data
 (slides, 50x thumbnails, TIL maps) come from the WSI prep stages; their parameters are `wsi`."""
 from __future__ import annotations
 
