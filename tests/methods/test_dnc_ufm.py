@@ -210,7 +210,7 @@ def test_config_errors_name_the_key(override, key):
     values = {**dict(classes=[4, 10], depths=[1, 2], width_multipliers=[1, 2]), **override}
     with pytest.raises(ParamsError, match=key.replace("(", r"\(")):
         validate(DNCConfig, values, "params/dnc.yaml: dnc.profiles.smoke")
-    with pytest.raises(ParamsError, match=r"params\.yaml: dnc\.profiles\.smoke\." + key.split(":")[0]):
+    with pytest.raises(ParamsError, match=r"params/dnc\.yaml: dnc\.profiles\.smoke\." + key.split(":")[0]):
         validate(DNCConfig, values, "params/dnc.yaml: dnc.profiles.smoke")
 
 
