@@ -87,23 +87,16 @@ def verdict(uninterrupted: dict, resumed: dict | None, resume_output: str, shown
 POLL_S = 0.1  # how often the run directory's record is read while a stage runs
 
 
-def _run(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, str]:
-    started = time.monotonic()
-    with open(log, "w") as out:
-        rc = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
-    return rc, time.monotonic() - started, log.read_text()
-
-
-def _flow_window(command: list[str], cwd: Path, env: dict[str, str], log: Path,
-                 models: Path) -> tuple[int, float, float | None, float | None]:
-    """Run `command` to its end: (exit code, wall s, s when its flow opened a run, s when that run
-    completed), the two from the run directory's record (None where never seen)."""
-    before, opened, completed = run_state(models), None, None
+def _run(command: list[str], cwd: Path, env: dict[str, str], log: Path,
+         models: Path | None = None) -> tuple[int, float, float | None, float | None]:
+    """Run `command` to its end, its output in `log`: (exit code, wall s, s when its flow opened a run,
+    s when that run completed), the two from `models`' run-directory record (None where never seen)."""
+    before, opened, completed = (run_state(models) if models else None), None, None
     started = time.monotonic()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         while process.poll() is None:
-            state, now = run_state(models), time.monotonic() - started
+            state, now = (run_state(models) if models else None), time.monotonic() - started
             if state is not None and state != before and opened is None:
                 opened = now
             if opened is not None and state is not None and state.get("complete") and completed is None:
@@ -187,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         for stage in stage_order(clone, dvc, env, methods):
             log = work / f"{stage}.log"
             if stage not in methods:
-                rc, wall, output = _run([dvc, "repro", "--single-item", stage], clone, env, log)
+                rc, *_ = _run([dvc, "repro", "--single-item", stage], clone, env, log)
                 if rc != 0:
-                    raise SystemExit(f"stage {stage} failed (see {log}):\n{output[-3000:]}")
+                    raise SystemExit(f"stage {stage} failed (see {log}):\n{log.read_text()[-3000:]}")
                 continue
-            rc, wall, opened, completed = _flow_window([dvc, "repro", "--single-item", stage], clone, env, log,
-                                                       clone / "models" / stage)
+            rc, wall, opened, completed = _run([dvc, "repro", "--single-item", stage], clone, env, log,
+                                               clone / "models" / stage)
             if rc != 0:
                 raise SystemExit(f"stage {stage} failed uninterrupted (see {log}):\n{log.read_text()[-3000:]}")
             results = clone / "results" / f"{stage}.json"
@@ -209,12 +202,13 @@ def main(argv: list[str] | None = None) -> int:
             # tasks/runners.py); nothing else runs on this server now, so every taken slot is its.
             release_orphaned_slots(api)
             how = killed_where(clone / "models" / stage, before) if killed else "not killed: it ended first"
-            rc, resume_wall, output = _run([dvc, "repro", "--single-item", stage], clone, env,
-                                           work / f"{stage}.resume.log")
+            resume_log = work / f"{stage}.resume.log"
+            rc, resume_wall, *_ = _run([dvc, "repro", "--single-item", stage], clone, env, resume_log)
+            output = resume_log.read_text()
             resumed = json.loads(results.read_text()) if rc == 0 and results.exists() else None
             name, detail = verdict(uninterrupted, resumed, output)
             if name == "differing":  # is it the kill, or does the method move from run to run anyway?
-                rc, _, _ = _run([dvc, "repro", "--force", "--single-item", stage], clone, env, work / f"{stage}.rerun.log")
+                rc, *_ = _run([dvc, "repro", "--force", "--single-item", stage], clone, env, work / f"{stage}.rerun.log")
                 if rc == 0:
                     name, detail = verdict(uninterrupted, resumed, output, rerun=json.loads(results.read_text()))
             row = f"| {stage} | {kill_at:.1f} | {wall:.1f} | {resume_wall:.1f} | {name} | {how}{'; ' + detail if detail else ''} |"
