@@ -40,7 +40,9 @@ def train_all(cfg: PubSubVFLConfig, ctx: track.RunContext) -> tuple[Experiment, 
     the seed's figures, test-metric curve and final models. CPU only: the slot keeps it alone."""
     data = load(cfg.data)
     with unit(ctx):  # the runs are logged after, outside the slot
-        exp = run_experiment(cfg, data, log=print)
+        # the run directory keeps the plan and each finished run: a killed flow resumes past them
+        exp = run_experiment(cfg, data, log=print, records=models_dir(METHOD) / "units",
+                             data_version=ctx.data_version)
     name = metric_name(data.task)
     dp_runs = [r for r in exp.dp if r.dp_mu == DP_CLAIM_MU]
     for variant, runs in list(exp.runs.items()) + ([(DP_VARIANT, dp_runs)] if dp_runs else []):

@@ -58,3 +58,13 @@ def test_a_resume_that_moves_only_where_an_uninterrupted_rerun_moves_is_nondeter
     assert verdict(RECORD, resumed, "", rerun=rerun) == (
         "nondeterministic", "differs in 1 figures, all among the 2 in which two uninterrupted runs differ")
     assert verdict(RECORD, _with(nc1=0.75, final_loss=2.0), "", rerun=_with(final_loss=1.5))[0] == "differing"
+
+
+def test_pubsub_vfls_fitted_cost_model_is_measured_but_its_pick_is_a_figure():
+    plan = {"w_a": 1, "w_p": 2, "B": 64, "cost_model": {"n": 398, "active": {"lam": 1e-4, "gamma": 0.8},
+                                                       "passive": {"lam": 2e-4, "gamma": 0.9}}}
+    refit = {**plan, "cost_model": {"n": 398, "active": {"lam": 3e-4, "gamma": 0.7},
+                                    "passive": {"lam": 1e-4, "gamma": 1.1}}}
+    assert differing_keys({"details": {"plan": plan}}, {"details": {"plan": refit}}) == []
+    assert differing_keys({"details": {"plan": plan}}, {"details": {"plan": refit | {"w_a": 2}}}) == ["/details/plan/w_a"]
+    assert differing_keys({"gamma": 0.9}, {"gamma": 0.99}) == ["/gamma"]  # a gamma elsewhere is a figure

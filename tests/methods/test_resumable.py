@@ -96,3 +96,32 @@ def test_without_a_path_nothing_is_saved_or_resumed(tmp_path):
     run.save({"step": 1})
     assert not list(tmp_path.iterdir())
     assert [s for s in range(1, 11) if Resumable(None, {}, 4).due(s, 10)] == [4, 8, 10]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pkl"])
+def test_a_finished_unit_is_read_back_for_its_fingerprint_only(tmp_path, suffix):
+    from paperline.train.records import finished_unit
+
+    path, calls = tmp_path / "units" / f"seed0{suffix}", []
+
+    def compute(value):
+        def run():
+            calls.append(value)
+            return {"metric": value, "curve": [value, value / 2]}
+        return run
+
+    assert finished_unit(path, {"lr": 0.1}, compute(1.0)) == {"metric": 1.0, "curve": [1.0, 0.5]}
+    assert finished_unit(path, {"lr": 0.1}, compute(2.0)) == {"metric": 1.0, "curve": [1.0, 0.5]}  # read back
+    assert finished_unit(path, {"lr": 0.2}, compute(3.0))["metric"] == 3.0  # another unit's settings: recomputed
+    assert calls == [1.0, 3.0]
+
+
+def test_a_unit_that_fails_leaves_no_record(tmp_path):
+    from paperline.train.records import finished_unit
+
+    def killed():
+        raise Killed
+
+    with pytest.raises(Killed):
+        finished_unit(tmp_path / "seed0.json", {"lr": 0.1}, killed)
+    assert list(tmp_path.iterdir()) == []

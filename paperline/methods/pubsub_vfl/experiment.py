@@ -2,12 +2,16 @@
 side they would slow each other and the timings would compare nothing): the planner's profile and
 pick, every variant × seed, the active party alone (the trivial baseline) at every seed, the DP
 sweep (every μ at the first seed, the claim's μ at every seed), the planner against the measured
-grid at every seed, the fault run."""
+grid at every seed, the fault run. Given a records folder (the run directory), the plan and every
+finished run are kept there, so a killed experiment resumes past them with the plan it had measured."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
+from paperline.io import json_digest
+from paperline.train.records import finished_unit
 from paperline.methods.pubsub_vfl import planner
 from paperline.methods.pubsub_vfl.alone import active_alone
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
@@ -37,15 +41,29 @@ def choose(cfg: PubSubVFLConfig, data: VFLData) -> dict:
             "predicted_epoch_s": cost.epoch_time(w_a, w_p, B)}
 
 
-def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], None] = lambda _: None) -> Experiment:
-    chosen = choose(cfg, data)
+def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], None] = lambda _: None,
+                   records: Path | None = None, data_version: str = "") -> Experiment:
+    """Everything above, in order. With `records`, each unit's result (the plan, a run) is a
+    finished-unit record there, fingerprinted by the config, `data_version` and the unit's own
+    settings: a resumed run reads back what a killed one finished. The plan above all: it is
+    measured, and a re-profile on a busier moment may pick another (w_a, w_p, B)."""
+    base = {"config": cfg.model_dump(mode="json"), "data": data_version}
+
+    def kept(name: str, unit: dict[str, Any], compute: Callable[[], Any]) -> Any:
+        if records is None:
+            return compute()
+        return finished_unit(records / name, base | {"unit": unit}, compute)
+
+    chosen = kept("plan.json", {"plan": True}, lambda: choose(cfg, data))
     log(f"plan: w_a={chosen['w_a']} w_p={chosen['w_p']} B={chosen['B']}")
 
     def one(variant: str, seed: int, run_cfg: PubSubVFLConfig = cfg, **kw) -> RunResult:
         workers = (chosen["w_a"], chosen["w_p"]) if variant in PS_VARIANTS else (1, 1)
         kw.setdefault("workers", workers)
         kw.setdefault("batch_size", chosen["B"])
-        result = run_variant(run_cfg, data, variant, seed, **kw)
+        unit = {"variant": variant, "seed": seed, "epochs": run_cfg.epochs, **kw}
+        result = kept(f"runs/{variant}-seed{seed}-{json_digest(unit)}.pkl", unit,
+                      lambda: run_variant(run_cfg, data, variant, seed, **kw))
         log(f"{variant} seed {seed}: metric {result.metric:.4f}, wall {result.wall_s:.2f} s, "
             f"idle {result.idle_fraction}, dropped {result.dropped}")
         return result

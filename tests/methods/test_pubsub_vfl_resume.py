@@ -1,0 +1,81 @@
+"""A killed PubSub-VFL experiment resumes past what it had finished: the plan it measured (a
+re-profile may pick another (w_a, w_p, B) on a busier moment) and every finished run, read back from
+the run directory's records; a record of another config is never mixed in. The runs are stand-ins
+(no processes): what is tested is the bookkeeping of `run_experiment`."""
+from __future__ import annotations
+
+import pytest
+
+from paperline.methods.pubsub_vfl import experiment
+from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
+from paperline.methods.pubsub_vfl.data import load
+from paperline.methods.pubsub_vfl.train import RunResult
+
+CFG = PubSubVFLConfig(data={"name": "breast_cancer"}, seeds=[0, 1], epochs=1, variants=["vfl", "pubsub_vfl"],
+                      plan_workers=[1, 2], plan_batches=[32, 64], dp_mu=[1.0], kill_worker=True)
+
+
+class Killed(Exception):
+    pass
+
+
+def fake_run(calls: list, kill_after: int | None = None):
+    """run_variant's stand-in: a result that names its call; raises at call `kill_after`."""
+    def run(cfg, data, variant, seed, workers=None, batch_size=None, dp_mu=0.0, kill_passive_after_s=None):
+        if kill_after is not None and len(calls) == kill_after:
+            raise Killed
+        calls.append((variant, seed, dp_mu, kill_passive_after_s is not None))
+        return RunResult(variant, seed, *workers, batch_size, dp_mu, metric=0.5 + len(calls) / 100, curve=[(1.0, 0.5)],
+                         wall_s=1.0 + len(calls), time_to_target_s=None, idle_fraction={}, cpu_utilisation=0.5,
+                         busy_fraction=0.5, dropped=0)
+    return run
+
+
+def fake_plan(picks: list):
+    def choose(cfg, data):
+        w_a, w_p, B = picks.pop(0)
+        return {"w_a": w_a, "w_p": w_p, "B": B, "cost_model": None}
+    return choose
+
+
+@pytest.fixture
+def data():
+    return load(CFG.data)
+
+
+def test_a_killed_experiment_resumes_with_its_plan_and_finished_runs(tmp_path, monkeypatch, data):
+    uninterrupted = []
+    monkeypatch.setattr(experiment, "choose", fake_plan([(1, 2, 64)]))
+    monkeypatch.setattr(experiment, "run_variant", fake_run(uninterrupted))
+    expected = experiment.run_experiment(CFG, data)
+
+    killed: list = []
+    monkeypatch.setattr(experiment, "choose", fake_plan([(1, 2, 64), (2, 2, 32)]))  # a re-plan would pick another
+    monkeypatch.setattr(experiment, "run_variant", fake_run(killed, kill_after=3))
+    with pytest.raises(Killed):
+        experiment.run_experiment(CFG, data, records=tmp_path, data_version="v1")
+    resumed_calls: list = []
+    monkeypatch.setattr(experiment, "run_variant", fake_run(resumed_calls))
+    resumed = experiment.run_experiment(CFG, data, records=tmp_path, data_version="v1")
+
+    assert resumed.plan == expected.plan  # the killed run's plan, not a second profile's
+    assert len(resumed_calls) == len(uninterrupted) - 3  # the three finished runs read back
+    # every run in its place: the run order's numbering (metric, wall) is the uninterrupted one's
+    flat = [r for runs in resumed.runs.values() for r in runs] + resumed.dp + [resumed.fault]
+    want = [r for runs in expected.runs.values() for r in runs] + expected.dp + [expected.fault]
+    assert [(r.variant, r.seed, r.dp_mu, r.workers_active, r.batch_size) for r in flat] == \
+        [(r.variant, r.seed, r.dp_mu, r.workers_active, r.batch_size) for r in want]
+    assert [r.metric for r in flat[:3]] == [r.metric for r in want[:3]]
+
+
+def test_records_of_another_config_or_data_are_not_mixed_in(tmp_path, monkeypatch, data):
+    calls: list = []
+    monkeypatch.setattr(experiment, "choose", fake_plan([(1, 2, 64), (1, 2, 64), (1, 2, 64)]))
+    monkeypatch.setattr(experiment, "run_variant", fake_run(calls))
+    experiment.run_experiment(CFG, data, records=tmp_path, data_version="v1")
+    first = len(calls)
+    experiment.run_experiment(CFG, data, records=tmp_path, data_version="v1")
+    assert len(calls) == first  # all read back
+    experiment.run_experiment(CFG.model_copy(update={"lr": 0.2}), data, records=tmp_path, data_version="v1")
+    experiment.run_experiment(CFG, data, records=tmp_path, data_version="v2")
+    assert len(calls) == 3 * first
