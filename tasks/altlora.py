@@ -8,7 +8,6 @@ import sys
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.io import read_json, write_json
 from paperline.methods.altlora import plots
 from paperline.methods.altlora.claims import NO_ADAPTATION
 from paperline.methods.altlora.config import AltLoRAConfig, OptimizerName
@@ -16,6 +15,7 @@ from paperline.methods.altlora.linear import best_run, make_problem, train_linea
 from paperline.methods.altlora.summary import lm_best_runs, method_metrics, summarize
 from paperline.methods.altlora.timing import step_times
 from paperline.train.distributed import DistributedConfig
+from paperline.train.records import finished_unit
 from tasks import track
 from tasks.paths import plots_dir
 from tasks.publish import Report
@@ -42,15 +42,6 @@ def optimizer_runs(cfg: AltLoRAConfig, ctx: track.RunContext):
                          for name in cfg.optimizers})
 
 
-def _cached(path, compute):
-    """A finished run's record is kept in the run directory: a killed flow resumes past it."""
-    if path.exists():
-        return read_json(path)
-    record = compute()
-    write_json(path, record)
-    return record
-
-
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="altlora-linear", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContext,
@@ -60,6 +51,9 @@ def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContex
     MLflow run per (rank, seed) with each run's curves."""
     r0 = cfg.linear.ranks[0]
     runs, best_lr = [], None
+    # what makes one run besides its own (rank, c, lr, seed): the grids only choose the runs
+    shared = {"optimizer": name, "linear": cfg.linear.model_dump(mode="json", exclude={"ranks", "scales", "lr_grid"}),
+              "settings": cfg.settings.model_dump(mode="json")}
     # CPU work (tiny matrices), but one training at a time like every model task; one thread:
     # 64×64 matmuls, threads cost more than they give
     with unit(ctx, threads=1) as u:
@@ -71,8 +65,11 @@ def linear_variant(cfg: AltLoRAConfig, name: OptimizerName, ctx: track.RunContex
                 with ctx.child(f"{name}_linear_r{rank}/seed{s}", params={"optimizer": name, "rank": rank, "seed": s},
                                parent=optimizer_run) as run:
                     def one(c, lr):
-                        record = _cached(here / f"r{rank}_c{c:g}_lr{lr:g}.json", lambda: train_linear(
-                            name, problem, rank, c, lr, cfg.linear, cfg.settings, seed))
+                        # a finished run is kept in the run directory: a killed flow resumes past it
+                        record = finished_unit(here / f"r{rank}_c{c:g}_lr{lr:g}.json",
+                                               shared | {"rank": rank, "c": c, "lr": lr, "seed": seed},
+                                               lambda: train_linear(name, problem, rank, c, lr, cfg.linear,
+                                                                    cfg.settings, seed))
                         h = record["history"]
                         run.log_history(f"error/c{c:g}_lr{lr:g}", h["step"], h["error"])
                         run.log_history(f"loss/c{c:g}_lr{lr:g}", h["step"], h["loss"])

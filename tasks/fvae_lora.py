@@ -14,12 +14,12 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.io import write_json
 from paperline.methods.fvae_lora import plots
 from paperline.methods.fvae_lora.config import TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit
 from paperline.methods.fvae_lora.summary import method_metrics
 from paperline.methods.fvae_lora.text import TextData
+from paperline.train.records import finished_unit
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
@@ -110,7 +110,7 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
     A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
     from paperline.methods.fvae_lora.data import spurious_task
     from paperline.methods.fvae_lora.train import adapt, load_backbone
-    from paperline.seeds import INIT_LOCK
+    from paperline.seeds import seeded_init
 
     set_threads(cfg.threads)  # before the model is built (outside the slot), not by the unit below
     if variant.startswith(TEXT_PREFIX):
@@ -119,17 +119,16 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
 
         t, text, folder = cfg.text, source.text, models_dir(METHOD) / "text"
         run_cfg, own = cfg.text_config(), variant[len(TEXT_PREFIX):]
-        # building a model draws from the global RNG (its init, then the saved weights): under the
-        # lock, or it consumes draws of another variant's seeded init running in a sibling thread
-        with INIT_LOCK:
-            model = LMFeatures(load_causal_lm(t.base))
+        model = LMFeatures(load_causal_lm(t.base))  # loaded under the init lock (paperline.seeds)
         fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version)
 
         def task_of(seed):
             return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
     else:
         run_cfg, own, folder = cfg, variant, models_dir(METHOD)
-        with INIT_LOCK:  # as above
+        # building the model draws from the global RNG (its init, then the saved weights): fenced,
+        # or it consumes draws of another variant's seeded init running in a sibling thread
+        with seeded_init():
             model = load_backbone(backbone_info["path"])
         fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "text"}), variant,
                                    source.version, backbone_info.get("clean_test_accuracy"))
@@ -142,12 +141,8 @@ def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backb
             # the seed's own run, nested under the variant's (a seed a killed run finished is read
             # back, and recorded under this run too)
             with ctx.child(f"{variant}/seed{seed}", params={"seed": seed}, parent=parent) as run:
-                path = folder / own / f"seed{seed}.json"
-                if path.is_file() and (saved := json.loads(path.read_text())).get("fingerprint") == fingerprint:
-                    result = saved["result"]
-                else:
-                    result = adapt(run_cfg, own, model, task_of(seed), seed, u.device)
-                    write_json(path, {"fingerprint": fingerprint, "result": result})
+                result = finished_unit(folder / own / f"seed{seed}.json", fingerprint,
+                                       lambda: adapt(run_cfg, own, model, task_of(seed), seed, u.device))
                 out[seed] = result
                 run.log_final(result["metrics"])
                 for name, curve in result["history"].items():

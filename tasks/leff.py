@@ -4,19 +4,18 @@ run per seed nested under it, each finished run saved so a killed flow resumes a
 the report."""
 from __future__ import annotations
 
-import json
 import os
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.io import atomic_path
 from paperline.methods.leff import plots
 from paperline.methods.leff.claims import PRETRAINED
 from paperline.methods.leff.config import LEFFConfig, runs_planned
 from paperline.methods.leff.fed import MethodRun, run_federated
 from paperline.methods.leff.summary import METHOD, Runs, method_metrics, row, row_name, seed_name
 from paperline.train.lm_base import check_causal_lm, load_causal_lm
+from paperline.train.records import read_unit, write_unit
 from tasks import track
 from tasks.paths import models_dir, plots_dir, repo_path
 from tasks.publish import Report
@@ -38,14 +37,22 @@ def run_path(cfg: LEFFConfig, method: str, alpha: float, seed: int):
     return models_dir(METHOD) / seed_name(method, alpha, seed, cfg.alphas) / "run.json"
 
 
+def unit_settings(cfg: LEFFConfig, method: str, alpha: float, seed: int) -> dict:
+    """A run's record's fingerprint: the whole config (one simulation trains every run, and a client
+    dead in one stays out of the later ones) and the run's own (method, α, seed)."""
+    return {"config": cfg.model_dump(mode="json"), "method": method, "alpha": alpha, "seed": seed}
+
+
 def _saved(cfg: LEFFConfig) -> Runs:
     done = {}
     for method, alpha, seed in runs_planned(cfg):
-        path = run_path(cfg, method, alpha, seed)
-        if path.is_file():
-            run = MethodRun.from_dict(json.loads(path.read_text()))
-            if len(run.rounds) == cfg.rounds:
-                done[(method, alpha, seed)] = run
+        # one simulation trains every run not read back here (so no finished_unit)
+        record = read_unit(run_path(cfg, method, alpha, seed), unit_settings(cfg, method, alpha, seed))
+        if record is None:
+            continue
+        run = MethodRun.from_dict(record)
+        if len(run.rounds) == cfg.rounds:  # a run cut short is trained again
+            done[(method, alpha, seed)] = run
     return done
 
 
@@ -62,9 +69,7 @@ def train_all(cfg: LEFFConfig, ctx: track.RunContext) -> Runs:
 
     def save(run: MethodRun, variant_runs: dict[str, track.Run]) -> None:
         path = run_path(cfg, run.method, run.alpha, run.seed)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(run.to_dict()) + "\n")
+        write_unit(path, unit_settings(cfg, run.method, run.alpha, run.seed), run.to_dict())
         with ctx.child(seed_name(run.method, run.alpha, run.seed, cfg.alphas),
                        params={"method": run.method, "alpha": run.alpha, "seed": run.seed},
                        parent=variant_runs[row_name(run.method, run.alpha, cfg.alphas)]) as child:

@@ -61,7 +61,7 @@ def test_tiny_dag_outputs(dag):
             assert [r.info.run_name for r in seeds] == [f"{child.data.tags['variant']}/seed0"]
             assert seeds[0].data.metrics["test_loss"] == pytest.approx(row["test_loss"])
     assert sorted(p.name for p in (dag / "plots" / "leff").glob("*.png")) == ["client_compute.png", "test_loss.png"]
-    saved = json.loads((dag / "models" / "leff" / "leff_round_robin" / "seed0" / "run.json").read_text())
+    saved = json.loads((dag / "models" / "leff" / "leff_round_robin" / "seed0" / "run.json").read_text())["result"]
     assert saved["method"] == "leff_round_robin" and saved["seed"] == 0 and len(saved["rounds"]) == 1
     # the killed client is the one dropped, and the round aggregated the other (it had a live actor:
     # the kill waits until it started, wait_for_round_peers), whatever the machine's load
@@ -97,17 +97,19 @@ def test_a_killed_flow_keeps_its_finished_runs(tmp_path, monkeypatch):
     """Each finished (method, α, seed) run is saved; a rerun keeps the complete ones and redoes the rest."""
     from paperline.methods.leff.config import LEFFConfig
     from paperline.methods.leff.fed import MethodRun
-    from tasks.leff import _saved
+    from paperline.train.records import finished_unit
+    from tasks.leff import _saved, run_path, unit_settings
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
     cfg = LEFFConfig(methods=["fedavg", "leff_importance"], rounds=2, seeds=[3, 4])
     done = MethodRun("fedavg", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}, {"round": 2}], clients=8, seed=4)
     partial = MethodRun("leff_importance", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}], clients=8, seed=3)
-    for run in (done, partial):
-        path = tmp_path / "models" / "leff" / run.method / f"seed{run.seed}" / "run.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(run.to_dict()))
-    assert _saved(cfg) == {("fedavg", 0.1, 4): done}
+    other = MethodRun("fedavg", 0.1, {"round": 0, "test_loss": 3.0}, [{"round": 1}, {"round": 2}], clients=8, seed=3)
+    for run, settings in ((done, cfg), (partial, cfg), (other, cfg.model_copy(update={"lr": 0.5}))):
+        finished_unit(run_path(cfg, run.method, run.alpha, run.seed),
+                      unit_settings(settings, run.method, run.alpha, run.seed), run.to_dict)
+    assert (tmp_path / "models" / "leff" / "fedavg" / "seed4" / "run.json").is_file()
+    assert _saved(cfg) == {("fedavg", 0.1, 4): done}  # not one cut short, nor one of other settings
 
 
 def test_later_alphas_and_seeds_run_the_named_methods_and_report_per_alpha():

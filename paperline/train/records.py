@@ -15,23 +15,35 @@ from paperline.io import atomic_path, json_digest, read_json
 T = TypeVar("T")
 
 
-def finished_unit(path: str | os.PathLike, fingerprint: Any, compute: Callable[[], T]) -> T:
-    """`compute()`'s result, read back from `path` when a record there was written for `fingerprint`
-    (the settings that make the result, JSON-able), else computed and written atomically with it: a
-    record of other settings is recomputed and overwritten, never mixed in. `.json` paths hold JSON
-    results, others a pickle (a result with arrays in it)."""
+def read_unit(path: str | os.PathLike, fingerprint: Any) -> Any | None:
+    """The result recorded at `path` for `fingerprint` (the settings that make it, JSON-able); None
+    when there is no record, or one of other settings (never mixed in)."""
     path = Path(path)
-    as_json = path.suffix == ".json"
-    key = json_digest(fingerprint)
-    if path.is_file():
-        saved = read_json(path) if as_json else pickle.loads(path.read_bytes())
-        if isinstance(saved, dict) and saved.get("fingerprint") == key:
-            return saved["result"]
-    result = compute()
-    record = {"fingerprint": key, "result": result}
+    if not path.is_file():
+        return None
+    saved = read_json(path) if path.suffix == ".json" else pickle.loads(path.read_bytes())
+    return saved["result"] if isinstance(saved, dict) and saved.get("fingerprint") == json_digest(fingerprint) else None
+
+
+def write_unit(path: str | os.PathLike, fingerprint: Any, result: Any) -> None:
+    """Record `result` at `path` for `fingerprint`, atomically: JSON for `.json` paths, else a pickle
+    (a result with arrays in it)."""
+    path = Path(path)
+    record = {"fingerprint": json_digest(fingerprint), "result": result}
     with atomic_path(path) as tmp:
-        if as_json:
+        if path.suffix == ".json":
             tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         else:
             tmp.write_bytes(pickle.dumps(record))
+
+
+def finished_unit(path: str | os.PathLike, fingerprint: Any, compute: Callable[[], T]) -> T:
+    """`compute()`'s result, read back from `path` when it was recorded there for `fingerprint`, else
+    computed and recorded (over any record of other settings). A unit whose work is done elsewhere (one
+    simulation trains several) uses `read_unit` and `write_unit` directly."""
+    saved = read_unit(path, fingerprint)
+    if saved is not None:
+        return saved
+    result = compute()
+    write_unit(path, fingerprint, result)
     return result

@@ -2,6 +2,7 @@
 config and the real-data formats (CIFAR python batches, nanoGPT token files)."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -151,9 +152,14 @@ def test_run_variant_is_deterministic_and_reuses_finished_runs(tmp_path):
     # the untrained model of the seed: scored like a final model, worse than every trained run here
     assert set(first.initial) == {0} and first.initial[0]["loss"] > max(r.final["loss"] for r in first.runs)
     assert VariantResult.from_dict(first.to_dict()).initial == first.initial
-    (tmp_path / "a" / "c01_s0.json").write_text((tmp_path / "a" / "c00_s0.json").read_text())
+    kept = tmp_path / "a" / "c01_s0.json"
+    record = json.loads(kept.read_text())
+    kept.write_text(json.dumps(record | {"result": record["result"] | {"seconds": -1.0}}))  # marked, same settings
+    (tmp_path / "a" / "c02_s0.json").write_text((tmp_path / "a" / "c00_s0.json").read_text())  # another run's
     reused = run_variant(cfg, "rosenbrock", "ngn_m", tmp_path / "a", root=tmp_path)
-    assert reused.runs[1].c == first.runs[0].c  # read back, not retrained
+    assert reused.runs[1].seconds == -1.0  # read back, not retrained
+    assert untimed(reused)[2] == untimed(first)[2]  # a record of other settings: retrained, overwritten
+    assert json.loads((tmp_path / "a" / "c02_s0.json").read_text())["result"]["c"] == first.runs[2].c
 
 
 # ---------------------------------------------------------------- config

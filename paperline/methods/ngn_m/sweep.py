@@ -3,8 +3,9 @@
 Every run uses `loss = optimizer.step(closure)`, the API of the NGN family, which torch's SGD and
 Adam share, so one loop trains all six optimizers. A run whose minibatch loss turns non-finite
 is stopped and marked diverged (the closure raises before the optimizer sees the loss). Each
-finished run is written to `<out_dir>/c<i>_s<seed>.json`; a variant re-run after a crash skips
-the runs already written, and long runs (checkpoint_every) resume mid-run from a checkpoint.
+finished run is a finished-unit record, `<out_dir>/c<i>_s<seed>.json`; a variant re-run after a
+crash skips the runs already written, and long runs (checkpoint_every) resume mid-run from a
+checkpoint.
 """
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from paperline.io import read_json, write_json
 from paperline.methods.ngn_m.config import NGNMConfig
 from paperline.methods.ngn_m.optimizers import NGN_FAMILY, make_optimizer
 from paperline.methods.ngn_m.problems import CPU_PROBLEMS, Problem, build_problem
 from paperline.train.checkpoint import Resumable
+from paperline.train.records import finished_unit
 
 
 class Diverged(Exception):
@@ -176,19 +177,24 @@ def run_variant(cfg: NGNMConfig, problem_name: str, optimizer: str, out_dir: Pat
     # the trivial baseline, scored by the same evaluate() as the trained runs
     initial = {seed: json_safe(build_problem(problem_name, pcfg, seed, run_device).evaluate()) for seed in seeds}
     bar = tqdm(total=len(c_values) * len(seeds), disable=not progress, desc=f"{problem_name}/{optimizer}")
+    # what makes a run besides its own c and seed (the problem as configured: a data_dir as written)
+    shared = {"problem": problem_name, "optimizer": optimizer,
+              "problem_config": cfg.problems[problem_name].model_dump(mode="json"),
+              **cfg.model_dump(mode="json", include={"momentum", "betas", "eps", "weight_decay"})}
     for i, c in enumerate(c_values):
         for seed in seeds:
-            result_path = out_dir / f"c{i:02d}_s{seed}.json"
-            if result_path.exists():
-                runs.append(RunResult.from_dict(read_json(result_path)))
-            else:
+            keep_trace = seed == seeds[0]
+
+            def train() -> dict:
                 problem = build_problem(problem_name, pcfg, seed, run_device)
                 checkpoint = out_dir / f"c{i:02d}_s{seed}.pt" if pcfg.checkpoint_every else None
-                run = train_run(problem, optimizer, c, cfg, seed=seed, trace_every=pcfg.trace_every,
-                                keep_trace=seed == seeds[0], checkpoint_path=checkpoint,
-                                checkpoint_every=pcfg.checkpoint_every, progress=progress)
-                write_json(result_path, run.to_dict())
-                runs.append(RunResult.from_dict(run.to_dict()))  # the JSON form, as a resume reads it
+                return train_run(problem, optimizer, c, cfg, seed=seed, trace_every=pcfg.trace_every,
+                                 keep_trace=keep_trace, checkpoint_path=checkpoint,
+                                 checkpoint_every=pcfg.checkpoint_every, progress=progress).to_dict()
+
+            unit = shared | {"c": c, "seed": seed, "keep_trace": keep_trace}
+            # the JSON form, whether trained now or read back
+            runs.append(RunResult.from_dict(finished_unit(out_dir / f"c{i:02d}_s{seed}.json", unit, train)))
             bar.update()
     bar.close()
     return VariantResult(problem_name, pcfg.kind, optimizer, c_values, runs, initial)

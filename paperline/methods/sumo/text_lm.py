@@ -20,7 +20,6 @@ own history).
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -28,7 +27,6 @@ import numpy as np
 import torch
 
 from paperline.data.text_corpus import load_corpus
-from paperline.io import atomic_path
 from paperline.methods.sumo.config import SumoConfig, TextLMConfig
 from paperline.methods.sumo.optimizers import OptimizerFactory, read_record, refuse_fsdp, state_formula
 from paperline.methods.sumo.train import loop_schedule, run_seed
@@ -36,6 +34,7 @@ from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train import lm as lm_loop
 from paperline.train.distributed import DistributedConfig, runs_in_process
+from paperline.train.records import finished_unit
 
 
 def with_text_lm(cfg: SumoConfig) -> SumoConfig:
@@ -68,13 +67,6 @@ def fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) -> 
     return {**cfg.model_dump(include=shared), "text_lm": t, "optimizer": optimizer, "lr": lr, "seed_index": seed_index}
 
 
-def _read_back(path: Path | None, expected: dict) -> dict | None:
-    if path is None or not path.is_file():
-        return None
-    record = json.loads(path.read_text())
-    return record["result"] if record.get("fingerprint") == json.loads(json.dumps(expected)) else None
-
-
 def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device,
                   checkpoint_path: Path | None = None, progress: bool = False,
                   distributed: DistributedConfig | None = None, device_indices: list[int] | None = None) -> dict:
@@ -83,12 +75,23 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
     `distributed` (params/runtime.yaml runtime.distributed) spreads the training over devices (DDP)."""
     distributed = distributed or DistributedConfig()
     refuse_fsdp(distributed)
+    expected = fingerprint(cfg, optimizer_name, lr, seed_index)
+
+    def train() -> dict:
+        return _train(cfg, optimizer_name, lr, seed_index, device, expected, checkpoint_path, progress, distributed,
+                      device_indices)
+
+    if checkpoint_path is None:
+        return train()
+    # a finished run's result, beside its checkpoint
+    return finished_unit(Path(checkpoint_path).with_suffix(".json"), expected, train)
+
+
+def _train(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, device: torch.device, expected: dict,
+           checkpoint_path: Path | None, progress: bool, distributed: DistributedConfig,
+           device_indices: list[int] | None) -> dict:
     here = runs_in_process(distributed)
     t = cfg.text_lm
-    expected = fingerprint(cfg, optimizer_name, lr, seed_index)
-    result_path = Path(checkpoint_path).with_suffix(".json") if checkpoint_path is not None else None
-    if (done := _read_back(result_path, expected)) is not None:
-        return done
     corpus = load_corpus(t.corpus, t.block_size)
     seed = run_seed(cfg, seed_index)
     model = CausalLM.seeded(model_config(t, corpus.vocab_size), torch.Generator().manual_seed(seed))
@@ -122,7 +125,7 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
         limiter_hits, floats, nbytes = record["limiter_hits"], record["state_floats"], record["state_bytes"]
     sumo_matrices = len(matrices) if optimizer_name.startswith("sumo") else 0
     tail = losses[-max(1, len(losses) // 10):]
-    result = {
+    return {
         "optimizer": optimizer_name, "lr": lr, "seed_index": seed_index, "steps": steps, "diverged": diverged,
         "history": out["history"], "eval_history": out["eval_history"], "condition": kappa,
         "final_train_loss": None if diverged else float(np.mean(tail)),
@@ -137,7 +140,3 @@ def train_text_lm(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: i
         "limiter_fraction": limiter_hits / (steps * sumo_matrices) if sumo_matrices and steps else None,
         "processes": out["processes"],
     }
-    if result_path is not None:
-        with atomic_path(result_path) as tmp:
-            Path(tmp).write_text(json.dumps({"fingerprint": expected, "result": result}))
-    return result
