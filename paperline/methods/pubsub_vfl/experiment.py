@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from paperline.io import json_digest
-from paperline.train.records import finished_unit
 from paperline.methods.pubsub_vfl import planner
 from paperline.methods.pubsub_vfl.alone import active_alone
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import VFLData
 from paperline.methods.pubsub_vfl.train import RunResult, run_variant
+from paperline.train.records import finished_unit
 
 PS_VARIANTS = ("vfl_ps", "avfl_ps", "pubsub_vfl")
 DP_CLAIM_MU = 1.0  # the paper: accuracy holds from μ = 1 on; this μ runs at every seed (claims.py)
