@@ -4,6 +4,7 @@ stage's start). A test compares the two."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,3 +31,22 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
     if table.ndim != 2 or table.shape[1] != FEATURES + 1:
         raise DataError(f"{path}: shape {table.shape}: expected (N, {FEATURES + 1})")
     return table[:, :-1], table[:, -1].astype(np.int64)
+
+
+# The seeded split LoTA-QAF (train/test) and Model Shapley (train/val/test) train and score on:
+# pixels / 16, one permutation of the rows, its first rows validation, the next test, the rest training.
+@dataclass(frozen=True)
+class DigitsRows:
+    x: np.ndarray  # (1797, 64) float32, pixels / 16
+    y: np.ndarray  # (1797,) int64
+    train: np.ndarray  # row indices of x and y
+    val: np.ndarray
+    test: np.ndarray
+
+
+def split_digits(seed: int, test_fraction: float, val_fraction: float = 0.0) -> DigitsRows:
+    x, y = read_digits()
+    x = (x / 16.0).astype(np.float32)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_val, n_test = round(val_fraction * len(x)), round(test_fraction * len(x))
+    return DigitsRows(x, y, order[n_val + n_test:], order[:n_val], order[n_val:n_val + n_test])

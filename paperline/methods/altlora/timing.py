@@ -18,6 +18,7 @@ from torch import nn
 from paperline.methods.altlora.adapters import add_lora, make_optimizer
 from paperline.methods.altlora.config import BASELINE, OptimizerName, OptimizerSettings
 from paperline.optim.altlora import count_state_floats
+from paperline.seeds import seeded_init
 
 
 class Stack(nn.Module):
@@ -33,12 +34,12 @@ class Stack(nn.Module):
 
 def build(name: OptimizerName, dim: int, layers: int, rank: int, settings: OptimizerSettings, device,
           seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
-    torch.manual_seed(seed)
-    model = Stack(dim, layers)
-    if name != "full_ft":
-        for p in model.parameters():
-            p.requires_grad_(False)
-        model = add_lora(model, [str(i) for i in range(layers)], rank, 2.0 * rank, 0.0, where="timing")
+    with seeded_init(seed):  # the stack's weights and peft's A from the global RNG
+        model = Stack(dim, layers)
+        if name != "full_ft":
+            for p in model.parameters():
+                p.requires_grad_(False)
+            model = add_lora(model, [str(i) for i in range(layers)], rank, 2.0 * rank, 0.0, where="timing")
     model.to(device)
     return model, make_optimizer(name, model, 1e-4, settings)
 

@@ -169,7 +169,6 @@ def run_stream(source: ViT, stream_x: np.ndarray, stream_y: np.ndarray, cfg: Cod
                checkpoint_path: str | Path | None = None, fingerprint: object = None,
                progress: bool = False) -> StreamResult:
     """One variant over the whole stream (the source model is not modified)."""
-    torch.manual_seed(cfg.seed)
     student, teacher, anchor, scratch = (copy.deepcopy(source) for _ in range(4))
     for m in (teacher, anchor, scratch):
         m.requires_grad_(False)
@@ -180,7 +179,8 @@ def run_stream(source: ViT, stream_x: np.ndarray, stream_y: np.ndarray, cfg: Cod
         p.requires_grad_(True)
     opt = (torch.optim.Adam(params, lr=cfg.tent_lr) if variant == "tent"
            else torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay))
-    generator = torch.Generator().manual_seed(cfg.seed)  # R, redrawn at every scoring call
+    # R, redrawn at every scoring call: the stream's only draw (nothing here reads torch's global RNG)
+    generator = torch.Generator().manual_seed(cfg.seed)
     if variant not in ("source", "tent", "pl", "ema", *BANK_VARIANTS):
         raise ValueError(f"unknown variant {variant!r}")
     kind, anchor_mode = BANK_VARIANTS.get(variant, (None, None))

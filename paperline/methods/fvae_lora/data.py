@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paperline.data.images import ImageDataError, check_images, load_images
+from paperline.data.images import ImageDataConfig, ImageDataError, check_images, load_images, split_images
 from paperline.methods.fvae_lora.config import TaskConfig
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -72,13 +72,10 @@ class CleanSplit:
 
 
 def clean_split(x: np.ndarray, y: np.ndarray, cfg: TaskConfig, seed: int, source: str) -> CleanSplit:
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(x))
-    if cfg.max_images is not None:
-        order = order[: cfg.max_images]
-    n_train = int(round(cfg.train_fraction * len(order)))
-    tr, te = order[:n_train], order[n_train:]
-    return CleanSplit(x[tr], y[tr], x[te], y[te], int(y.max()) + 1, source)
+    """`split_images`' split (the vit-source stage's) of the clean images; its config's `source` is
+    not read by the split (these images may be a folder)."""
+    split = split_images(x, y, ImageDataConfig(train_fraction=cfg.train_fraction, max_images=cfg.max_images, seed=seed))
+    return CleanSplit(split["train_x"], split["train_y"], split["test_x"], split["test_y"], int(y.max()) + 1, source)
 
 
 def threshold(cfg: TaskConfig, classes: int) -> int:

@@ -14,6 +14,7 @@ from paperline.methods.geoada.adapters import build_variant, equivariance_error
 from paperline.methods.geoada.config import CHANGES_BASE, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import TrainResult, Windows, evaluate, train, windows
+from paperline.seeds import seeded_init
 
 
 def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
@@ -57,9 +58,9 @@ def make_base(cfg: GeoAdaConfig) -> EGTN:
 def pretrain_base(cfg: GeoAdaConfig, data: dict[str, Windows], checkpoint: Path | None, fingerprint: str,
                   progress: bool = False, device="cpu") -> tuple[EGTN, TrainResult]:
     """The base trained on `device` (the gpu slot's: CUDA where there is one)."""
-    torch.manual_seed(cfg.seed)
-    base = make_base(cfg)
-    model = build_variant("full_ft", base, "frame", cfg.cond_frames).to(device)  # the base's own window, no control
+    with seeded_init(cfg.seed):
+        base = make_base(cfg)
+        model = build_variant("full_ft", base, "frame", cfg.cond_frames).to(device)  # the base's own window, no control
     result = train(model, data["original_train"].to(device), Schedule.linear(cfg.diffusion_steps), cfg.pretrain.steps,
                    cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.seed, checkpoint, fingerprint,
                    cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
@@ -95,9 +96,9 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     control embedding off: tests/methods/test_geoada_adapters.py) and reports None here, the
     summary filling in the base's figures at the same seed."""
     seed = cfg.seed if seed is None else seed
-    torch.manual_seed(seed + 1)
-    model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k, cfg.head_blocks,
-                          cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
+    with seeded_init(seed + 1):
+        model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
+                              cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, test_set = data[f"{control}_train"].to(device), data[f"{control}_test"].to(device)
     result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,

@@ -43,17 +43,6 @@ def check_targets(model: nn.Module, targets: list[str], cfg: LotaQafConfig, sect
     return names
 
 
-def split_digits(seed: int, test_fraction: float):
-    from paperline.data.digits import read_digits
-
-    x, y = read_digits()
-    x = (x / 16.0).astype(np.float32)
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(round(test_fraction * len(x)))
-    test, train = order[:n_test], order[n_test:]
-    return x[train], y[train], x[test], y[test]
-
-
 def open_data(cfg: LotaQafConfig, lm_dir: str | None) -> LotaData:
     """Every input read and checked: digits split; the LM directory (a ModelDirError naming the path
     when it is not a causal LM), its corpus (tokenizer must fit the model), the target layers and
@@ -62,9 +51,10 @@ def open_data(cfg: LotaQafConfig, lm_dir: str | None) -> LotaData:
     inputs: list[str] = []
     digits = None
     if "digits" in cfg.tasks:
-        from paperline.data.digits import digits_file
+        from paperline.data.digits import digits_file, split_digits
 
-        digits = split_digits(cfg.seed, cfg.digits.test_fraction)
+        rows = split_digits(cfg.seed, cfg.digits.test_fraction)
+        digits = rows.x[rows.train], rows.y[rows.train], rows.x[rows.test], rows.y[rows.test]
         inputs.append(str(digits_file()))
         mlp = make_float_mlp(cfg)
         check_targets(mlp, cfg.digits.target_modules, cfg, "digits")

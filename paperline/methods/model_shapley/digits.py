@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.data.digits import CLASSES, FEATURES, read_digits
+from paperline.data.digits import CLASSES, FEATURES, split_digits
 from paperline.io import DataError
 from paperline.methods.model_shapley.ranking import keep_masks
 from paperline.seeds import seeded_init
@@ -62,13 +62,10 @@ class DigitsTasks:
 
 def load_tasks(val_fraction: float, test_fraction: float, noise_std: float, seed: int) -> DigitsTasks:
     """Seeded train/val/test split of the 1797 digits (pixels / 16), and the shifted task: the
-    train and test splits with seeded N(0, noise_std²) pixel noise."""
-    x, y = read_digits()
-    x = (x / 16.0).astype(np.float32)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(x))
-    n_val, n_test = round(val_fraction * len(x)), round(test_fraction * len(x))
-    val, test, train = order[:n_val], order[n_val:n_val + n_test], order[n_val + n_test:]
+    train and test splits with seeded N(0, noise_std²) pixel noise. The split is LoTA-QAF's
+    (`paperline/data/digits.py`), validation rows first."""
+    rows = split_digits(seed, test_fraction, val_fraction)
+    x, y, train, val, test = rows.x, rows.y, rows.train, rows.val, rows.test
     noise = np.random.default_rng([seed, 1]).normal(0.0, noise_std, size=x.shape).astype(np.float32)
     return DigitsTasks(Split.of(x[train], y[train], "digits train"), Split.of(x[val], y[val], "digits val"),
                        Split.of(x[test], y[test], "digits test"),
