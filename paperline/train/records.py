@@ -4,13 +4,12 @@ checkpoint inside (a minute or less) is recorded whole; a long training loop che
 `Resumable` (checkpoint.py) instead."""
 from __future__ import annotations
 
-import json
 import os
 import pickle
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from paperline.io import atomic_path, json_digest, read_json
+from paperline.io import atomic_path, json_digest, read_json, write_json
 
 T = TypeVar("T")
 
@@ -30,11 +29,11 @@ def write_unit(path: str | os.PathLike, fingerprint: Any, result: Any) -> None:
     (a result with arrays in it)."""
     path = Path(path)
     record = {"fingerprint": json_digest(fingerprint), "result": result}
+    if path.suffix == ".json":
+        write_json(path, record)
+        return
     with atomic_path(path) as tmp:
-        if path.suffix == ".json":
-            tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        else:
-            tmp.write_bytes(pickle.dumps(record))
+        tmp.write_bytes(pickle.dumps(record))
 
 
 def finished_unit(path: str | os.PathLike, fingerprint: Any, compute: Callable[[], T]) -> T:
