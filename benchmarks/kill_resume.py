@@ -36,17 +36,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# Keys whose values are measured times or follow from them (a key word, `_`-separated), and the
-# MLflow and git ids: a resumed run cannot repeat them and need not.
+# Keys whose values are measured times or follow from them (a key word, `_`-separated; `measured_`
+# names what is fitted to the machine's timings, as PubSub-VFL's cost model), and the MLflow and
+# git ids: a resumed run cannot repeat them and need not.
 TIMING_KEY = re.compile(r"(^|_)(s|ms|seconds|time|times|wall|speed|speedup|throughput|cpu|idle|busy|wait|"
-                        r"utilisation)(_|$)"
+                        r"utilisation|measured)(_|$)"
                         # ratios of measured times named otherwise (model_shapley, pubsub_vfl's planner)
                         r"|(^|_)(estimator_over_train_step|planner_vs_grid_optimum|pick_over_best)$")
 # ... and an error's text (a dropped client's `reason` names Ray's worker and lease by id)
 ID_KEY = re.compile(r"run_id|parent_run|git_commit|mlflow|experiment_id|(^|_)reason$")
-# PubSub-VFL's cost model is fitted to each run's own profile timings (λ in seconds, γ its slope):
-# a killed run's profile is not the uninterrupted run's (the plan it picked is a figure, compared)
-MEASURED_PATH = re.compile(r"/cost_model/(active|passive)/(lam|gamma)$")
 
 
 def _skipped(key: str) -> bool:
@@ -59,7 +57,7 @@ def differing_keys(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         if any(isinstance(d.get("metric"), str) and _skipped(d["metric"]) for d in (a, b)):
             return []
-        keys = [k for k in dict.fromkeys([*a, *b]) if not _skipped(str(k)) and not MEASURED_PATH.search(f"{path}/{k}")]
+        keys = [k for k in dict.fromkeys([*a, *b]) if not _skipped(str(k))]
         return [p for k in keys for p in (differing_keys(a.get(k), b.get(k), f"{path}/{k}") if k in a and k in b
                                           else [f"{path}/{k}"])]
     if isinstance(a, list) and isinstance(b, list):

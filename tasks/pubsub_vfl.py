@@ -53,7 +53,7 @@ def train_all(cfg: PubSubVFLConfig, ctx: track.RunContext) -> tuple[Experiment, 
                 with ctx.child(f"{variant}/seed{r.seed}", params=params | {"seed": r.seed}, parent=variant_run) as run:
                     run.log_metrics({k: v for k, v in seed_row(r, name).items() if isinstance(v, (int, float))})
                     # the test metric after each epoch (its own key: the final model's is `name`)
-                    run.log_history(f"{name}_per_epoch", range(len(r.curve)), [m for _, m in r.curve])
+                    run.log_history(f"{name}_per_epoch", range(len(r.curve)), [p["metric"] for p in r.curve])
                     path = models_dir(METHOD) / variant / f"seed{r.seed}.pkl"
                     with atomic_path(path) as tmp:
                         tmp.write_bytes(pickle.dumps(r.params))

@@ -61,10 +61,18 @@ def test_a_resume_that_moves_only_where_an_uninterrupted_rerun_moves_is_nondeter
 
 
 def test_pubsub_vfls_fitted_cost_model_is_measured_but_its_pick_is_a_figure():
-    plan = {"w_a": 1, "w_p": 2, "B": 64, "cost_model": {"n": 398, "active": {"lam": 1e-4, "gamma": 0.8},
-                                                       "passive": {"lam": 2e-4, "gamma": 0.9}}}
-    refit = {**plan, "cost_model": {"n": 398, "active": {"lam": 3e-4, "gamma": 0.7},
-                                    "passive": {"lam": 1e-4, "gamma": 1.1}}}
-    assert differing_keys({"details": {"plan": plan}}, {"details": {"plan": refit}}) == []
-    assert differing_keys({"details": {"plan": plan}}, {"details": {"plan": refit | {"w_a": 2}}}) == ["/details/plan/w_a"]
+    cost = {"n": 398, "active": {"lam": 1e-4, "gamma": 0.8}, "passive": {"lam": 2e-4, "gamma": 0.9}}
+    refit = {"n": 398, "active": {"lam": 3e-4, "gamma": 0.7}, "passive": {"lam": 1e-4, "gamma": 1.1}}
+    plan = {"w_a": 1, "w_p": 2, "B": 64, "measured_cost_model": cost}
+    replanned = plan | {"measured_cost_model": refit}
+    assert differing_keys({"details": {"plan": plan}}, {"details": {"plan": replanned}}) == []
+    assert differing_keys({"details": {"plan": plan}}, {"details": {"plan": replanned | {"w_a": 2}}}) == ["/details/plan/w_a"]
     assert differing_keys({"gamma": 0.9}, {"gamma": 0.99}) == ["/gamma"]  # a gamma elsewhere is a figure
+
+
+def test_a_curves_time_stamps_are_timings_but_its_metrics_are_figures():
+    def curves(seconds: float, metric: float) -> dict:
+        return {"details": {"curves": {"pubsub_vfl": [[{"seconds": 0.4, "metric": 0.8}, {"seconds": seconds, "metric": metric}]]}}}
+
+    assert differing_keys(curves(0.9, 0.91), curves(1.3, 0.91)) == []
+    assert differing_keys(curves(0.9, 0.91), curves(0.9, 0.92)) == ["/details/curves/pubsub_vfl/0/1/metric"]

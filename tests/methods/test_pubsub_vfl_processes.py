@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import load
@@ -89,3 +90,19 @@ def test_party_processes_exit_when_the_coordinator_is_killed(tmp_path):
     coordinator.wait()
     gone, alive = psutil.wait_procs(parties, timeout=5)
     assert not alive
+
+
+def test_a_curve_point_is_its_epochs_updates_summed_not_a_workers_view():
+    """A point of the curve is the model with every update of a batch of its epoch or an earlier one
+    applied (the PS's sum of steps, each tagged with its batch's epoch, also a passive batch still in
+    flight when the next epoch began), not the first worker's view at its epoch end: every epoch has
+    its point, and the last one is the final model."""
+    from paperline.methods.pubsub_vfl.train import run_variant
+
+    cfg = _cfg(epochs=3)
+    data = load(cfg.data)
+    for variant in ("avfl_ps", "vfl_ps"):
+        result = run_variant(cfg, data, variant, 0, workers=(1, 2))
+        assert result.dropped == 0 and len(result.curve) == 3
+        assert result.curve[-1]["metric"] == pytest.approx(result.metric, abs=1e-9)  # a sum in another order
+        assert 0 < result.curve[0]["seconds"] <= result.curve[1]["seconds"] <= result.curve[2]["seconds"]

@@ -25,7 +25,7 @@ def fake_run(calls: list, kill_after: int | None = None):
         if kill_after is not None and len(calls) == kill_after:
             raise Killed
         calls.append((variant, seed, dp_mu, kill_passive_after_s is not None))
-        return RunResult(variant, seed, *workers, batch_size, dp_mu, metric=0.5 + len(calls) / 100, curve=[(1.0, 0.5)],
+        return RunResult(variant, seed, *workers, batch_size, dp_mu, metric=0.5 + len(calls) / 100, curve=[{"seconds": 1.0, "metric": 0.5}],
                          wall_s=1.0 + len(calls), time_to_target_s=None, idle_fraction={}, cpu_utilisation=0.5,
                          busy_fraction=0.5, dropped=0)
     return run
@@ -34,7 +34,7 @@ def fake_run(calls: list, kill_after: int | None = None):
 def fake_plan(picks: list):
     def choose(cfg, data):
         w_a, w_p, B = picks.pop(0)
-        return {"w_a": w_a, "w_p": w_p, "B": B, "cost_model": None}
+        return {"w_a": w_a, "w_p": w_p, "B": B, "measured_cost_model": None}
     return choose
 
 

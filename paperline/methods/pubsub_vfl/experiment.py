@@ -34,10 +34,10 @@ class Experiment:
 
 def choose(cfg: PubSubVFLConfig, data: VFLData) -> dict:
     if not cfg.plan:
-        return {"w_a": cfg.workers_active, "w_p": cfg.workers_passive, "B": cfg.batch_size, "cost_model": None}
+        return {"w_a": cfg.workers_active, "w_p": cfg.workers_passive, "B": cfg.batch_size, "measured_cost_model": None}
     cost = planner.profile(cfg, len(data.y_train), data.active_train.x.shape[1], data.passive_train.x.shape[1], data.task)
     w_a, w_p, B = planner.plan(cost, cfg.plan_workers, cfg.plan_workers, cfg.plan_batches)
-    return {"w_a": w_a, "w_p": w_p, "B": B, "cost_model": planner.as_dict(cost),
+    return {"w_a": w_a, "w_p": w_p, "B": B, "measured_cost_model": planner.as_dict(cost),
             "predicted_epoch_s": cost.epoch_time(w_a, w_p, B)}
 
 
@@ -79,7 +79,7 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
               if seed == cfg.run_seeds()[0] or mu == DP_CLAIM_MU]
     if cfg.grid_check and cfg.plan:
         cost = planner.CostModel(**{k: (planner.PartyCost(**v) if isinstance(v, dict) else v)
-                                    for k, v in chosen["cost_model"].items()})
+                                    for k, v in chosen["measured_cost_model"].items()})
         # an epoch's time is what the grid compares: `grid_epochs` of them at every seed
         grid_cfg = cfg.model_copy(update={"epochs": cfg.grid_epochs or cfg.epochs})
         for seed in cfg.run_seeds():

@@ -99,6 +99,14 @@ def sgd(p: dict, g: dict, lr: float) -> dict:
     return {k: sgd(p[k], g[k], lr) if isinstance(p[k], dict) else p[k] - lr * g[k] for k in p}
 
 
+def zeros_like(p: dict) -> dict:
+    return {k: zeros_like(v) if isinstance(v, dict) else np.zeros_like(v) for k, v in p.items()}
+
+
+def add(p: dict, q: dict) -> dict:
+    return {k: add(p[k], q[k]) if isinstance(p[k], dict) else p[k] + q[k] for k in p}
+
+
 def average(params: list[dict]) -> dict:
     first = params[0]
     return {k: average([p[k] for p in params]) if isinstance(first[k], dict) else np.mean([p[k] for p in params], 0)

@@ -94,7 +94,14 @@ def run_ps(spec: dict) -> None:
     shared = list(plan)
     params = spec["init"]
     latest: dict[int, dict] = {}
-    snapshots: dict[int, tuple[float, dict]] = {}
+    # The model after each epoch, defined by the updates, not by which worker is first there (a
+    # killed and resumed run, or a busier moment, must draw the same curve). Where the PS applies
+    # the updates (step, barrier): the initial parameters plus every update of a batch of epoch <= e
+    # and none later; SGD's steps add up, so this is the PS's parameters had the later epochs'
+    # updates waited. Where workers step locally (interval): the mean of every worker's parameters
+    # at its end of epoch e.
+    moved: dict[int, tuple[float, dict]] = {}  # epoch -> (time of its last update, sum of its steps)
+    worker_snaps: dict[int, dict[int, tuple[float, dict]]] = {}  # epoch -> worker -> (time, params)
     stats: dict[int, dict] = {}
     ready = set()
     # barrier rounds are counted within an epoch: round (e, k) is every worker's k-th batch of
@@ -127,11 +134,16 @@ def run_ps(spec: dict) -> None:
             for q in queues.values():
                 q.sort()
 
-    def close_round(r: tuple[int, int]) -> None:
+    def apply(grads: dict, epoch: int) -> None:
         nonlocal params
+        params = model.sgd(params, grads, run["lr"])
+        sum_of_steps = moved[epoch][1] if epoch in moved else model.zeros_like(params)
+        moved[epoch] = (time.time(), model.sgd(sum_of_steps, grads, run["lr"]))
+
+    def close_round(r: tuple[int, int]) -> None:
         entries = pending_round.pop(r)
         round_started.pop(r, None)
-        params = model.sgd(params, model.average([g for _, _, g in entries]), run["lr"])
+        apply(model.average([g for _, _, g in entries]), r[0])
         for ident, _, _ in entries:
             router.send_multipart([ident, _dump(("params", params))])
 
@@ -173,7 +185,7 @@ def run_ps(spec: dict) -> None:
                 hand_out(ident, wid)
             elif kind == "grad" and mode == "step":
                 pushed[wid] += 1
-                params = model.sgd(params, msg[2], run["lr"])
+                apply(msg[2], msg[3])
                 router.send_multipart([ident, _dump(("params", params))])
             elif kind == "grad":  # barrier
                 pushed[wid] += 1
@@ -188,8 +200,8 @@ def run_ps(spec: dict) -> None:
                 latest[wid] = msg[2]
                 params = model.average(list(latest.values()))
                 router.send_multipart([ident, _dump(("params", params))])
-            elif kind == "snap":
-                snapshots.setdefault(msg[2], (msg[3], msg[4]))
+            elif kind == "snap" and mode == "interval":
+                worker_snaps.setdefault(msg[2], {})[wid] = (msg[3], msg[4])
             elif kind == "bye":
                 stats[wid] = msg[2]
         for i in [i for i in alive if go_at and i not in stats and now - seen[i] > 2 * deadline]:
@@ -201,6 +213,14 @@ def run_ps(spec: dict) -> None:
             break
     if mode == "interval" and latest:
         params = model.average(list(latest.values()))
+    snapshots: dict[int, tuple[float, dict]] = {}
+    for e, by_worker in sorted(worker_snaps.items()):  # interval
+        kept = [by_worker[i] for i in sorted(by_worker)]  # the worker order fixes the float sums
+        snapshots[e] = (max(t for t, _ in kept), model.average([p for _, p in kept]))
+    snapshot = spec["init"]
+    for e, (t, sum_of_steps) in sorted(moved.items()):  # step, barrier
+        snapshot = model.add(snapshot, sum_of_steps)
+        snapshots[e] = (t, snapshot)
     control.send_pyobj(("result", party, {
         "params": params, "snapshots": snapshots, "workers": stats, "go_at": go_at,
         "dead_workers": sorted(set(range(w)) - set(stats)), "barrier_dropped": barrier_dropped,
@@ -274,7 +294,7 @@ class _Worker:
         return e, b, batches(len(self.x), self.run["batch_size"], e, self.run["data_seed"])[b]
 
     def new_epoch(self, e: int) -> None:
-        if self.epoch >= 0:
+        if self.epoch >= 0 and self.mode == "interval":  # elsewhere the PS snapshots by its count
             self.ps.send(_dump(("snap", self.wid, self.epoch, time.time(), self.params)))
 
     def finish(self) -> None:
@@ -289,11 +309,13 @@ class _Worker:
         time.sleep(0.05)
         self.ctx.destroy(linger=1000)
 
-    def update(self, grads) -> None:
+    def update(self, grads, epoch: int) -> None:
+        """Apply the gradient of a batch of `epoch` (a passive worker's batch in flight may be of
+        the epoch before the one it is handing out now)."""
         if self.mode == "interval":
             self.params = model.sgd(self.params, grads, self.run["lr"])
         else:  # step / barrier: the PS applies it and answers with its parameters
-            self.params = self._request(("grad", self.wid, grads, self.epoch), waiting=True)[1]
+            self.params = self._request(("grad", self.wid, grads, epoch), waiting=True)[1]
         self.steps += 1
 
 
@@ -331,7 +353,7 @@ class ActiveWorker(_Worker):
             grads, g_zp, z_a, _ = self.compute(step, len(rows))
             self.pub.publish(GRADIENT, key, g_zp)
             self.acc = 0.9 * self.acc + 0.1 * self._batch_accuracy(z_a, z_p, y)
-            self.update(grads)
+            self.update(grads, e)
         if self.mode == "interval":
             self.params = self._request(("sync", self.wid, self.params), waiting=True)[1]
         self.finish()
@@ -359,7 +381,7 @@ class PassiveWorker(_Worker):
                 mu = self.run["dp_mu"]
                 z, cache = self.compute(lambda: model.bottom_forward(self.params, self.x[rows]), len(rows))
                 self.pub.publish(EMBEDDING, key_of(e, b), model.privatise(z, mu, self.run["dp_clip"], self.rng))
-                pending[key_of(e, b)] = (time.time(), (cache, len(rows)))
+                pending[key_of(e, b)] = (time.time(), (cache, len(rows), e))
                 continue
             t = time.time()
             oldest = min(ts for ts, _ in pending.values())
@@ -368,8 +390,8 @@ class PassiveWorker(_Worker):
             self.wait_s += time.time() - t
             if got is not None:
                 key, g_z = got
-                _, (cache, n_rows) = pending.pop(key)
-                self.update(self.compute(lambda: model.bottom_backward(self.params, cache, g_z), n_rows))
+                _, (cache, n_rows, epoch) = pending.pop(key)
+                self.update(self.compute(lambda: model.bottom_backward(self.params, cache, g_z), n_rows), epoch)
             for k in dropped + [k for k, (ts, _) in pending.items() if time.time() - ts > self.run["deadline_s"]]:
                 if pending.pop(k, None) is not None:
                     self.dropped += 1

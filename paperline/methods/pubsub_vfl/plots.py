@@ -21,7 +21,7 @@ def plot_curves(exp: Experiment, task: str, path: Path) -> Path:
     for i, (variant, runs) in enumerate(exp.runs.items()):
         for j, r in enumerate(runs):
             if r.curve:
-                t, m = zip(*r.curve)
+                t, m = [p["seconds"] for p in r.curve], [p["metric"] for p in r.curve]
                 ax.plot(t, m, "o-", ms=2, color=f"C{i}", alpha=0.7, label=variant if j == 0 else None)
     ax.set(xlabel="wall time since start (s)", ylabel=f"test {metric_name(task)}")
     ax.legend(fontsize=7)

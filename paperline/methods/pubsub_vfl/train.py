@@ -34,7 +34,7 @@ class RunResult:
     batch_size: int
     dp_mu: float
     metric: float  # test AUC or RMSE of the final model
-    curve: list[tuple[float, float]]  # (seconds since go, test metric) per epoch
+    curve: list[dict[str, float]]  # per epoch: {seconds since the go, test metric} (the snapshots: parties.py)
     wall_s: float
     time_to_target_s: float | None
     idle_fraction: dict[str, float]  # per party: waiting / wall, mean over its workers
@@ -270,9 +270,9 @@ def _evaluate(cfg, data: VFLData, variant, seed, workers, B, dp_mu, results) -> 
     curve = []
     for e in sorted(set(act["snapshots"]) & set(pas["snapshots"])):
         (ta, pa), (tp, pp) = act["snapshots"][e], pas["snapshots"][e]
-        curve.append((max(ta, tp) - go, score(pa, pp)))
+        curve.append({"seconds": max(ta, tp) - go, "metric": score(pa, pp)})
     better = (lambda m: m >= cfg.target_metric) if data.task == "classification" else (lambda m: m <= cfg.target_metric)
-    reached = [t for t, m in curve if better(m)]
+    reached = [point["seconds"] for point in curve if better(point["metric"])]
     stats = {party: results[party]["workers"] for party in ("active", "passive")}
     every = [s for party in stats.values() for s in party.values()]
     wall = max((s["wall_s"] for s in every), default=0.0)
