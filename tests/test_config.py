@@ -152,3 +152,17 @@ def test_project_paths_are_made_absolute_against_the_root_even_as_defaults(tmp_p
     assert (cfg.pool, cfg.inner.shards, cfg.model) == (str(tmp_path / "data/pool"), str(tmp_path / "c4"), "/models/m")
     assert cfg.corpus.folder == str(tmp_path / "data/text")
     assert validate(Cfg, {"inner": {"shards": "c4"}}, "params/x.yaml: x").pool == "data/pool"  # no root: as given
+
+
+def test_read_params_parses_each_text_once_but_sees_every_change(tmp_path):
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "dnc.yaml").write_text("dnc:\n  profile: smoke\n")
+    first = read_params(params)
+    first["dnc"]["profile"] = "changed by a caller"  # a copy: the next read does not see it
+    assert read_params(params) == {"dnc": {"profile": "smoke"}}
+    (params / "dnc.yaml").write_text("dnc:\n  profile: tiny_\n")  # same size, same second
+    assert read_params(params) == {"dnc": {"profile": "tiny_"}}
+    (params / "dnc.yaml").write_text("dnc: [unclosed\n")
+    with pytest.raises(ParamsError, match="dnc.yaml: not valid YAML"):
+        read_params(params)
