@@ -106,3 +106,15 @@ def test_a_curve_point_is_its_epochs_updates_summed_not_a_workers_view():
         assert result.dropped == 0 and len(result.curve) == 3
         assert result.curve[-1]["metric"] == pytest.approx(result.metric, abs=1e-9)  # a sum in another order
         assert 0 < result.curve[0]["seconds"] <= result.curve[1]["seconds"] <= result.curve[2]["seconds"]
+
+
+def test_vfl_ps_scales_its_lr_with_the_batches_it_averages():
+    """VFL-PS's barrier step averages the gradients of one batch a worker: at k times the lr it
+    learns as fast as one-worker VFL over the same batches, not k times slower."""
+    from paperline.methods.pubsub_vfl.train import run_variant
+
+    cfg = _cfg(epochs=1, lr=0.05)
+    data = load(cfg.data)
+    vfl = run_variant(cfg, data, "vfl", 0, workers=(1, 1))
+    vfl_ps = run_variant(cfg, data, "vfl_ps", 0, workers=(3, 3))
+    assert vfl_ps.metric == pytest.approx(vfl.metric, abs=0.01)

@@ -6,8 +6,9 @@ the interval over seeds, never from one run):
   features, no passive party: the trivial baseline, doing nothing with the other party);
 - its workers wait less than every baseline's (idle fraction: waiting over wall time, the mean of
   the two parties');
-- it trains faster than the best baseline, AVFL-PS (the like-for-like one: parameter servers and
-  the planner's workers on both sides, asynchronous too): wall time, and time to the target AUC;
+- it reaches the target AUC sooner than the baseline that reaches it soonest (the headline; a
+  speed-up over one-worker VFL says little), and trains faster than AVFL-PS (the like-for-like
+  one: parameter servers and the planner's workers on both sides, asynchronous too);
 - it loses no accuracy: declared as PubSub-VFL's AUC minus the best baseline's (the baseline with
   the highest mean AUC of this run), direction higher, so only an interval below zero speaks;
 - its planner picks near the optimum: the measured epoch time of the planner's pick within 1.2x
@@ -29,7 +30,7 @@ BASELINES = ("vfl", "vfl_ps", "avfl", "avfl_ps")
 FASTEST_BASELINE = "avfl_ps"
 ALONE = "active_alone"
 DP_VARIANT = "pubsub_vfl_dp_mu1"
-BEST_BASELINE = "best_baseline"  # stands for the baseline with the highest mean AUC of the run
+BEST_BASELINE = "best_baseline"  # stands for the run's best baseline on the claim's metric
 NEAR_OPTIMUM = 1.2  # the pick's epoch time within this factor of the grid's best
 
 SPECS: tuple[ClaimSpec, ...] = (
@@ -39,8 +40,9 @@ SPECS: tuple[ClaimSpec, ...] = (
                 method=METHOD, versus=b, direction="lower") for b in BASELINES),
     ClaimSpec(name="pubsub_vfl_faster_than_avfl_ps", claim="faster training than the best baseline (AVFL-PS)",
               metric="wall_s", method=METHOD, versus=FASTEST_BASELINE, direction="lower"),
-    ClaimSpec(name="pubsub_vfl_sooner_to_target_than_avfl_ps", claim="reaches the target AUC sooner than AVFL-PS",
-              metric="time_to_target_s", method=METHOD, versus=FASTEST_BASELINE, direction="lower"),
+    ClaimSpec(name="pubsub_vfl_sooner_to_target_than_best_baseline",
+              claim="reaches the target AUC sooner than the baseline that reaches it soonest",
+              metric="time_to_target_s", method=METHOD, versus=BEST_BASELINE, direction="lower"),
     ClaimSpec(name="pubsub_vfl_auc_not_below_best_baseline", claim="no accuracy lost against the best baseline",
               metric="auc", method=METHOD, versus=BEST_BASELINE, direction="higher"),
     ClaimSpec(name="planner_pick_within_1_2x_of_grid_best",
@@ -65,13 +67,15 @@ def _spec(name: str, task: str) -> ClaimSpec:
 
 
 def best_baseline(seed_rows: Mapping[Any, Mapping[str, Mapping[str, Any]]], metric: str, higher: bool) -> str | None:
-    """The baseline whose mean `metric` over the seeds is best."""
-    means = {}
+    """The baseline whose mean `metric` over the seeds is best; for a figure some seeds lack (time to
+    a target never reached) the best among those that have it at the most seeds."""
+    rank = {}
     for b in BASELINES:
-        values = [rows[b][metric] for rows in seed_rows.values() if b in rows]
+        values = [rows[b][metric] for rows in seed_rows.values() if rows.get(b, {}).get(metric) is not None]
         if values:
-            means[b] = sum(values) / len(values)
-    return (max if higher else min)(means, key=means.get) if means else None
+            mean = sum(values) / len(values)
+            rank[b] = (len(values), mean if higher else -mean)
+    return max(rank, key=rank.__getitem__) if rank else None
 
 
 def planner_values(grid: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> dict[int, dict[str, float]]:

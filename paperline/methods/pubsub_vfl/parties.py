@@ -134,16 +134,18 @@ def run_ps(spec: dict) -> None:
             for q in queues.values():
                 q.sort()
 
-    def apply(grads: dict, epoch: int) -> None:
+    def apply(grads: dict, epoch: int, lr: float) -> None:
         nonlocal params
-        params = model.sgd(params, grads, run["lr"])
+        params = model.sgd(params, grads, lr)
         sum_of_steps = moved[epoch][1] if epoch in moved else model.zeros_like(params)
-        moved[epoch] = (time.time(), model.sgd(sum_of_steps, grads, run["lr"]))
+        moved[epoch] = (time.time(), model.sgd(sum_of_steps, grads, lr))
 
     def close_round(r: tuple[int, int]) -> None:
         entries = pending_round.pop(r)
         round_started.pop(r, None)
-        apply(model.average([g for _, _, g in entries]), r[0])
+        # the linear scaling rule: a step on the mean gradient of k workers' batches takes k times
+        # the lr, as k one-batch steps would (unscaled, VFL-PS with w workers learned w times slower)
+        apply(model.average([g for _, _, g in entries]), r[0], run["lr"] * len(entries))
         for ident, _, _ in entries:
             router.send_multipart([ident, _dump(("params", params))])
 
@@ -185,7 +187,7 @@ def run_ps(spec: dict) -> None:
                 hand_out(ident, wid)
             elif kind == "grad" and mode == "step":
                 pushed[wid] += 1
-                apply(msg[2], msg[3])
+                apply(msg[2], msg[3], run["lr"])
                 router.send_multipart([ident, _dump(("params", params))])
             elif kind == "grad":  # barrier
                 pushed[wid] += 1
