@@ -80,8 +80,9 @@ def verdict(uninterrupted: dict, resumed: dict | None, resume_output: str, shown
     if not keys:
         return "identical", ""
     if rerun is not None and set(keys) <= set(moving := differing_keys(uninterrupted, rerun)):
-        return "nondeterministic", (f"differs in {len(keys)} figures, all among the {len(moving)} in which "
-                                    "two uninterrupted runs differ")
+        return "nondeterministic", (f"differs in {len(keys)} figures ({', '.join(keys[:shown])}"
+                                    f"{f' +{len(keys) - shown} more' if len(keys) > shown else ''}), all among "
+                                    f"the {len(moving)} in which two uninterrupted runs differ")
     return "differing", ", ".join(keys[:shown]) + (f" (+{len(keys) - shown} more)" if len(keys) > shown else "")
 
 

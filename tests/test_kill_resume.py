@@ -56,7 +56,7 @@ def test_a_failed_resume_shows_its_last_lines():
 def test_a_resume_that_moves_only_where_an_uninterrupted_rerun_moves_is_nondeterministic():
     resumed, rerun = _with(nc1=0.75), _with(nc1=0.7, final_loss=1.5)
     assert verdict(RECORD, resumed, "", rerun=rerun) == (
-        "nondeterministic", "differs in 1 figures, all among the 2 in which two uninterrupted runs differ")
+        "nondeterministic", "differs in 1 figures (/rows/K4_L1/nc1), all among the 2 in which two uninterrupted runs differ")
     assert verdict(RECORD, _with(nc1=0.75, final_loss=2.0), "", rerun=_with(final_loss=1.5))[0] == "differing"
 
 
