@@ -84,8 +84,6 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
     """The short-CoT reference M_S of one seed (`cfg.seed`, a run under the model's run `parent`):
     trained on terse solutions ([question; response], loss on the response), or the HF model at
     `base_model_path`; then evaluated (its correctness defines the easy and hard questions)."""
-    import torch
-
     from paperline.train.lm_base import load_causal_lm
 
     tok = pipeline.tokenizer(cfg)
@@ -98,7 +96,6 @@ def train_base(cfg: QFFTConfig, data: QFFTData, ctx: track.RunContext, parent: t
         if cfg.base_model_path:
             model = load_causal_lm(cfg.base_model_path).to(device)
         else:
-            torch.manual_seed(cfg.seed)
             model = pipeline.base_model(cfg, tok)
             examples = pipeline.read_examples(data.path("base_train"))
             result = _train(model, tok, examples, True, cfg.base_train, cfg, "base", data, devices, run,

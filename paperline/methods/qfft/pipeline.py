@@ -128,7 +128,15 @@ def base_model(cfg: QFFTConfig, tok):
     """The short-CoT base M_S trained here: a fresh char-level CausalLM of `cfg.base`'s shape, or
     (`base_init: lm_base`) the shared LM with three rows added to its (tied) embedding for the
     special tokens (transformers draws them from the old rows' mean and covariance) and its
-    position limit raised to the sequences' (RoPE: positions are computed, not learned)."""
+    position limit raised to the sequences' (RoPE: positions are computed, not learned). Drawn
+    from `cfg.seed` under `seeded_init` (training and sampling draw from generators of their own)."""
+    from paperline.seeds import seeded_init
+
+    with seeded_init(cfg.seed):
+        return _base_model(cfg, tok)
+
+
+def _base_model(cfg: QFFTConfig, tok):
     from paperline.nn.causal_lm import CausalLM, CausalLMConfig
     from paperline.train.lm_base import load_causal_lm
 
