@@ -29,6 +29,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -141,16 +142,10 @@ def fvae_layer_loss(x: torch.Tensor, x_hat: torch.Tensor, std: torch.Tensor, mu1
     return terms
 
 
-def _lora_layer_base():
-    from peft.tuners.lora import LoraLayer  # peft imports transformers: only when a layer is built
-
-    return LoraLayer
-
-
 @functools.lru_cache(maxsize=1)
 def fvae_linear_class() -> type:
     """The FVAE-LoRA layer class, a peft `LoraLayer` (built lazily: importing peft costs seconds)."""
-    LoraLayer = _lora_layer_base()
+    from peft.tuners.lora import LoraLayer  # peft imports transformers: only when a layer is built
 
     class _FvaeLinear(nn.Module, LoraLayer):
         adapter_layer_names = ("lora_B", "lora_encoder1", "lora_encoder2", "lora_decoder")
@@ -170,11 +165,13 @@ def fvae_linear_class() -> type:
             self._active_adapter = adapter_name
             self.update_layer(adapter_name, r, lora_alpha, settings)
 
-        def update_layer(self, adapter_name: str, r: int, lora_alpha: float, settings: FvaeSettings,
-                         **kwargs) -> None:
+        # peft's LoraLayer takes a LoraConfig here: our layer is built (and updated) by __init__ alone
+        def update_layer(self, adapter_name: str, r: int, lora_alpha: float,  # type: ignore[override]
+                         settings: FvaeSettings, **kwargs) -> None:
             if r <= 0:
                 raise ValueError(f"the FVAE latent dim r must be positive, got {r}")
-            d, s = self.in_features, settings
+            d, d_out, s = self.in_features, self.out_features, settings
+            assert d is not None and d_out is not None  # LoraLayer's, of the nn.Linear base layer
             self.r[adapter_name], self.lora_alpha[adapter_name] = r, lora_alpha
             # the official layer (AdaLoRA's): scaling = α (r when α <= 0), divided by ranknum + 1e-5
             self.scaling[adapter_name] = scaling_of(r, lora_alpha)
@@ -182,8 +179,9 @@ def fvae_linear_class() -> type:
             self.lora_encoder1[adapter_name] = GaussianEncoder(d, r, s.encoder_hidden, s.encoder_layers, s.dropout)
             self.lora_encoder2[adapter_name] = GaussianEncoder(d, r, s.encoder_hidden, s.encoder_layers, s.dropout)
             self.lora_decoder[adapter_name] = GaussianDecoder(2 * r, d, s.decoder_hidden, s.decoder_layers, s.dropout)
-            self.lora_B[adapter_name] = nn.Linear(r, self.out_features, bias=False)
-            nn.init.normal_(self.lora_B[adapter_name].weight, std=B_INIT_STD)
+            lora_b = nn.Linear(r, d_out, bias=False)
+            self.lora_B[adapter_name] = lora_b
+            nn.init.normal_(lora_b.weight, std=B_INIT_STD)
             self._move_adapter_to_device_of_base_layer(adapter_name)
             self.set_adapter(self.active_adapters)
 
@@ -210,7 +208,9 @@ def fvae_linear_class() -> type:
             for name in self.active_adapters:
                 if name not in self.lora_encoder1:
                     continue
-                flat = x.reshape(-1, x.shape[-1]).to(self.lora_B[name].weight.dtype)
+                lora_b = self.lora_B[name]
+                assert isinstance(lora_b, nn.Linear)  # update_layer's
+                flat = x.reshape(-1, x.shape[-1]).to(lora_b.weight.dtype)
                 mu1, logvar1 = self.lora_encoder1[name](flat)
                 if self.training:
                     s = self.settings[name]
@@ -221,7 +221,7 @@ def fvae_linear_class() -> type:
                     self.last_loss[name] = fvae_layer_loss(flat, x_hat, std, mu1, logvar1, z1, z2, s)
                 else:  # μ₁ at evaluation: encoder 2 and the decoder are training-only cost
                     z1 = mu1
-                delta = self.lora_B[name](z1) * self.scaling[name]
+                delta = lora_b(z1) * self.scaling[name]
                 result = result + delta.reshape(*x.shape[:-1], -1).to(result.dtype)
             return result
 
@@ -263,10 +263,14 @@ def inject(model: nn.Module, kind: str, targets: list[str], rank: int, alpha: fl
     from peft import LoraConfig, inject_adapter_in_model
 
     check_targets(model, targets, rank)
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0)
+    # peft annotates lora_alpha int but only divides it by r: the config's float is kept
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),  # type: ignore[arg-type]
+                        lora_dropout=0.0)
     if kind == "fvae":
         cls = fvae_linear_class()
-        config._register_custom_module({nn.Linear: functools.partial(cls, settings=settings or FvaeSettings())})
+        # peft annotates the mapping's values as classes; it calls them, so a partial is fine
+        config._register_custom_module({nn.Linear: functools.partial(cls, settings=settings  # type: ignore[dict-item]
+                                                                     or FvaeSettings())})
     elif kind != "lora":
         raise ValueError(f"unknown adapter kind {kind!r}: expected 'lora' or 'fvae'")
     with warnings.catch_warnings():
@@ -274,7 +278,7 @@ def inject(model: nn.Module, kind: str, targets: list[str], rank: int, alpha: fl
         return inject_adapter_in_model(config, model)
 
 
-def fvae_layers(model: nn.Module) -> list[nn.Module]:
+def fvae_layers(model: nn.Module) -> list[Any]:  # FvaeLinear, a class built at run time
     cls = fvae_linear_class()
     return [m for m in model.modules() if isinstance(m, cls)]
 

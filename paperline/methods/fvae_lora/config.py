@@ -12,7 +12,7 @@ from paperline.config import MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Variant = Literal["linear_probe", "lora", "fvae_lora", "fvae_no_z1", "fvae_m0", "fvae_kl10"]
-VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
+VARIANTS: tuple[Variant, ...] = Variant.__args__  # type: ignore[attr-defined]
 BASELINE = "lora"
 
 # variant -> (adapter kind, the FVAE settings it changes): the ablations of spec (e)
@@ -158,6 +158,8 @@ class FvaeLoraConfig(MethodConfig):
         """This config with the text block's variants, seeds, adapter, FVAE and training in place
         of the image task's: what train.adapt and summary read for the text rows."""
         t = self.text
+        if t is None:
+            raise ValueError("text_config: this config has no text block")
         return self.model_copy(update={"variants": list(t.variants), "seeds": list(t.seeds), "adapter": t.adapter,
                                        "fvae": t.fvae, "train": t.train, "text": None})
 

@@ -37,7 +37,7 @@ def read_image_folder(folder: str | Path, size: int) -> tuple[np.ndarray, np.nda
         for f in files:
             try:
                 with Image.open(f) as im:
-                    grey = im.convert("L").resize((size, size), Image.BILINEAR)
+                    grey = im.convert("L").resize((size, size), Image.Resampling.BILINEAR)
             except (UnidentifiedImageError, OSError) as err:
                 raise ImageDataError(f"{f}: not a readable image ({err})") from err
             images.append(np.asarray(grey, dtype=np.float32) / 255.0)
@@ -53,6 +53,7 @@ def load_source(cfg: TaskConfig, image_size: int | None) -> tuple[np.ndarray, np
         size = cfg.image_size or image_size
         if size is None:
             raise ImageDataError("task.image_size: an image folder needs a size (or a model that has one)")
+        assert cfg.folder is not None  # TaskConfig's check
         x, y, classes = read_image_folder(cfg.folder, size)
         return x, y, f"folder {cfg.folder} ({len(classes)} classes)"
     x, y = load_images(cfg.source)

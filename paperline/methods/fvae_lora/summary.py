@@ -8,7 +8,9 @@ text_<variant>, their rows likewise, their headline figures prefixed text_."""
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
+from paperline.claims import Claim
 from paperline.methods.fvae_lora import claims as fvae_claims
 from paperline.methods.fvae_lora.config import BASELINE, TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
 from paperline.metrics import MethodMetrics
@@ -65,10 +67,15 @@ def method_metrics(cfg: FvaeLoraConfig, results: dict[str, dict[int, dict]], bac
     primary metric), the text variants' rows after them (text_<variant>), the claims of both
     modalities, figures as the headline (the text task's prefixed text_), a per-seed table; loss
     curves as details."""
-    parts = [("image", "", cfg, {v: results[v] for v in cfg.variants})]
+    parts: list[tuple[str, str, FvaeLoraConfig, dict[str, dict[int, dict]]]] = [
+        ("image", "", cfg, {v: results[v] for v in cfg.variants})]
     if cfg.text is not None:
         parts.append(("text", TEXT_PREFIX, cfg.text_config(), text_results(results)))
-    rows, figures, per_seed, history, claims = {}, {}, {}, {}, []
+    rows: dict[str, dict] = {}
+    figures: dict[str, Any] = {}
+    per_seed: dict[str, dict] = {}
+    history: dict[str, dict] = {}
+    claims: list[Claim] = []
     for modality, prefix, c, res in parts:
         part_rows = {v: row(c, res[v]) for v in c.variants}
         rows |= {prefix + v: r for v, r in part_rows.items()}

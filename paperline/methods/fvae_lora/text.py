@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,7 +97,7 @@ def prepare_text(cfg, seed: int) -> TextData:
     own = Path(cfg.base) / "tokenizer.json"
     if own.is_file():  # a local model with its own vocabulary (a paper profile's): its tokenizer reads the speeches
         tokenizer = read_tokenizer_json(own, max_vocab=vocab, where="text.base", error=DataError)
-        tokens_of = {"tokenizer": sha256_file(own)}
+        tokens_of: dict[str, str | None] = {"tokenizer": sha256_file(own)}
     else:
         corpus = load_corpus(cfg.corpus, 2, vocab)
         tokenizer, tokens_of = corpus.tokenizer(), {"corpus": corpus.meta.get("fingerprint")}
@@ -136,8 +137,8 @@ class LMFeatures(nn.Module):
 
     def __init__(self, lm: nn.Module):
         super().__init__()
-        self.lm = lm
-        self.dim = lm.config.hidden_size
+        self.lm: Any = lm  # a paperline CausalLM or any transformers causal LM (duck-typed below)
+        self.dim = getattr(lm, "config").hidden_size
         self.head = nn.Identity()
 
     def features(self, ids: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ def load_backbone(path: str | Path) -> nn.Module:
         s = ckpt["shape"]
         return load_state(DigitsMLP(s["image_size"], s["hidden"], s["classes"]), ckpt["state_dict"], str(path))
     model = load_classifier(path)
-    model.dim = model.shape["dim"]
+    setattr(model, "dim", model.shape["dim"])  # TaskModel reads a backbone's width as its `dim`
     return model
 
 
@@ -66,7 +67,8 @@ def save_backbone(path: str | Path, model: DigitsMLP, **extra) -> None:
 
 
 def image_size_of(model: nn.Module) -> int:
-    return model.shape["image_size"]
+    shape: dict = getattr(model, "shape")  # DigitsMLP's and a ViT's
+    return shape["image_size"]
 
 
 def train_backbone(split: CleanSplit, cfg: BackboneConfig, seed: int) -> tuple[DigitsMLP, dict]:
@@ -93,11 +95,12 @@ class TaskModel(nn.Module):
 
     def __init__(self, backbone: nn.Module, classes: int = 2):
         super().__init__()
-        self.backbone = copy.deepcopy(backbone)
+        # DigitsMLP, a ViT or a TextBackbone: duck-typed (dim, features, head)
+        self.backbone: Any = copy.deepcopy(backbone)
         self.backbone.head = nn.Identity()
         for p in self.backbone.parameters():
             p.requires_grad_(False)
-        self.head = nn.Linear(backbone.dim, classes)
+        self.head = nn.Linear(getattr(backbone, "dim"), classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone.features(images))

@@ -128,9 +128,34 @@ def wait_for_round_peers(fault_dir: str, server_round: int, partition: int, peer
     return started
 
 
+def global_layer_key(key: str, start: int, first: int) -> str:
+    """A LEFF client's key in the global model: client-local layer j is global layer start + (j − first)
+    (a client sends its block's layers only)."""
+    match = LAYER_KEY.match(key)
+    if match is None:
+        raise ValueError(f"a LEFF client sent {key!r}, not a layer's key")
+    return LAYER_KEY.sub(f"layers.{start + int(match.group(1)) - first}.", key)
+
+
 # --- the client ----------------------------------------------------------------------------------
 
 CLIENT = ClientApp()
+
+
+def text_value(record: ConfigRecord, key: str) -> str:
+    """A string the other side put in `record` (a record's values are typed as any record value)."""
+    value = record[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key}: {value!r} is not a string")
+    return value
+
+
+def number_value(record: ConfigRecord | MetricRecord, key: str) -> int | float:
+    """A number the other side put in `record`."""
+    value = record[key]
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"{key}: {value!r} is not a number")
+    return value
 
 
 def _partition(context: Context) -> int:
@@ -140,9 +165,10 @@ def _partition(context: Context) -> int:
 @CLIENT.query()
 def report(msg: Message, context: Context) -> Message:
     """Step 1 of a LEFF round: the client reports its capacity L_i and its data size D_i."""
-    cfg = LEFFConfig.model_validate_json(msg.content["config"]["cfg"])
+    conf = msg.content.config_records["config"]
+    cfg = LEFFConfig.model_validate_json(text_value(conf, "cfg"))
     partition = _partition(context)
-    shard = client_shard(cfg, float(msg.content["config"]["alpha"]), partition)
+    shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
     return Message(RecordDict({"metrics": MetricRecord({"partition": partition, "capacity": client_capacity(cfg, partition),
                                                         "num-examples": len(shard)})}), reply_to=msg)
 
@@ -153,27 +179,28 @@ def train(msg: Message, context: Context) -> Message:
     the keys the method trains, send those back with the client's costs."""
     start = time.perf_counter()
     torch.set_num_threads(1)  # one core per ClientApp: Ray runs them side by side
-    conf = msg.content["config"]
-    cfg = LEFFConfig.model_validate_json(conf["cfg"])
-    method, server_round, partition = str(conf["method"]), int(conf["server-round"]), _partition(context)
+    conf = msg.content.config_records["config"]
+    cfg = LEFFConfig.model_validate_json(text_value(conf, "cfg"))
+    method, server_round, partition = str(conf["method"]), int(number_value(conf, "server-round")), _partition(context)
     failing = cfg.faulty(method) and cfg.fail_client == partition and server_round == cfg.fail_round
     if conf["fault-dir"]:
-        peers = int(conf["round-clients"]) - 1 if failing else 0
+        peers = int(number_value(conf, "round-clients")) - 1 if failing else 0
         wait_for_round_peers(str(conf["fault-dir"]), server_round, partition, peers, cfg.round_timeout_s / 2)
     if failing:
         if cfg.fail_mode == "kill":  # the ClientApp's process dies mid-round, as a crashed client would
             os._exit(1)
         raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
-    model = CausalLM(CausalLMConfig.from_dict(json.loads(conf["model-config"])))
+    model = CausalLM(CausalLMConfig.from_dict(json.loads(text_value(conf, "model-config"))))
     if method == "fedlora":
         model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)
     elif method == "fedbitfit":
         model = add_zero_biases(model)
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict(), strict=False)
-    block = range(int(conf["block-first"]), int(conf["block-first"]) + int(conf["block-size"]))
+    model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict(), strict=False)
+    first = int(number_value(conf, "block-first"))
+    block = range(first, first + int(number_value(conf, "block-size")))
     keys = trainable_keys(method, [n for n, _ in model.named_parameters()], block)
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
-    shard = client_shard(cfg, float(conf["alpha"]), partition)
+    shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
     metrics = local_train(model, keys, shard, cfg.local_steps, cfg.batch_size, cfg.lr, generator)
     state = model.state_dict()
     sent = {k: state[k].detach().clone() for k in keys}
@@ -241,9 +268,10 @@ class FederatedFineTuning(Strategy):
         for reply in grid.send_and_receive(messages, timeout=timeout):
             if reply.has_error():
                 continue  # a client that cannot answer is never sampled
-            m = reply.content["metrics"]
-            self.nodes[reply.metadata.src_node_id] = {"partition": int(m["partition"]), "capacity": int(m["capacity"]),
-                                                      "num-examples": int(m["num-examples"])}
+            m = reply.content.metric_records["metrics"]
+            self.nodes[reply.metadata.src_node_id] = {"partition": int(number_value(m, "partition")),
+                                                      "capacity": int(number_value(m, "capacity")),
+                                                      "num-examples": int(number_value(m, "num-examples"))}
         self.run.clients = len(self.nodes)
         L = self.model.config.num_layers
         for node in self.nodes.values():
@@ -297,9 +325,8 @@ class FederatedFineTuning(Strategy):
                 continue
             sent = reply.content["arrays"].to_torch_state_dict()
             plan = self.plans[node]
-            if self.rule is not None:  # client-local layer j is global layer start + (j − first)
-                sent = {LAYER_KEY.sub(f"layers.{plan['block_start'] + int(LAYER_KEY.match(k).group(1)) - plan['block_first']}.", k): v
-                        for k, v in sent.items()}
+            if self.rule is not None:
+                sent = {global_layer_key(k, plan["block_start"], plan["block_first"]): v for k, v in sent.items()}
             m = reply.content["metrics"]
             updates.append((float(m["num-examples"]), sent))
             clients.append({"partition": int(m["partition"]), "capacity": self.nodes[node]["capacity"],

@@ -35,7 +35,9 @@ def layer_importance(model: CausalLM, x: torch.Tensor, y: torch.Tensor) -> torch
     squared vs absolute undecoded [I]), summed over the layer's parameters."""
     model.zero_grad(set_to_none=True)
     model(x, labels=y).loss.backward()
-    scores = torch.stack([sum(((p.grad * p.detach()) ** 2).sum() for p in layer.parameters() if p.grad is not None)
+    # as_tensor: the sum (a tensor once a parameter has a gradient) unchanged, typed as one
+    scores = torch.stack([torch.as_tensor(sum(((p.grad * p.detach()) ** 2).sum() for p in layer.parameters()
+                                              if p.grad is not None))
                           for layer in model.layers])
     model.zero_grad(set_to_none=True)
     return scores.detach()
@@ -65,6 +67,8 @@ def choose_block(rule: str, layer_scores: torch.Tensor | None, size: int, num_la
     round-robin ((round + client) cycles through the starts, so clients cover different blocks)."""
     starts = num_layers - size + 1
     if rule == "importance":
+        if layer_scores is None:
+            raise ValueError("block rule 'importance' needs the layer scores")
         return int(torch.multinomial(block_probabilities(layer_scores, size), 1, generator=generator))
     if rule == "random":
         return int(torch.randint(starts, (1,), generator=generator))
@@ -201,8 +205,12 @@ def add_lora(model: CausalLM, rank: int, alpha: float) -> CausalLM:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, target_modules=LORA_TARGETS,
-                                                  lora_dropout=0.0), model)
+        # peft annotates lora_alpha int but only divides it by r: the config's float is kept
+        config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=LORA_TARGETS,  # type: ignore[arg-type]
+                            lora_dropout=0.0)
+        lora_model = inject_adapter_in_model(config, model)
+    assert isinstance(lora_model, CausalLM)  # peft injects in place and returns the model it was given
+    return lora_model
 
 
 def trainable_keys(method: str, state_keys, block: range | None = None) -> list[str]:
@@ -214,6 +222,8 @@ def trainable_keys(method: str, state_keys, block: range | None = None) -> list[
     if method == "fedbitfit":
         return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")]
     if method.startswith("leff"):
+        if block is None:
+            raise ValueError(f"method {method!r} trains a block: none given")
         return [k for k in state_keys if (m := LAYER_KEY.match(k)) and int(m.group(1)) in block]
     raise ValueError(f"method {method!r}")
 
@@ -242,5 +252,6 @@ def aggregate(global_state: dict[str, torch.Tensor],
         senders = [(w, s[key]) for w, s in updates if key in s]
         if senders:
             total = sum(w for w, _ in senders)
-            out[key] = sum(w * t.to(global_state[key].dtype) for w, t in senders) / total
+            # as_tensor: the sum of the (non-empty) senders' tensors unchanged, typed as one
+            out[key] = torch.as_tensor(sum(w * t.to(global_state[key].dtype) for w, t in senders)) / total
     return out

@@ -11,7 +11,10 @@ from paperline.config import MethodConfig, ProjectPath, StrictModel
 from paperline.methods.lota_qaf.quant import BIT_WIDTHS
 
 PositiveInt = Annotated[int, Field(ge=1)]
-METHODS = ("lota", "lora", "qalora")  # the recovery methods, each after the quantised model
+TaskName = Literal["digits", "lm"]
+MethodName = Literal["lota", "lora", "qalora"]
+TASKS: tuple[TaskName, ...] = ("digits", "lm")
+METHODS: tuple[MethodName, ...] = ("lota", "lora", "qalora")  # the recovery methods, each after the quantised model
 
 
 class LotaSettings(StrictModel):
@@ -72,11 +75,11 @@ class LotaQafConfig(MethodConfig):
     """`seeds` (MethodConfig's): each recovery's seeds (the adapter's initialisation and batches),
     from the one quantised model; `seed` splits the digits and initialises and trains the float MLP."""
 
-    tasks: list[Literal["digits", "lm"]] = Field(default_factory=lambda: ["digits", "lm"], min_length=1)
+    tasks: list[TaskName] = Field(default_factory=lambda: list(TASKS), min_length=1)
     bits: list[int] = Field(default_factory=lambda: [4, 3, 2], min_length=1)
     quantizer: Literal["rtn", "gptq"] = "gptq"
     gptq_damp: float = Field(0.01, gt=0)
-    methods: list[Literal["lota", "lora", "qalora"]] = Field(default_factory=lambda: list(METHODS), min_length=1)
+    methods: list[MethodName] = Field(default_factory=lambda: list(METHODS), min_length=1)
     lota: LotaSettings = LotaSettings()
     lora: AdapterSettings = AdapterSettings()
     qalora: AdapterSettings = AdapterSettings()

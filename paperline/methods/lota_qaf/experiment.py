@@ -187,9 +187,13 @@ def quantize_model(model: nn.Module, targets: list[str], bits: int, group_size: 
             raise QuantError("quantizer gptq: no calibration batches")
         names = execution_order(quantized, names, calibration[0])
     for name in names:
-        layer = quantized.get_submodule(name)  # still the float nn.Linear
-        w = (quantize_gptq(layer.weight, layer_hessian(quantized, name, calibration), bits, group_size, damp)
-             if quantizer == "gptq" else quantize_rtn(layer.weight, bits, group_size))
+        layer = quantized.get_submodule(name)
+        assert isinstance(layer, nn.Linear)  # still the float one
+        if quantizer == "gptq":
+            assert calibration  # checked above
+            w = quantize_gptq(layer.weight, layer_hessian(quantized, name, calibration), bits, group_size, damp)
+        else:
+            w = quantize_rtn(layer.weight, bits, group_size)
         replace_module(quantized, name, QuantLinear(w, layer.bias))
     return quantized.requires_grad_(False)
 
@@ -226,17 +230,19 @@ def dequantized_float_model(quantized: nn.Module) -> nn.Module:
 def peft_lora(model: nn.Module, names: list[str], s: AdapterSettings):
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=s.rank, lora_alpha=s.alpha, lora_dropout=0.0,
+    # peft annotates lora_alpha int but only divides it by r: the config's float is kept
+    return get_peft_model(model, LoraConfig(r=s.rank, lora_alpha=s.alpha, lora_dropout=0.0,  # type: ignore[arg-type]
                                             target_modules=names, bias="none"))
 
 
 def wrap(quantized: nn.Module, method: str, lota: LotaSettings, adapter: AdapterSettings,
          generator: torch.Generator):
     """(the model to train, its optimizer factory) for `method` over a copy of the quantised model."""
-    names = list(quant_layers(quantized))
+    layers = quant_layers(quantized)
+    names = list(layers)
     if method == "lora":
         for name in names:  # peft's rank check is lazy: fail here with our key, before training
-            layer = quantized.get_submodule(name)
+            layer = layers[name]
             if adapter.rank > min(layer.in_features, layer.out_features):
                 raise QuantError(f"lora.rank: rank {adapter.rank} above the width of {name} "
                                  f"({layer.in_features} → {layer.out_features})")
@@ -246,9 +252,10 @@ def wrap(quantized: nn.Module, method: str, lota: LotaSettings, adapter: Adapter
     model = copy.deepcopy(quantized).requires_grad_(False)
     for name in names:
         base = model.get_submodule(name)
-        layer = (LotaLinear(base, lota.rank, lota.threshold(), generator) if method == "lota"
-                 else QALoraLinear(base, adapter.rank, adapter.alpha, generator))
-        replace_module(model, name, layer)
+        assert isinstance(base, QuantLinear)
+        adapted = (LotaLinear(base, lota.rank, lota.threshold(), generator) if method == "lota"
+                   else QALoraLinear(base, adapter.rank, adapter.alpha, generator))
+        replace_module(model, name, adapted)
     if method == "lota":
         return model, lambda params, steps: TSignSGD(params, steps)
     return model, lambda params, steps: torch.optim.AdamW(params, lr=adapter.lr, weight_decay=0.0)
@@ -258,6 +265,9 @@ def merge(model: nn.Module, method: str, quantized: nn.Module) -> nn.Module:
     """The int-b model after the merge: LoTA and QA-LoRA merge layer by layer; LoRA is merged by
     peft in float (W + sBA), then rounded onto the quantised model's fixed grid (naive merge)."""
     if method == "lora":
+        from peft import PeftModel
+
+        assert isinstance(model, PeftModel)  # wrap's
         merged = model.merge_and_unload()
         for name, grid in quant_layers(quantized).items():
             layer = merged.get_submodule(name)

@@ -45,6 +45,11 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 class QuantLinear(nn.Module):
+    q: torch.Tensor  # the buffers registered below
+    scale: torch.Tensor
+    zero: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None = None):
         super().__init__()
         self.bits, self.group_size = weight.bits, weight.group_size
@@ -146,6 +151,8 @@ class QALoraLinear(nn.Module):
     """QA-LoRA-style (Xu et al. 2023): y = base(x) + (α/r) · B A · avgpool_g(x). Its weight update
     (α/r)(BA)_{j,g}/|g| is constant over each group's inputs, so it merges into the zero points:
     z′_g = z_g − Δ_g / s_g (rounded to the stored 16-bit type: the one source of a merge gap)."""
+
+    pool: torch.Tensor  # a buffer (registered in __init__)
 
     def __init__(self, base: QuantLinear, rank: int, alpha: float, generator: torch.Generator | None = None):
         super().__init__()

@@ -29,11 +29,12 @@ class LotaData:
 
 def check_targets(model: nn.Module, targets: list[str], cfg: LotaQafConfig, section: str) -> list[str]:
     """The target layers exist and every adapter rank fits their width (errors name the key)."""
-    from paperline.methods.lota_qaf.layers import select_targets
+    from paperline.methods.lota_qaf.layers import QuantLinear, select_targets
 
     names = select_targets(model, targets, key=f"{section}.target_modules")
     for name in names:
         layer = model.get_submodule(name)
+        assert isinstance(layer, (nn.Linear, QuantLinear))  # what select_targets selects
         width = min(layer.in_features, layer.out_features)
         for method in cfg.methods:
             rank = getattr(cfg, method).rank
@@ -61,6 +62,8 @@ def open_data(cfg: LotaQafConfig, lm_dir: str | None) -> LotaData:
     if "lm" in cfg.tasks:
         from paperline.train.lm_base import load_causal_lm
 
+        if lm_dir is None:
+            raise QuantError("the lm task needs its model: lm.model_dir or the lm-base stage's folder")
         model = load_causal_lm(lm_dir)
         _, _, text_files = lm_tokens(cfg, lm_dir, model.config.vocab_size)
         check_targets(model, cfg.lm.target_modules, cfg, "lm")
@@ -109,7 +112,9 @@ def build_task(cfg: LotaQafConfig, name: str, data: LotaData):
     from paperline.methods.lota_qaf.experiment import digits_task, lm_task
 
     if name == "digits":
+        assert data.digits is not None  # open_data's, for the digits task
         return digits_task(*data.digits, cfg.digits.batch_size)
+    assert data.lm_dir is not None  # open_data's, for the lm task
     train, val, _ = lm_tokens(cfg, data.lm_dir, None)  # checked against the model in open_data
     return lm_task(train, val, cfg.lm.block_size, cfg.lm.batch_size, cfg.lm.eval_windows,
                    cfg.lm.calibration_windows)
@@ -123,12 +128,14 @@ def float_model(cfg: LotaQafConfig, name: str, data: LotaData, checkpoint: Path)
     if name == "lm":
         from paperline.train.lm_base import load_causal_lm
 
+        assert data.lm_dir is not None  # open_data's, for the lm task
         return load_causal_lm(data.lm_dir, dtype=torch.float32).eval(), {}
     model = make_float_mlp(cfg)
     if checkpoint.is_file():
         model.load_state_dict(torch.load(checkpoint, weights_only=True))
         return model.eval(), {}
     task = build_task(cfg, name, data)
+    assert data.digits is not None  # open_data's, for the digits task
     started = time.perf_counter()
     steps_per_epoch = max(1, len(data.digits[0]) // cfg.digits.batch_size)
     losses = train_float_mlp(model, task, cfg.digits.epochs, steps_per_epoch, cfg.digits.lr,

@@ -10,8 +10,15 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from paperline.io import atomic_path  # noqa: E402
-from paperline.metrics import MethodMetrics  # noqa: E402
+from paperline.metrics import MethodMetrics, Scalar  # noqa: E402
 from paperline.plots import save_figure  # noqa: E402
+
+
+def score(value: Scalar) -> float:
+    """A cell of a by-bits table: a score (summary.tables')."""
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"a by-bits table holds scores, not {value!r}")
+    return value
 
 
 def plot_by_bits(metrics: MethodMetrics, table: str, path: Path) -> Path:
@@ -22,16 +29,16 @@ def plot_by_bits(metrics: MethodMetrics, table: str, path: Path) -> Path:
     width = 0.8 / len(columns)
     for i, column in enumerate(columns):
         xs = [j + i * width for j in range(len(rows))]
-        ax.bar(xs, [r[column] for r in rows.values()], width, label=column,
+        ax.bar(xs, [score(r[column]) for r in rows.values()], width, label=column,
                hatch="//" if column.endswith("_unmerged") else None)
     for j, r in enumerate(rows.values()):
-        ax.hlines(r["float"], j - width / 2, j + 0.8 - width / 2, colors="k", linestyles="--")
+        ax.hlines(score(r["float"]), j - width / 2, j + 0.8 - width / 2, colors="k", linestyles="--")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))], list(rows))
     ax.set(xlabel="weight bits", ylabel=table.split("_", 1)[1], title=f"{table} (dashed: float)")
     if table.endswith("perplexity"):
         ax.set_yscale("log")
     else:
-        lo = min(v for r in rows.values() for v in r.values())
+        lo = min(score(v) for r in rows.values() for v in r.values())
         ax.set_ylim(max(0.0, lo - 0.05), 1.0)
     ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, path)

@@ -17,8 +17,8 @@ Fraction = Annotated[float, Field(ge=0, lt=1)]
 # calculate_shapley() computes: its cooperative term is multiplied by 0.0 (spec §f).
 Estimator = Literal["magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_signed", "paper_sign",
                     "model_shapley_empirical", "random"]
-ESTIMATORS: tuple[str, ...] = ("magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_signed",
-                               "paper_sign", "model_shapley_empirical", "random")
+ESTIMATORS: tuple[Estimator, ...] = ("magnitude", "grad_weight", "obd", "model_shapley", "model_shapley_signed",
+                                      "paper_sign", "model_shapley_empirical", "random")
 
 
 class DigitsConfig(StrictModel):
@@ -89,7 +89,7 @@ class ModelShapleyConfig(MethodConfig):
                                             min_length=2)
     finetune: FinetuneConfig = FinetuneConfig()
     # a dict, not LMConfig(): the default is validated with the project root like a given section
-    lm: LMConfig = Field(default_factory=dict)
+    lm: LMConfig = Field(default_factory=dict)  # type: ignore[assignment]  # validated into an LMConfig
     timing_repeats: PositiveInt = 5  # estimator step vs training step: median of this many
     threads: PositiveInt = 1
 

@@ -136,6 +136,7 @@ def hidden_activations(model: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
 def masked_outputs(model: nn.Sequential, hidden: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     """Logits (K, N, 10) with the absent neurons of each mask (K, h) zeroed."""
     head = model[2]
+    assert isinstance(head, nn.Linear)
     with torch.no_grad():
         return torch.einsum("nh,kh,oh->kno", hidden, masks.to(hidden.dtype), head.weight) + head.bias
 
@@ -171,6 +172,7 @@ def finetune_units(model: nn.Sequential, units: list[int], train: Split, test: S
     for p in tuned.parameters():
         p.requires_grad_(False)
     layer = tuned[0]
+    assert isinstance(layer, nn.Linear)
     layer.weight.requires_grad_(True)
     layer.bias.requires_grad_(True)
     keep = torch.zeros(layer.out_features, dtype=torch.bool)
@@ -189,6 +191,7 @@ def finetune_units(model: nn.Sequential, units: list[int], train: Split, test: S
         idx = torch.randint(len(train.y), (batch_size,), generator=generator)
         optimizer.zero_grad(set_to_none=True)
         mean_ce(tuned, train.x[idx], train.y[idx]).backward()
+        assert layer.weight.grad is not None and layer.bias.grad is not None  # the backward's
         layer.weight.grad[~keep] = 0  # only the selected neurons move (Adam keeps zero-grad rows still)
         layer.bias.grad[~keep] = 0
         optimizer.step()

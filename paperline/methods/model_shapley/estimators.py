@@ -126,6 +126,8 @@ def formed_fisher(batches: list[torch.Tensor], fisher_rho: float | None) -> torc
     for seen, grads in enumerate(batches):
         flat = grads.to(torch.float64).flatten(1)
         fisher = _running(fisher, flat.T @ flat / len(flat), seen, fisher_rho)
+    if fisher is None:
+        raise ValueError("no gradient batches")
     return fisher
 
 
@@ -140,6 +142,9 @@ class Attribution:
     def scores(self, name: str) -> dict[str, torch.Tensor]:
         theta, state = self.theta[name].to(torch.float64), self.states[name]
         fisher = self.fisher.get(name, state)
+        # every block's statistics have seen a batch (attribute's)
+        assert state.grad is not None and state.f_theta is not None
+        assert fisher.f_theta is not None and fisher.f_diag is not None
         return {"magnitude": theta.abs(),
                 "grad_weight": theta * state.grad,
                 "obd": 0.5 * theta.square() * fisher.f_diag,
@@ -190,7 +195,8 @@ class LinearGradCapture:
     gradients (`per_example`)."""
 
     def __init__(self, layers: dict[str, nn.Linear]):
-        self.layers, self.seen = layers, {}
+        self.layers = layers
+        self.seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # name → (input, output)
         self.handles = [layer.register_forward_hook(self._hook(name)) for name, layer in layers.items()]
 
     def _hook(self, name: str):

@@ -192,7 +192,8 @@ def train_lm(cfg: ModelShapleyConfig, data: ShapleyData, checkpoint: Path, devic
     attribution = estimators.attribute(model, lm.neuron_blocks(model), batches, lm.lm_loss, e.fisher_rho, sampled,
                                        progress=progress, description="lm fisher")
     units = {k: v.tolist() for k, v in lm.unit_scores(attribution, cfg.lm.shape.num_layers).items()}
-    times = cost.step_times(model, lm.neuron_blocks, *batches[0], lm.lm_loss, sampled, e.fisher_rho, cfg.timing_repeats)
+    x, y = batches[0]
+    times = cost.step_times(model, lm.neuron_blocks, x, y, lm.lm_loss, sampled, e.fisher_rho, cfg.timing_repeats)
     return {"val_loss": result["val_loss"], "val_perplexity": result["val_perplexity"],
             "history": result["history"], "train_time_s": result["train_time_s"], "units": units,
             "aggregates": lm.head_and_layer_phi(attribution, cfg.lm.shape.num_layers, cfg.lm.shape.head_dim),

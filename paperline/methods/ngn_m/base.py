@@ -49,10 +49,12 @@ class EpochBatches:
             raise ValueError(f"batch_size {batch_size} exceeds the {n} training examples")
         self.n, self.batch_size, self.seed = n, batch_size, seed
         self.steps_per_epoch = n // batch_size
-        self._epoch, self._perm = -1, None
+        self._epoch = -1
+        self._perm: torch.Tensor | None = None  # this epoch's order
 
     def indices(self, step: int) -> torch.Tensor:
         epoch, within = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             self._epoch, self._perm = epoch, epoch_permutation(self.n, self.seed, epoch)
+        assert self._perm is not None  # set at the first step (epoch 0 ≠ −1)
         return self._perm[within * self.batch_size:(within + 1) * self.batch_size]

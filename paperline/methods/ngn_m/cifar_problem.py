@@ -46,7 +46,8 @@ class CifarResNet(Problem):
         self.batches = EpochBatches(len(self.y), cfg.batch_size, seed)
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total_steps = cfg.epochs * self.steps_per_epoch
-        self._aug_epoch, self._aug = -1, None
+        self._aug_epoch = -1
+        self._aug: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # this epoch's
 
     def parameters(self):
         return list(self.model.parameters())
@@ -69,6 +70,7 @@ class CifarResNet(Problem):
             flips = torch.rand(n, generator=g) < 0.5
             self._aug_epoch = epoch
             self._aug = (offsets[0].to(self.device), offsets[1].to(self.device), flips.to(self.device))
+        assert self._aug is not None  # drawn at the first epoch (0 ≠ −1)
         return self._aug
 
     def batch(self, step):

@@ -17,7 +17,7 @@ from paperline.config import MethodConfig, ProjectPath, StrictModel
 
 PositiveInt = Annotated[int, Field(ge=1)]
 OptimizerName = Literal["sgd", "sgdm", "adam", "ngn", "ngn_m", "ngn_md"]
-ALL_OPTIMIZERS: list[str] = ["sgd", "sgdm", "adam", "ngn", "ngn_m", "ngn_md"]
+ALL_OPTIMIZERS: list[OptimizerName] = ["sgd", "sgdm", "adam", "ngn", "ngn_m", "ngn_md"]
 PROBLEM_KINDS = ("least_squares", "rosenbrock", "digits", "cifar", "text_lm")
 
 

@@ -36,7 +36,8 @@ class TextLM(Problem):
                                 attention="mha", num_heads=cfg.n_head, head_dim=cfg.n_embd // cfg.n_head,
                                 max_position_embeddings=cfg.block_size)
         with seeded_init(seed):  # transformers' init draws from the global RNG; runs train in threads
-            self.model = CausalLM(config).to(device)
+            self.model = CausalLM(config)
+            self.model.to(device)  # type: ignore[arg-type]  # in place; transformers types its `to` unbound
         self.total_steps = cfg.steps
 
     def parameters(self):

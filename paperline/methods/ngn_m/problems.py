@@ -174,6 +174,7 @@ def build_problem(name: str, cfg: Any, seed: int, device: torch.device | None = 
     """Problem `name` (of kind cfg.kind) for one run; the caller resolves the data paths of the
     real-data kinds (absolute paths in cfg)."""
     device = device or torch.device("cpu")
+    problem: Problem
     if cfg.kind == "least_squares":
         problem = LeastSquares(cfg, seed)
     elif cfg.kind == "rosenbrock":

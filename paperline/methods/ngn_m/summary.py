@@ -12,6 +12,7 @@ it, so one good point alone counts 0 and the resolution is the grid's spacing.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -106,12 +107,17 @@ def seed_decades(v: VariantResult, band: float) -> dict[int, float]:
     """Each seed's decades of c within the band of its own best (a diverged run counts outside)."""
     metric, higher = PRIMARY_METRIC[v.kind]
     finals = v.finals(metric)
-    return {s: band_decades(v.c_values, finals[:, j], higher, band)["decades"] for j, s in enumerate(seed_columns(v))}
+    out: dict[int, float] = {}
+    for j, s in enumerate(seed_columns(v)):
+        decades = band_decades(v.c_values, finals[:, j], higher, band)["decades"]
+        assert isinstance(decades, float)  # band_decades' decades are always a float
+        out[s] = decades
+    return out
 
 
 
 def method_metrics(rows: dict[str, dict], variants: list[VariantResult], band: float, profile: str,
-                   claims: list[Claim] = ()) -> MethodMetrics:
+                   claims: Sequence[Claim] = ()) -> MethodMetrics:
     """metrics/ngn_m.json from `summarize`'s rows: a row per optimizer (its MLflow run, under which
     its per-problem sweeps nest), SGDM the baseline, the primary metric the decades of c within the
     band averaged over the problems (higher: more robust to the step size); the claims (computed from
@@ -143,7 +149,7 @@ def variant_curves(result: VariantResult) -> dict[str, tuple[list, list]]:
     """The curves of one (problem, optimizer) sweep, {key: (steps, values)}: final metrics against
     the c index, and the first seed's minibatch loss and γ_k against the step at every c."""
     index = list(range(len(result.c_values)))
-    curves = {"diverged_seeds_by_c_index": (index, [int(n) for n in result.diverged()])}
+    curves: dict[str, tuple[list, list]] = {"diverged_seeds_by_c_index": (index, [int(n) for n in result.diverged()])}
     for m in dict.fromkeys(["loss", PRIMARY_METRIC[result.kind][0]]):
         curves[f"final_{m}_by_c_index"] = (index, [float(x) for x in seed_mean(result, m)])
     for r in result.first_seed_runs():
@@ -159,7 +165,8 @@ def sweep_table(variants: list[VariantResult], problem: str) -> tuple[list[str],
     of_problem = [v for v in variants if v.problem == problem]
     c_values = of_problem[0].c_values
     metrics = ["loss"] + (["accuracy"] if PRIMARY_METRIC[of_problem[0].kind][0] == "accuracy" else [])
-    header, columns = ["c"], [c_values]
+    header = ["c"]
+    columns: list[list] = [c_values]
     for v in of_problem:
         for m in metrics:
             header.append(f"{v.optimizer}_{m}")

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from paperline.methods.ngn_m.config import NGNMConfig
+from paperline.methods.ngn_m.config import CifarConfig, NGNMConfig, TextLMConfig
 from paperline.methods.ngn_m.optimizers import NGN_FAMILY, make_optimizer
 from paperline.methods.ngn_m.problems import CPU_PROBLEMS, Problem, build_problem
+from paperline.optim.ngn import NGNM
+from paperline.optim.ngn_md import NGNMD
 from paperline.train.checkpoint import Resumable
 from paperline.train.records import finished_unit
 
@@ -97,6 +99,7 @@ def train_run(problem: Problem, optimizer: str, c: float, cfg: NGNMConfig, *, se
             trace["trace_steps"].append(step)
             trace["loss"].append(float(loss))
             if optimizer in NGN_FAMILY:
+                assert isinstance(opt, (NGNM, NGNMD))  # make_optimizer's
                 trace["gamma"].append(opt.last_gamma[0])
                 trace["cap"].append(opt.last_step_cap)
         step += 1
@@ -104,9 +107,10 @@ def train_run(problem: Problem, optimizer: str, c: float, cfg: NGNMConfig, *, se
         if run.due(step, problem.total_steps):
             run.save({"step": step, "trace": trace})
     bar.close()
-    final = problem.evaluate()
-    if diverged or not math.isfinite(final["loss"]):
-        diverged, final["loss"] = True, math.inf
+    evaluated = problem.evaluate()
+    if diverged or not math.isfinite(evaluated["loss"]):
+        diverged, evaluated["loss"] = True, math.inf
+    final: dict[str, float | None] = dict(evaluated)
     return RunResult(problem.name, optimizer, c, seed, final, diverged, step, run.elapsed(), **trace)
 
 
@@ -165,6 +169,7 @@ def run_variant(cfg: NGNMConfig, problem_name: str, optimizer: str, out_dir: Pat
     """Every (c, seed) of one (problem, optimizer); finished runs already in out_dir are reused."""
     pcfg = cfg.problems[problem_name]
     if pcfg.kind not in CPU_PROBLEMS:
+        assert isinstance(pcfg, (CifarConfig, TextLMConfig))  # the kinds that read data
         pcfg = pcfg.model_copy(update={"data_dir": str(resolve_data_dir(pcfg.data_dir, root))})
         run_device = device or torch.device("cpu")
     else:

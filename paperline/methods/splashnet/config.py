@@ -7,7 +7,7 @@ SplashNet) and the variants of the ablation. The data prep stages (`semg-session
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 # The ablation: each single SplashNet change added to the baseline, and the two SplashNet configs.
 VariantName = Literal["baseline", "rtn", "acm", "split_share", "six_bands", "splashnet_mini", "splashnet"]
+VARIANTS: tuple[VariantName, ...] = get_args(VariantName)  # in VARIANT_CHANGES' order
+SizeName = Literal["baseline", "splashnet_mini", "splashnet"]
 VARIANT_CHANGES: dict[str, dict[str, bool]] = {
     "baseline": {},
     "rtn": {"rtn": True},
@@ -28,7 +30,7 @@ VARIANT_CHANGES: dict[str, dict[str, bool]] = {
     "splashnet": {"rtn": True, "acm": True, "share": True, "six_bands": True},
 }
 # which model size each variant uses (single changes keep the baseline's sizes)
-VARIANT_SIZE = {"splashnet_mini": "splashnet_mini", "splashnet": "splashnet"}
+VARIANT_SIZE: dict[str, SizeName] = {"splashnet_mini": "splashnet_mini", "splashnet": "splashnet"}
 
 
 class GeneratorConfig(StrictModel):
@@ -89,10 +91,10 @@ class ModelSize(StrictModel):
 
 class SplashNetConfig(MethodConfig):
     data: DataConfig = DataConfig()
-    variants: list[VariantName] = Field(default=list(VARIANT_CHANGES), min_length=1)
+    variants: list[VariantName] = Field(default=list(VARIANTS), min_length=1)
     # `seeds` (MethodConfig's): every variant is trained once per seed (model init, window order, augmentation) and compared
     # on the mean: one seed of a smoke-sized CTC fit moves zero-shot CER by tens of points (issue 25)
-    sizes: dict[Literal["baseline", "splashnet_mini", "splashnet"], ModelSize]
+    sizes: dict[SizeName, ModelSize]
     kernel_width: PositiveInt = 32
     # windows in samples at 2 kHz (emg2qwerty: 8000 with 1800 past and 200 future padding)
     window_samples: PositiveInt = 8000

@@ -87,7 +87,9 @@ class CTCModule(L.LightningModule):
         self.val_history = [tuple(h) for h in checkpoint.get("val_history", [])]
 
     def on_train_epoch_start(self) -> None:
-        dataset = self.trainer.train_dataloader.dataset
+        loader = self.trainer.train_dataloader
+        assert loader is not None  # the epoch's
+        dataset = loader.dataset
         if hasattr(dataset, "set_epoch"):
             dataset.set_epoch(self.current_epoch)
 
@@ -102,8 +104,9 @@ def _greedy_and_ctc_loss(emissions: torch.Tensor, reference: list[int]) -> tuple
     """One sequence's (T, C) emissions: the greedy labels and the summed CTC loss of `reference`
     (the held-out CTC loss per label: a continuous measure while greedy CER is saturated)."""
     targets = torch.tensor(reference, dtype=torch.long, device=emissions.device)
-    loss = nn.functional.ctc_loss(emissions, targets, (len(emissions),), (len(reference),), blank=BLANK,
-                                  reduction="sum", zero_infinity=True)
+    # the lengths as tuples (documented; the stubs say Tensor)
+    loss = nn.functional.ctc_loss(emissions, targets, (len(emissions),), (len(reference),),  # type: ignore[arg-type]
+                                  blank=BLANK, reduction="sum", zero_infinity=True)
     return greedy_decode(emissions), float(loss)
 
 

@@ -174,7 +174,7 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def count_flops(model: nn.Module, frames: int) -> int:
+def count_flops(model: TDSConvCTC, frames: int) -> int:
     """FLOPs of one forward pass over `frames` feature frames, batch 1 (torch's FlopCounterMode:
     matmuls and convolutions, 2 per multiply-add; norms and activations are not counted)."""
     from torch.utils.flop_counter import FlopCounterMode

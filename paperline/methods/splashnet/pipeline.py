@@ -87,7 +87,7 @@ def paper_model_table(frames: int = 497) -> dict[str, dict[str, float]]:
     paper = SplashNetConfig(sizes={"baseline": {"mlp_features": [384], "block_channels": [24, 24, 24, 24]},
                                    "splashnet_mini": {"mlp_features": [384], "block_channels": [24, 24, 24, 24]},
                                    "splashnet": {"mlp_features": [528], "block_channels": [24, 24, 48, 48]}})
-    rows = {}
+    rows: dict[str, dict[str, float]] = {}
     for variant in ("baseline", "splashnet_mini", "splashnet"):
         model = TDSConvCTC(model_spec(paper, variant))
         rows[variant] = {"params": count_parameters(model), "flops": count_flops(model, frames)}
@@ -141,13 +141,14 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
     histories = ckpt_dir / "histories.pt"
     last_checkpoint = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
                                       every_n_train_steps=cfg.checkpoint_every)
-    callbacks = [last_checkpoint] + ([_SaveHistories(histories)] if spawned else [])
+    callbacks: list[Callback] = [last_checkpoint] + ([_SaveHistories(histories)] if spawned else [])
     val_loader, best_checkpoint = None, None
     if val:
         val_loader = DataLoader(_WholeSessions(val), batch_size=1, collate_fn=collate)
         best_checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_cer", mode="min",
                                           save_top_k=1, save_last=False)
         callbacks.append(best_checkpoint)
+    hardware: dict[str, Any]
     if distributed is None:  # this process's device, as the task holds it
         hardware = {"accelerator": "gpu" if device.type == "cuda" else "cpu",
                     "devices": [device.index or 0] if device.type == "cuda" else 1}
@@ -167,6 +168,7 @@ def _fit(module: CTCModule, dataset: WindowDataset, cfg: SplashNetConfig, max_st
     if spawned:  # the fit ran in spawned processes: Lightning brought the weights back, the curves
         module.on_load_checkpoint(torch.load(histories, weights_only=False))  # rank 0's file
     if val:
+        assert best_checkpoint is not None  # made above when there is a validation set
         best = best_checkpoint.best_model_path
         if best:
             module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])

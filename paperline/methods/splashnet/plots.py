@@ -85,8 +85,8 @@ def plot_cer(rows: dict[str, dict[str, Any]], per_seed: dict[str, dict[str, dict
     ax.set_xticks(x, variants, rotation=20)
     ax.set_ylabel("CER (%)")
     ax.legend(fontsize=7)
-    seeds = sorted({s for v in per_seed.values() for s in v}, key=lambda s: (len(s), s))
-    ax.set_title(f"CER per variant: mean over seeds {', '.join(seeds)} (bars), each seed (points)")
+    seed_names = sorted({s for v in per_seed.values() for s in v}, key=lambda s: (len(s), s))
+    ax.set_title(f"CER per variant: mean over seeds {', '.join(seed_names)} (bars), each seed (points)")
     return save_figure(fig, path)
 
 

@@ -28,7 +28,7 @@ def load_digits_split(test_fraction: float, split_seed: int = 0) -> DigitsSplit:
     """A stratified train/test split (the same for a given split_seed on every machine)."""
     x, y = read_digits()
     rng = np.random.default_rng(split_seed)
-    test_idx = []
+    test_idx: list[int] = []
     for label in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == label))
         test_idx.extend(idx[: round(test_fraction * len(idx))])

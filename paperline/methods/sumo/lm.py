@@ -19,13 +19,14 @@ would split the matrices the low-rank optimizers project (`refuse_fsdp`).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from paperline.data.c4 import C4Tokenizer, train_batches, validation_batches
-from paperline.methods.sumo.config import LLAMA_SIZES, LlamaC4Config, SumoConfig
+from paperline.methods.sumo.config import LLAMA_SIZES, LlamaC4Config, OptimizerName, SumoConfig
 from paperline.methods.sumo.optimizers import OptimizerFactory, build_optimizer, read_record, refuse_fsdp, state_formula
 from paperline.methods.sumo.train import loop_schedule, run_seed
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig, llama_config
@@ -36,14 +37,24 @@ from paperline.train.distributed import DistributedConfig, runs_in_process
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
+def c4_config(cfg: SumoConfig) -> LlamaC4Config:
+    """The `lm` section, which the LLaMA-on-C4 task needs."""
+    if cfg.lm is None:
+        raise ValueError("sumo: the llama_c4 task needs the `lm` section")
+    return cfg.lm
+
+
 def model_config(cfg: SumoConfig) -> CausalLMConfig:
-    size = LLAMA_SIZES[cfg.lm.model_size]
-    return llama_config(**size | ({"vocab_size": cfg.lm.vocab_size} if cfg.lm.vocab_size else {}))
+    lm = c4_config(cfg)
+    size = LLAMA_SIZES[lm.model_size]
+    return llama_config(**size | ({"vocab_size": lm.vocab_size} if lm.vocab_size else {}))
 
 
 def make_llama(cfg: SumoConfig, seed: int, device: torch.device) -> CausalLM:
     model = CausalLM.seeded(model_config(cfg), torch.Generator().manual_seed(seed))
-    return model.to(device=device, dtype=DTYPES[cfg.lm.dtype])
+    # in place (it returns the model); transformers types its `to` as unbound
+    model.to(device=device, dtype=DTYPES[c4_config(cfg).dtype])  # type: ignore[call-arg]
+    return model
 
 
 def next_token_pairs(tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,6 +64,12 @@ def next_token_pairs(tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, t
     return tokens[:, :-1], targets
 
 
+def pad_id_of(tokenizer: C4Tokenizer) -> int:
+    """The tokenizer's pad id (typed optional: C4Tokenizer refuses a tokenizer without one)."""
+    assert tokenizer.pad_id is not None
+    return tokenizer.pad_id
+
+
 class C4Batches:
     """`sample_batch` of the shared loop: the next micro-batch of the seeded C4 stream (the loop's
     generator is not used: every run reads the same order). Its state, the batches read and the
@@ -60,7 +77,8 @@ class C4Batches:
 
     def __init__(self, lm: LlamaC4Config, tokenizer: C4Tokenizer):
         self.lm, self.tokenizer = lm, tokenizer
-        self.batches, self.tokens, self.stream = 0, 0, None
+        self.batches, self.tokens = 0, 0
+        self.stream: Iterator[torch.Tensor] | None = None
 
     def __call__(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         if self.stream is None:
@@ -68,8 +86,8 @@ class C4Batches:
                                         self.lm.shuffle_seed, self.lm.shuffle_buffer, skip_batches=self.batches)
         tokens = next(self.stream)
         self.batches += 1
-        self.tokens += int((tokens != self.tokenizer.pad_id).sum())
-        return next_token_pairs(tokens, self.tokenizer.pad_id)
+        self.tokens += int((tokens != pad_id_of(self.tokenizer)).sum())
+        return next_token_pairs(tokens, pad_id_of(self.tokenizer))
 
     def state_dict(self) -> dict:
         return {"batches": self.batches, "tokens": self.tokens}
@@ -79,20 +97,22 @@ class C4Batches:
 
 
 def validation_set(cfg: SumoConfig, tokenizer: C4Tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    pairs = [next_token_pairs(tokens, tokenizer.pad_id) for tokens in
-             validation_batches(cfg.lm.c4_dir, tokenizer, cfg.lm.micro_batch_size, cfg.lm.eval_tokens)]
+    lm = c4_config(cfg)
+    pairs = [next_token_pairs(tokens, pad_id_of(tokenizer)) for tokens in
+             validation_batches(lm.c4_dir, tokenizer, lm.micro_batch_size, lm.eval_tokens)]
     if not any(bool((targets != -100).any()) for _, targets in pairs):
-        raise ValueError(f"{cfg.lm.c4_dir}: the validation shards gave no tokens to evaluate on")
+        raise ValueError(f"{lm.c4_dir}: the validation shards gave no tokens to evaluate on")
     return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
 
 
 def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSettings:
     """The GaLore protocol as the shared loop's settings (weight decay is the optimizer's own)."""
+    lm = c4_config(cfg)
     return lm_loop.LMTrainSettings(
-        steps=cfg.steps, batch_size=cfg.lm.micro_batch_size, block_size=cfg.lm.max_length - 1, lr=lr,
+        steps=cfg.steps, batch_size=lm.micro_batch_size, block_size=lm.max_length - 1, lr=lr,
         **loop_schedule(cfg, cfg.steps, lr), weight_decay=cfg.weight_decay,
-        grad_clip=None, eval_every=cfg.lm.eval_every, log_every=cfg.log_every,
-        checkpoint_every=cfg.checkpoint_every, seed=seed, micro_batches=cfg.batch_size // cfg.lm.micro_batch_size)
+        grad_clip=None, eval_every=lm.eval_every, log_every=cfg.log_every,
+        checkpoint_every=cfg.checkpoint_every, seed=seed, micro_batches=cfg.batch_size // lm.micro_batch_size)
 
 
 def lm_fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) -> dict:
@@ -113,7 +133,7 @@ def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: 
     distributed = distributed or DistributedConfig()
     refuse_fsdp(distributed)
     here = runs_in_process(distributed)
-    lm = cfg.lm
+    lm = c4_config(cfg)
     seed = run_seed(cfg, seed_index)
     # spread: built on the CPU, each process moves its copy to its own device
     model = make_llama(cfg, seed, device if here else torch.device("cpu"))
@@ -131,14 +151,16 @@ def pretrain_on_c4(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: 
             progress=progress, description=f"LLaMA-{lm.model_size} {optimizer_name} lr={lr:g}",
             sample_batch=batches, val_batches=validation_set(cfg, tokenizer),
             optimizer_factory=factory, stop_on_divergence=True)
-        spawned = None if here else read_record(record_to, checkpoint_path, out["steps"])
+        spawned = None if record_to is None else read_record(record_to, checkpoint_path, out["steps"])
     steps, diverged, losses = out["steps"], out["diverged"], out["history"]["train_loss"]
     if here:
         optimizer = factory.optimizer
+        assert optimizer is not None  # built by the loop, in this process
         limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
         floats, nbytes, tokens = state_numel(optimizer), state_bytes(optimizer), batches.tokens
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     else:
+        assert spawned is not None  # record_to is set when the run is spread
         limiter_hits, floats, nbytes = spawned["limiter_hits"], spawned["state_floats"], spawned["state_bytes"]
         tokens, peak = spawned["sampler"]["tokens"], spawned["peak_memory_bytes"]
     sumo_matrices = len(model.matrix_parameters()) if optimizer_name.startswith("sumo") else 0
@@ -170,14 +192,15 @@ def llama_step_times(cfg: SumoConfig, device: torch.device) -> dict[str, dict[st
     seed = run_seed(cfg, 0)
     vocab = model_config(cfg).vocab_size
 
-    def builder(name: str):
+    def builder(name: OptimizerName):
         def build():
             model = make_llama(cfg, seed, device)
             return model, build_optimizer(name, model, min(cfg.lr_grid[name]), cfg, seed=seed)
         return build
 
     gen = torch.Generator().manual_seed(seed)
-    batches = [torch.randint(1, vocab, (cfg.lm.micro_batch_size, cfg.lm.max_length), generator=gen).to(device)
+    lm = c4_config(cfg)
+    batches = [torch.randint(1, vocab, (lm.micro_batch_size, lm.max_length), generator=gen).to(device)
                for _ in range(2)]
     return measure_step_times({name: builder(name) for name in cfg.optimizers}, batches, cfg.timing_rounds,
                               cfg.timing_steps,

@@ -25,7 +25,11 @@ class MLP(nn.Module):
         return self.head(x)
 
     def matrix_parameters(self) -> list[nn.Parameter]:
-        return [layer.weight for layer in self.hidden]
+        matrices = []
+        for layer in self.hidden:
+            assert isinstance(layer, nn.Linear) and isinstance(layer.weight, nn.Parameter)  # __init__'s
+            matrices.append(layer.weight)
+        return matrices
 
     def other_parameters(self) -> list[nn.Parameter]:
         matrices = {id(p) for p in self.matrix_parameters()}

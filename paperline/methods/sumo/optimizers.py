@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -46,7 +48,7 @@ def build_optimizer(name: str, model: MLP | CausalLM, lr: float, cfg: SumoConfig
     raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(LABELS)}")
 
 
-def matrix_state_formula(name: str, shape: tuple[int, int], rank: int) -> int:
+def matrix_state_formula(name: str, shape: tuple[int, ...], rank: int) -> int:
     """Optimizer-state floats of one m×n matrix by the spec's formulas (§b step 8), written for the
     projected side s = min(m, n) and the other side l = max(m, n) (the spec's m ≤ n case)."""
     m, n = shape
@@ -84,14 +86,15 @@ class OptimizerFactory:
         self.name, self.lr, self.cfg, self.seed = name, lr, cfg, seed
         self.record_to, self.sampler = record_to, sampler
         self.condition_every, self.log_every, self.steps = condition_every, log_every, steps
-        self.optimizer, self.record = None, None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.record: dict[str, Any] | None = None
 
     def __call__(self, model: MLP | CausalLM) -> torch.optim.Optimizer:
-        self.optimizer = build_optimizer(self.name, model, self.lr, self.cfg, seed=self.seed)
+        optimizer = self.optimizer = build_optimizer(self.name, model, self.lr, self.cfg, seed=self.seed)
         self.matrices = model.matrix_parameters()
         self.record = {"step": 0, "condition": {"step": [], "median": [], "max": [], "per_matrix": []}}
-        self.optimizer.register_step_post_hook(lambda *_: self._after_step())
-        return self.optimizer
+        optimizer.register_step_post_hook(lambda *_: self._after_step())
+        return optimizer
 
     def _after_step(self) -> None:
         import numpy as np
@@ -99,6 +102,7 @@ class OptimizerFactory:
         from paperline.optim.hybrid import state_bytes, state_numel
 
         record, optimizer = self.record, self.optimizer
+        assert record is not None and optimizer is not None  # __call__'s
         done = record["step"] = record["step"] + 1
         writes = self.record_to is not None and rank() == 0
         if writes:  # in one process the caller reads these off `optimizer` once, at the end
@@ -119,6 +123,7 @@ class OptimizerFactory:
                 kappa["max"].append(max(values))
                 kappa["per_matrix"].append(values)
         if writes:
+            assert self.record_to is not None  # writes says so
             with open(self.record_to, "w") as f:
                 json.dump(record, f)
 
@@ -136,7 +141,7 @@ def condition_number(matrix: torch.Tensor) -> float:
     return float(sigma[0] / sigma[-1]) if sigma[-1] > 0 else math.inf
 
 
-def moment_condition_numbers(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[float]:
+def moment_condition_numbers(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> list[float]:
     """κ of the low-rank moment of each of `params` that has one (SUMO's state["moment"]), in order."""
     return [condition_number(optimizer.state[p]["moment"]) for p in params
             if "moment" in optimizer.state.get(p, {})]

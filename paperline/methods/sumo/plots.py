@@ -151,10 +151,14 @@ def write_all(cfg: SumoConfig, runs: list[dict], rows: dict, theory: dict, direc
     if cfg.task == "digits_mlp":
         curve_labels = {}
     else:
+        assert cfg.lm is not None  # the llama_c4 task's section
         curve_labels = {"title": f"LLaMA-{cfg.lm.model_size} on C4", "ylabel": "training loss (minibatch mean)"}
-    return [plot_loss_curves(runs, rows, directory / "loss_curves.png", **curve_labels),
-            plot_lr_sweep(lr_table(runs), directory / "lr_sweep.png"),
-            plot_ns_error(theory, directory / "ns_error_vs_kappa.png"),
-            plot_cost(rows, directory / "state_and_step_time.png"),
-            *write_plot_tables(runs, rows, theory, directory),
-            *(write_text_lm(lm_runs, lm_rows, directory) if lm_rows else [])]
+    paths = [plot_loss_curves(runs, rows, directory / "loss_curves.png", **curve_labels),
+             plot_lr_sweep(lr_table(runs), directory / "lr_sweep.png"),
+             plot_ns_error(theory, directory / "ns_error_vs_kappa.png"),
+             plot_cost(rows, directory / "state_and_step_time.png"),
+             *write_plot_tables(runs, rows, theory, directory)]
+    if lm_rows:
+        assert lm_runs is not None  # given with lm_rows
+        paths += write_text_lm(lm_runs, lm_rows, directory)
+    return paths

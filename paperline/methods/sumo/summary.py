@@ -168,7 +168,9 @@ def seed_rows(runs: list[dict], rows: dict[str, dict]) -> dict[int, dict[str, di
         if run["diverged"] or run["lr"] != rows.get(run["optimizer"], {}).get("best_lr"):
             continue
         s = run.get("seed_index", 0)
-        out[s][run["optimizer"]] = {"mean_train_loss": run["mean_train_loss"], "test_loss": run.get("final_test_loss")}
+        # None where a run has no test loss (the claims drop what is not finite): typed as the rows' floats
+        test_loss: Any = run.get("final_test_loss")
+        out[s][run["optimizer"]] = {"mean_train_loss": run["mean_train_loss"], "test_loss": test_loss}
         if run.get("initial_test_loss") is not None:
             out[s][INITIAL] = {"test_loss": run["initial_test_loss"]}
     return dict(out)

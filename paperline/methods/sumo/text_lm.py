@@ -37,10 +37,17 @@ from paperline.train.distributed import DistributedConfig, runs_in_process
 from paperline.train.records import finished_unit
 
 
+def text_config(cfg: SumoConfig) -> TextLMConfig:
+    """The `text_lm` section, which the text-LM task needs."""
+    if cfg.text_lm is None:
+        raise ValueError("sumo: the text-LM task needs the `text_lm` section")
+    return cfg.text_lm
+
+
 def with_text_lm(cfg: SumoConfig) -> SumoConfig:
     """The method's config with the LM task's own rank, period, AdamW-part lr and steps, so the
     optimizers are built by the same `build_optimizer` as on digits."""
-    t = cfg.text_lm
+    t = text_config(cfg)
     return cfg.model_copy(update={"rank": t.rank, "update_period": t.update_period,
                                   "adamw_part_lr": t.adamw_part_lr, "steps": t.steps})
 
@@ -52,7 +59,7 @@ def model_config(t: TextLMConfig, vocab_size: int) -> CausalLMConfig:
 
 
 def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSettings:
-    t = cfg.text_lm
+    t = text_config(cfg)
     return lm_loop.LMTrainSettings(
         steps=t.steps, batch_size=t.batch_size, block_size=t.block_size, lr=lr,
         **loop_schedule(cfg, t.steps, lr), weight_decay=cfg.weight_decay,
@@ -63,7 +70,7 @@ def train_settings(cfg: SumoConfig, lr: float, seed: int) -> lm_loop.LMTrainSett
 def fingerprint(cfg: SumoConfig, optimizer: str, lr: float, seed_index: int) -> dict:
     shared = {"seed", "alpha", "sumo_momentum", "muon_momentum", "limiter", "weight_decay", "lr_schedule",
               "warmup_fraction", "min_lr_ratio"}
-    t = cfg.text_lm.model_dump(exclude={"optimizers", "lr_grid", "seeds"})
+    t = text_config(cfg).model_dump(exclude={"optimizers", "lr_grid", "seeds"})
     return {**cfg.model_dump(include=shared), "text_lm": t, "optimizer": optimizer, "lr": lr, "seed_index": seed_index}
 
 
@@ -91,11 +98,12 @@ def _train(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, dev
            checkpoint_path: Path | None, progress: bool, distributed: DistributedConfig,
            device_indices: list[int] | None) -> dict:
     here = runs_in_process(distributed)
-    t = cfg.text_lm
+    t = text_config(cfg)
     corpus = load_corpus(t.corpus, t.block_size)
     seed = run_seed(cfg, seed_index)
     model = CausalLM.seeded(model_config(t, corpus.vocab_size), torch.Generator().manual_seed(seed))
-    model = model.to(device) if here else model  # spread: each process moves its copy to its device
+    if here:  # spread: each process moves its copy to its device
+        model.to(device)  # type: ignore[arg-type]  # in place; transformers types its `to` as unbound
     view = with_text_lm(cfg)
     settings = train_settings(cfg, lr, seed)
     # the trivial baseline: the initial model on the windows the trained one is scored on (no RNG drawn)
@@ -103,14 +111,16 @@ def _train(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, dev
                                          t.batch_size, device if here else "cpu")
     with tempfile.TemporaryDirectory(prefix="sumo-text-lm-") as tmp:
         # the κ samples and the state a spawned process's optimizer reports come back by this file
-        factory = OptimizerFactory(optimizer_name, lr, view, seed, record_to=None if here else f"{tmp}/record.json",
+        record_to = None if here else f"{tmp}/record.json"
+        factory = OptimizerFactory(optimizer_name, lr, view, seed, record_to=record_to,
                                    condition_every=t.condition_every, log_every=t.log_every, steps=t.steps)
         out = lm_loop.train_lm_spread(distributed, model, corpus.train, corpus.val, settings, device,
                                       device_indices=device_indices, checkpoint_path=checkpoint_path,
                                       fingerprint=expected, progress=progress,
                                       description=f"text LM {optimizer_name} lr={lr:g}",
                                       optimizer_factory=factory, stop_on_divergence=True)
-        record = factory.record if here else read_record(factory.record_to, checkpoint_path, out["steps"])
+        record = factory.record if record_to is None else read_record(record_to, checkpoint_path, out["steps"])
+    assert record is not None  # the factory's, built by the loop in this process
     # κ at the steps the loop logged (a diverged run's last step is not)
     logged = set(out["history"]["step"])
     kappa = {key: [v for step, v in zip(record["condition"]["step"], values) if step in logged]
@@ -119,6 +129,7 @@ def _train(cfg: SumoConfig, optimizer_name: str, lr: float, seed_index: int, dev
     matrices = model.matrix_parameters()
     if here:
         optimizer = factory.optimizer
+        assert optimizer is not None  # built by the loop, in this process
         limiter_hits = sum(s.get("limiter_hits", 0) for s in optimizer.state.values())
         floats, nbytes = state_numel(optimizer), state_bytes(optimizer)
     else:

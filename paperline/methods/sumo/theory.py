@@ -10,6 +10,7 @@ is exact to rounding at every κ."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,12 +42,14 @@ def ns_error_vs_condition_number(cfg: SumoConfig) -> dict:
     """{"kappa": [...], "svd_error": {...}, "ns{k}_error": {...}, "ns{k}_min_singular_value": ...}:
     mean and max over cfg.theory_draws random moments per κ."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    rows = {"kappa": list(cfg.condition_numbers), "rank": cfg.theory_rank, "cols": cfg.theory_cols,
+    rows: dict[str, Any] = {"kappa": list(cfg.condition_numbers), "rank": cfg.theory_rank, "cols": cfg.theory_cols,
             "svd_error_mean": [], "svd_error_max": []}
     for k in cfg.ns_steps:
         rows[f"ns{k}_error_mean"], rows[f"ns{k}_error_max"], rows[f"ns{k}_min_singular_value"] = [], [], []
     for kappa in cfg.condition_numbers:
-        svd_errors, ns_errors, ns_min_sv = [], {k: [] for k in cfg.ns_steps}, {k: [] for k in cfg.ns_steps}
+        svd_errors: list[float] = []
+        ns_errors: dict[int, list[float]] = {k: [] for k in cfg.ns_steps}
+        ns_min_sv: dict[int, list[float]] = {k: [] for k in cfg.ns_steps}
         for _ in range(cfg.theory_draws):
             M, target = moment_with_condition_number(cfg.theory_rank, cfg.theory_cols, kappa, gen)
             svd_errors.append(relative_error(orthogonalize_svd(M), target))

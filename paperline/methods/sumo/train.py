@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from paperline.methods.sumo.config import DIGITS_FEATURES, SumoConfig
+from paperline.methods.sumo.config import DIGITS_FEATURES, OptimizerName, SumoConfig
 from paperline.methods.sumo.data import DigitsSplit
 from paperline.methods.sumo.mlp import MLP, init_mlp
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
@@ -48,7 +49,7 @@ def lr_factor(cfg: SumoConfig, step: int) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def loop_schedule(cfg: SumoConfig, steps: int, lr: float) -> dict[str, float | int]:
+def loop_schedule(cfg: SumoConfig, steps: int, lr: float) -> dict[str, Any]:
     """The same schedule as the shared LM loop's settings (`paperline.train.lm.LMTrainSettings`
     min_lr and warmup_steps): what the C4 and the text-LM tasks hand it."""
     cosine = cfg.lr_schedule == "cosine"
@@ -167,7 +168,7 @@ def digits_step_times(cfg: SumoConfig, data: DigitsSplit, device: torch.device) 
 
     seed = run_seed(cfg, 0)
 
-    def builder(name: str):
+    def builder(name: OptimizerName):
         def build():
             model = make_model(cfg, seed, device)
             return model, build_optimizer(name, model, min(cfg.lr_grid[name]), cfg, seed=seed)
