@@ -135,7 +135,8 @@ def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, pr
     result = train_lm_spread(distributed or DistributedConfig(), model, corpus.train, corpus.val, settings, device,
                              device_indices=device_indices, checkpoint_path=out / TRAIN_STATE_FILE,
                              fingerprint=fingerprint, progress=progress, description="lm-base")
-    model.to("cpu")  # saved from the CPU whatever device trained it
+    # transformers' functools.wraps on PreTrainedModel.to gives it the signature of a function of the model
+    model.to("cpu")  # type: ignore[arg-type]  # saved from the CPU whatever device trained it
     for stale in ("config.json", "model.safetensors", RECORD_FILE):
         (out / stale).unlink(missing_ok=True)
     model.save_pretrained(out)
