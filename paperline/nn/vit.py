@@ -64,7 +64,7 @@ class ViT(nn.Module):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
-        self.shape: dict[str, int | float] = dict(image_size=image_size, patch_size=patch_size, channels=channels, dim=dim,
+        self.shape: dict[str, Any] = dict(image_size=image_size, patch_size=patch_size, channels=channels, dim=dim,
                           depth=depth, heads=heads, mlp_ratio=mlp_ratio, num_classes=num_classes)
         if norm_eps != NORM_EPS:
             self.shape["norm_eps"] = norm_eps
