@@ -182,7 +182,8 @@ class Claim(ClaimSpec):
             holds = self.effect is not None and abs(self.effect - self.target) <= self.tolerance
             expected = "exact" if holds else "not_exact"
         else:
-            if (self.low is None) != (self.high is None) or (self.low is not None and self.low > self.high):
+            if (self.low is None) != (self.high is None) or (self.low is not None and self.high is not None
+                                                              and self.low > self.high):
                 raise ValueError(f"claim {self.name!r}: interval [{self.low}, {self.high}] is not an interval")
             expected = paired_verdict(self.direction, self.seeds, self.low, self.high)
         if self.verdict != expected:

@@ -21,7 +21,8 @@ and interval when validated): a headline key that names a claim is refused.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeGuard
 
 from pydantic import Field, field_validator, model_validator
 
@@ -90,8 +91,12 @@ class MethodMetrics(StrictModel):
         base = self.rows[self.baseline][self.primary_metric]
         if not _is_number(base) or base == 0:
             return {}
-        return {name: row[self.primary_metric] / base for name, row in self.rows.items()
-                if _is_number(row[self.primary_metric])}
+        ratios: dict[str, float] = {}
+        for name, row in self.rows.items():
+            value = row[self.primary_metric]
+            if _is_number(value):
+                ratios[name] = value / base
+        return ratios
 
     def with_ratios(self) -> "MethodMetrics":
         """A copy whose rows carry `<primary>_vs_baseline`."""
@@ -99,7 +104,7 @@ class MethodMetrics(StrictModel):
         if not ratios:
             return self
         key = f"{self.primary_metric}_vs_baseline"
-        rows = {}
+        rows: dict[str, Row] = {}
         for name, row in self.rows.items():  # the ratio right after the primary metric's column
             rows[name] = {}
             for column, value in row.items():
@@ -109,11 +114,11 @@ class MethodMetrics(StrictModel):
         return self.model_copy(update={"rows": rows})
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def table_columns(rows: dict[str, dict[str, Any]]) -> list[str]:
+def table_columns(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The columns of a table of rows, in order of first appearance."""
     columns: dict[str, None] = {}
     for row in rows.values():

@@ -232,6 +232,7 @@ def write_verdicts_figure(claims_by_method: Mapping[str, list[Claim]], path: Pat
     for y, (method, claim, (effect, low, high)) in enumerate(reversed(rows)):
         colour = VERDICT_COLOURS[claim.verdict]
         if low is not None:
+            assert high is not None  # a claim's interval has both bounds or neither (Claim checks)
             ax.plot([low, high], [y, y], color=colour, lw=2)
         ax.plot([effect], [y], "o", color=colour, mfc=colour if low is not None else "white")
     ax.axvline(0, color="black", lw=0.8)

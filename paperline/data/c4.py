@@ -100,9 +100,10 @@ class C4Tokenizer:
             self.tokenizer = Tokenizer.from_file(str(path))
         except Exception as err:
             raise DataError(f"{path}: not a tokenizer.json the tokenizers library reads ({err})") from None
-        self.pad_id = self.tokenizer.token_to_id(pad_token)
-        if self.pad_id is None:
+        pad_id = self.tokenizer.token_to_id(pad_token)
+        if pad_id is None:
             raise DataError(f"{path}: has no pad token {pad_token!r}")
+        self.pad_id: int = pad_id
         if vocab_size is not None and self.pad_id >= vocab_size:
             raise DataError(f"{path}: pad id {self.pad_id} is outside the model's vocabulary of {vocab_size}")
         self.path, self.max_length, self.vocab_size = path, max_length, vocab_size

@@ -87,6 +87,7 @@ def texture_bank(svs: str | Path, patch: int = 128, stride: int = 32, share: flo
     try:
         rgb = read_level(slide, 0, svs)
         mpp = slide_mpp(slide, 0.5)
+        assert mpp is not None  # slide_mpp falls back to its default
     finally:
         slide.close()
     tissue, _ = otsu_tissue_mask(rgb)

@@ -19,7 +19,9 @@ stores), not a transformers `Cache`: TPA caches factors, MLA latents, which no H
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -154,7 +156,8 @@ class CausalLM(PreTrainedModel, GenerationMixin):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
+    # narrower than transformers' nn.Module: resize_token_embeddings hands it an nn.Embedding
+    def set_input_embeddings(self, value: nn.Embedding) -> None:  # type: ignore[override]
         self.embed_tokens = value
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -164,13 +167,18 @@ class CausalLM(PreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # LayerCaches, not a transformers Cache
 
+    def _blocks(self) -> Iterable[Block]:
+        """`self.layers` (nn.ModuleList's stub types its items as any Module; they are Blocks)."""
+        return cast("Iterable[Block]", self.layers)
+
     def attention_parameters(self) -> int:
-        return sum(p.numel() for layer in self.layers for p in layer.attn.parameters()) // len(self.layers)
+        return sum(p.numel() for layer in self._blocks() for p in layer.attn.parameters()) // len(self.layers)
 
     def matrix_parameters(self) -> list[nn.Parameter]:
         """The attention and MLP projection weights: what GaLore's protocol hands the low-rank
         optimizers (its target modules "attn" and "mlp")."""
-        return [m.weight for layer in self.layers for part in (layer.attn, layer.mlp)
+        # nn.Linear's stub types its weight as a Tensor; it is a Parameter
+        return [cast(nn.Parameter, m.weight) for layer in self._blocks() for part in (layer.attn, layer.mlp)
                 for m in part.modules() if isinstance(m, nn.Linear)]
 
     def other_parameters(self) -> list[nn.Parameter]:

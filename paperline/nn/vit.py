@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from paperline.io import DataError, atomic_path
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 # nn.LayerNorm's default; a checkpoint records its eps only where it differs (converted ViT-B/16:
 # 1e-12), so the shapes saved before eps was a parameter keep loading
@@ -62,7 +64,7 @@ class ViT(nn.Module):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
-        self.shape = dict(image_size=image_size, patch_size=patch_size, channels=channels, dim=dim,
+        self.shape: dict[str, Any] = dict(image_size=image_size, patch_size=patch_size, channels=channels, dim=dim,
                           depth=depth, heads=heads, mlp_ratio=mlp_ratio, num_classes=num_classes)
         if norm_eps != NORM_EPS:
             self.shape["norm_eps"] = norm_eps
@@ -111,7 +113,7 @@ def save_classifier(path: str | os.PathLike, model: ViT, **extra: Any) -> None:
         torch.save({"shape": model.shape, "state_dict": model.state_dict(), **extra}, tmp)
 
 
-def load_state(model: nn.Module, state_dict: dict[str, torch.Tensor], where: str) -> nn.Module:
+def load_state(model: ModuleT, state_dict: dict[str, torch.Tensor], where: str) -> ModuleT:
     """`model.load_state_dict(state_dict)` whose failure names `where` and every misfit key."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))

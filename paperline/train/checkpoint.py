@@ -85,7 +85,7 @@ class Resumable:
 
     def due(self, step: int, last: int) -> bool:
         """Whether to save after `step`: every `every` steps and after the last one."""
-        return step == last or bool(self.every) and step % self.every == 0
+        return step == last or bool(self.every and step % self.every == 0)
 
     def save(self, progress: dict) -> None:
         if self.path is None:

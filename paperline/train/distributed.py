@@ -34,7 +34,10 @@ class DistributedError(ValueError):
     """A strategy the visible hardware cannot run."""
 
 
-def resolve_precision(cfg: DistributedConfig, accelerator: str) -> str:
+Precision = Literal["32-true", "bf16-mixed", "bf16-true"]  # what "auto" resolves to, or the one asked
+
+
+def resolve_precision(cfg: DistributedConfig, accelerator: str) -> Precision:
     import torch
 
     if cfg.precision != "auto":
@@ -80,7 +83,7 @@ def make_fabric(cfg: DistributedConfig, where: str = "distributed", spawn: bool 
     strategy = {"single": "auto", "fsdp": "fsdp"}.get(cfg.strategy, cfg.strategy)
     if spawn and world_size(cfg) > 1:
         strategy = _spawning_strategy(cfg.strategy)
-    devices = cfg.devices
+    devices: int | list[int] = cfg.devices
     if device_indices is not None and accelerator == "cuda":
         if len(device_indices) != cfg.devices:
             raise DistributedError(f"{where}.devices: {cfg.devices} asked, {len(device_indices)} held")
@@ -167,7 +170,7 @@ def trainer_arguments(cfg: DistributedConfig, device_indices: list[int] | None =
                                "model fits one, use ddp")
     accelerator = check_hardware(cfg, where)
     _refuse_several_nodes(cfg, where)
-    devices = cfg.devices
+    devices: int | list[int] = cfg.devices
     if device_indices is not None and accelerator == "cuda":
         devices = list(device_indices)
     return {"accelerator": "gpu" if accelerator == "cuda" else "cpu", "devices": devices, "num_nodes": 1,

@@ -128,8 +128,13 @@ def train_lm(model, train_tokens: np.ndarray | None, val_tokens: np.ndarray | No
     generator = torch.Generator().manual_seed(s.seed)
     if sample_batch is None:
         def sample_batch(g):
+            assert train_tokens is not None  # without a sampler, batches are windows of train_tokens
             return sample_windows(train_tokens, s.batch_size, s.block_size, g)
-    windows = val_batches if val_batches is not None else validation_windows(val_tokens, s.block_size, s.eval_windows)
+    if val_batches is not None:
+        windows = val_batches
+    else:
+        assert val_tokens is not None  # without val_batches, validation windows are of val_tokens
+        windows = validation_windows(val_tokens, s.block_size, s.eval_windows)
     fingerprint = {"settings": asdict(s), "model": model.config.to_dict(), "extra": fingerprint}
     fingerprint["model"].pop("transformers_version", None)
     state = {"model": model, "optimizer": optimizer, "generator": generator}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,9 @@ from paperline.io import DataError, json_digest, one_line, read_json, write_json
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.seeds import load_pretrained
 from paperline.train.lm import LMTrainSettings, train_lm_spread
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class ModelDirError(DataError):
@@ -31,7 +34,7 @@ def lm_base_fingerprint(cfg: LMBaseConfig, corpus_fingerprint: str | None) -> st
     return json_digest({"config": cfg.model_dump(exclude={"out", "threads"}), "corpus": corpus_fingerprint})
 
 
-def causal_lm_skeleton(path: str | Path) -> torch.nn.Module:
+def causal_lm_skeleton(path: str | Path) -> PreTrainedModel:
     """An empty (meta-device) copy of a local transformers causal-LM directory's model, built from
     its config.json alone: what to check target modules and shapes on before any weight is read.
     ModelDirError naming the path when the folder is not a causal LM."""
@@ -135,7 +138,8 @@ def build_lm_base(cfg: LMBaseConfig, corpus_dir: str | Path, out: str | Path, pr
     result = train_lm_spread(distributed or DistributedConfig(), model, corpus.train, corpus.val, settings, device,
                              device_indices=device_indices, checkpoint_path=out / TRAIN_STATE_FILE,
                              fingerprint=fingerprint, progress=progress, description="lm-base")
-    model.to("cpu")  # saved from the CPU whatever device trained it
+    # transformers' functools.wraps on PreTrainedModel.to gives it the signature of a function of the model
+    model.to("cpu")  # type: ignore[arg-type]  # saved from the CPU whatever device trained it
     for stale in ("config.json", "model.safetensors", RECORD_FILE):
         (out / stale).unlink(missing_ok=True)
     model.save_pretrained(out)

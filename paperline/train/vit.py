@@ -87,7 +87,7 @@ def build_vit_source(cfg: VitSourceConfig, out: str | Path, checkpoint: str | Pa
               "train_accuracy": accuracy(model, split["train_x"], split["train_y"]),
               "test_accuracy": accuracy(model, split["test_x"], split["test_y"]), **history}
     with atomic_path(out / SPLIT_FILE) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, **split)
+        np.savez(fh, **split)  # type: ignore[arg-type]  # numpy's stub matches **split against allow_pickle
     save_classifier(out / CLASSIFIER_FILE, model)
     write_json(out / RECORD_FILE, record)  # last: its presence means the folder is complete
     return record

@@ -38,8 +38,9 @@ def add_lora(model: nn.Module, target_modules: list[str], rank: int, alpha: floa
     from peft import LoraConfig, get_peft_model
 
     check_targets(model, target_modules, rank, where)
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(target_modules),
-                                            lora_dropout=dropout, bias="none"))
+    # peft annotates lora_alpha as an int; it scales by lora_alpha / r, a float works
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
+                                            target_modules=list(target_modules), lora_dropout=dropout, bias="none"))
 
 
 @torch.no_grad()

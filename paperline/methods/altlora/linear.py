@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,7 @@ def build(name: OptimizerName, problem: LinearProblem, rank: int, c: float, lr: 
           settings: OptimizerSettings, seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The model (peft-wrapped unless full fine-tuning), rescaled by c, and its optimizer."""
     base = LinearModel(problem.W0)
+    model: nn.Module
     if name == "full_ft":
         model = base
     else:
@@ -77,7 +79,8 @@ def adapted_delta(model: nn.Module, problem: LinearProblem) -> torch.Tensor:
     """ΔW = s·B·A (LoRA) or W − W₀ (full fine-tuning)."""
     if isinstance(model, LinearModel):
         return model.proj.weight - problem.W0
-    return sum(p.scale * p.B @ p.A for p in lora_pairs(model))
+    # a tensor: a LoRA model has its pairs (sum's int start types it Tensor | int)
+    return cast(torch.Tensor, sum(p.scale * p.B @ p.A for p in lora_pairs(model)))
 
 
 @torch.no_grad()
@@ -93,7 +96,7 @@ def train_linear(name: OptimizerName, problem: LinearProblem, rank: int, c: floa
     model, optimizer = build(name, problem, rank, c, lr, cfg, settings, seed)
     g = torch.Generator().manual_seed(seed + 1)
     target = problem.target
-    history = {"step": [], "loss": [], "error": []}
+    history: dict[str, list] = {"step": [], "loss": [], "error": []}
 
     def log(step: int) -> bool:
         loss, error = evaluate(model, problem)

@@ -47,7 +47,9 @@ def check_base(lm: LMAdaptConfig) -> dict:
 def lm_data_version(lm: LMAdaptConfig) -> str:
     """Every input checked before training (base, corpus, target text); the version names them."""
     config = check_base(lm)
-    texts = lm_texts(lm, config.get("vocab_size"), 0)  # the texts read and encoded (≥ 2 documents each)
+    # the texts read and encoded (≥ 2 documents each); lm_texts hands the vocabulary size to readers
+    # that take None (a config without one) as no limit
+    texts = lm_texts(lm, config.get("vocab_size"), 0)  # type: ignore[arg-type]
     base = Path(lm.base)
     record = base / "lm_base.json"
     return "sha256:" + json_digest({
@@ -70,6 +72,7 @@ def adapt_lm(cfg: AltLoRAConfig, name: OptimizerName, lr: float, device, checkpo
         raise DistributedError("runtime.distributed.strategy: fsdp shards the LoRA factors that AltLoRA's "
                                "optimizers precondition whole; use ddp")
     lm = cfg.lm
+    assert lm is not None  # the LM adaptation runs only with an lm section
     seed = cfg.seed if seed is None else seed
     model = load_causal_lm(lm.base)
     texts = lm_texts(lm, model.config.vocab_size, cfg.seed)  # in the model's vocabulary (texts.py)

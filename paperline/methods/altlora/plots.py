@@ -11,7 +11,7 @@ from paperline.plots import plt, save_figure
 
 
 def _best_curves(cfg: AltLoRAConfig, runs: list[dict], rank: int) -> dict[str, dict]:
-    curves = {}
+    curves: dict[str, dict] = {}
     for name in cfg.optimizers:
         mine = [r for r in runs if r["optimizer"] == name and r["rank"] == rank and r["c"] == 1.0 and not r["diverged"]]
         if mine:

@@ -31,7 +31,8 @@ def _label(c: float) -> str:
 
 
 def _ratio(values: list[float | None]) -> float | None:
-    return (max(values) / min(values)) if all(v is not None for v in values) else None
+    present = [v for v in values if v is not None]
+    return (max(present) / min(present)) if len(present) == len(values) else None
 
 
 def seed_figures(cfg: AltLoRAConfig, runs: list[dict], name: str, seed: int) -> dict[str, Any] | None:
@@ -50,9 +51,9 @@ def seed_figures(cfg: AltLoRAConfig, runs: list[dict], name: str, seed: int) -> 
     for c in cfg.linear.scales:
         run = best if (c == 1.0 or name == "full_ft") else next(
             (r for r in mine if r["role"] == "rescaled" and r["c"] == c), None)
-        ok = run is not None and not run["diverged"]
-        out[f"final_loss_c{_label(c)}"] = run["final_loss"] if ok else None
-        out[f"final_error_c{_label(c)}"] = run["final_error"] if ok else None
+        kept = None if run is None or run["diverged"] else run
+        out[f"final_loss_c{_label(c)}"] = kept["final_loss"] if kept is not None else None
+        out[f"final_error_c{_label(c)}"] = kept["final_error"] if kept is not None else None
     out["c_spread"] = _ratio([out[f"final_loss_c{_label(c)}"] for c in cfg.linear.scales])
     out["error_c_spread"] = _ratio([out[f"final_error_c{_label(c)}"] for c in cfg.linear.scales])
     return out
@@ -117,9 +118,9 @@ def seed_rows(cfg: AltLoRAConfig, linear_runs: list[dict], lm_runs: list[dict] |
             linear[s][NO_ADAPTATION] = f
     lm: dict[int, dict[str, dict]] = defaultdict(dict)
     if lm_runs:
-        for name, runs in lm_seed_runs(cfg, lm_runs).items():
+        for variant, runs in lm_seed_runs(cfg, lm_runs).items():
             for s, run in runs.items():
-                lm[s][name] = {"lm_val_loss": run["val_loss"], "lm_source_val_loss": run["source_val_loss"]}
+                lm[s][variant] = {"lm_val_loss": run["val_loss"], "lm_source_val_loss": run["source_val_loss"]}
         if lm_base and lm_base.get("base_target_val_loss") is not None:
             for s in sorted({r.get("seed", 0) for r in lm_runs}):  # one held-out text: the base's figure at every seed
                 lm[s][NO_ADAPTATION] = {"lm_val_loss": lm_base["base_target_val_loss"],
@@ -153,6 +154,7 @@ def lm_rows(cfg: AltLoRAConfig, runs: list[dict]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     best_runs, seed_runs = lm_best_runs(cfg, runs), lm_seed_runs(cfg, runs)
     for name in cfg.lm_optimizers:
+        assert cfg.lm is not None  # it has LM optimizers
         best, grid = best_runs[name], cfg.lm.lr_grid[name]
         per_seed = [{"lm_val_loss": r["val_loss"], "lm_source_val_loss": r["source_val_loss"]}
                     for _, r in sorted(seed_runs[name].items())]
@@ -219,6 +221,6 @@ def method_metrics(cfg: AltLoRAConfig, rows: dict, linear_runs: list[dict], lm_r
     return MethodMetrics(
         method="altlora", profile=profile, headline=headline(rows, lm_base), baseline=BASELINE,
         primary_metric=PRIMARY_METRIC, higher_is_better=False, rows=rows | no_adaptation,
-        claims=evaluate(linear, list(cfg.optimizers), lm, cfg.lm_optimizers),
+        claims=evaluate(linear, list(cfg.optimizers), lm, list(cfg.lm_optimizers)),
         details={"linear_runs": [brief(r) for r in linear_runs], "lm_runs": [brief(r) for r in lm_runs or []],
                  "lm_base": lm_base or {}, "rank": cfg.linear.ranks[0]})

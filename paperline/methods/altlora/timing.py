@@ -35,7 +35,7 @@ class Stack(nn.Module):
 def build(name: OptimizerName, dim: int, layers: int, rank: int, settings: OptimizerSettings, device,
           seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
     with seeded_init(seed):  # the stack's weights and peft's A from the global RNG
-        model = Stack(dim, layers)
+        model: nn.Module = Stack(dim, layers)
         if name != "full_ft":
             for p in model.parameters():
                 p.requires_grad_(False)
@@ -77,7 +77,7 @@ def step_times(names: list[OptimizerName], dim: int, layers: int, rank: int, set
             if round_index > 0:
                 step_ms[name].append(1000 * total / steps)
                 opt_ms[name].append(1000 * opt_total / steps)
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for name, (_, optimizer) in runs.items():
         floats = count_state_floats(optimizer)
         out[name] = {"step_ms": statistics.median(step_ms[name]), "optimizer_ms": statistics.median(opt_ms[name]),

@@ -10,7 +10,7 @@ from paperline.config import MethodConfig, StrictModel
 
 Corruption = Literal["gaussian_noise", "pixel_dropout", "blur", "contrast"]
 Variant = Literal["source", "tent", "pl", "ema", "mos", "codemerge", "codemerge_rls", "codemerge_fixed"]
-VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
+VARIANTS: tuple[Variant, ...] = Variant.__args__  # type: ignore[attr-defined]
 PositiveInt = Annotated[int, Field(ge=1)]
 
 

@@ -107,7 +107,7 @@ def save_due(batch: int, cfg: CodeMergeConfig) -> bool:
 class BankMerger:
     """The checkpoint bank of a merge variant and how it becomes the teacher."""
 
-    def __init__(self, kind: str, anchor_mode: str, cfg: CodeMergeConfig, anchor: torch.nn.Module,
+    def __init__(self, kind: str, anchor_mode: str, cfg: CodeMergeConfig, anchor: ViT,
                  generator: torch.Generator):
         self.kind, self.anchor_mode, self.cfg, self.anchor, self.generator = kind, anchor_mode, cfg, anchor, generator
         self.bank: list[merge.State] = []
@@ -183,8 +183,10 @@ def run_stream(source: ViT, stream_x: np.ndarray, stream_y: np.ndarray, cfg: Cod
     generator = torch.Generator().manual_seed(cfg.seed)
     if variant not in ("source", "tent", "pl", "ema", *BANK_VARIANTS):
         raise ValueError(f"unknown variant {variant!r}")
-    kind, anchor_mode = BANK_VARIANTS.get(variant, (None, None))
-    bank = BankMerger(kind, anchor_mode, cfg, anchor, generator) if kind else None
+    bank: BankMerger | None = None
+    if variant in BANK_VARIANTS:
+        kind, anchor_mode = BANK_VARIANTS[variant]
+        bank = BankMerger(kind, anchor_mode, cfg, anchor, generator)
 
     run = Resumable(checkpoint_path, json_digest({"variant": variant, "fingerprint": fingerprint,
                                                   "cfg": cfg.model_dump(exclude={"variants", "source"})}),

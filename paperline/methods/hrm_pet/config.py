@@ -16,7 +16,7 @@ Rule = Literal["paper", "code"]
 # the trained learners: no CTIRD; CTIRD with the paper's top-K rule; CTIRD with the code's rule
 Learner = Literal["plain", "ctird", "ctird_code"]
 Variant = Literal["frozen_head", "hide_lora", "drm", "crm", "ctird", "hrm_pet", "hrm_pet_code"]
-VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
+VARIANTS: tuple[Variant, ...] = Variant.__args__  # type: ignore[attr-defined]
 SWITCHES = ("ctird_topk", "crm_candidates", "gen_input", "crm_select")
 
 

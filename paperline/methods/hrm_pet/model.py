@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from typing import cast
 
 import torch
 from torch import nn
@@ -15,6 +16,12 @@ from paperline.nn.vit import ViT
 
 def adapter_name(task: int) -> str:
     return f"task{task}"
+
+
+def adapter_weight(factors: nn.ModuleDict, task: int) -> torch.Tensor:
+    """Task `task`'s weight in a LoRA layer's lora_A or lora_B (peft keeps an nn.Linear per adapter;
+    nn.ModuleDict's stub types its items as any Module)."""
+    return cast(nn.Linear, factors[adapter_name(task)]).weight
 
 
 class LoraViT(nn.Module):
@@ -34,7 +41,7 @@ class LoraViT(nn.Module):
         from peft.tuners.lora import LoraLayer
 
         vit = copy.deepcopy(backbone)
-        vit.head = nn.Identity()
+        vit.head = nn.Identity()  # type: ignore[assignment]  # the features: the heads are this model's own
         for p in vit.parameters():
             p.requires_grad_(False)
         blocks = len(vit.blocks) if depth is None else min(depth, len(vit.blocks))
@@ -43,16 +50,19 @@ class LoraViT(nn.Module):
         with warnings.catch_warnings():  # peft warns on every adapter after the first: that is the design
             warnings.simplefilter("ignore")
             for t in range(tasks):
-                vit = inject_adapter_in_model(
-                    LoraConfig(r=parts * rank, lora_alpha=parts * alpha, target_modules=modules, lora_dropout=0.0),
-                    vit, adapter_name=adapter_name(t))
+                # peft annotates lora_alpha as an int; it scales by lora_alpha / r, a float works.
+                # inject_adapter_in_model returns the model it was given (typed as any Module)
+                vit = cast(ViT, inject_adapter_in_model(
+                    LoraConfig(r=parts * rank, lora_alpha=parts * alpha,  # type: ignore[arg-type]
+                               target_modules=modules, lora_dropout=0.0),
+                    vit, adapter_name=adapter_name(t)))
         self.vit, self.tasks = vit, tasks
         self.lora_layers = [m for m in vit.modules() if isinstance(m, LoraLayer)]
         if targets == "kv":
             mask = b_mask("qkv", targets, backbone.shape["dim"], rank)
             for layer in self.lora_layers:
                 for t in range(tasks):
-                    w = layer.lora_B[adapter_name(t)].weight
+                    w = adapter_weight(layer.lora_B, t)
                     with torch.no_grad():
                         w.mul_(mask)  # a no-op on peft's zeros
                     w.register_hook(lambda g: g * mask)
@@ -90,7 +100,7 @@ class LoraViT(nn.Module):
         """Task `task`'s LoRA set to a copy of task `source`'s (the official start of a new task)."""
         for layer in self.lora_layers:
             for d in (layer.lora_A, layer.lora_B):
-                d[adapter_name(task)].weight.copy_(d[adapter_name(source)].weight)
+                adapter_weight(d, task).copy_(adapter_weight(d, source))
 
     @torch.no_grad()
     def mix_with_old(self, task: int, momentum: float) -> None:
@@ -101,8 +111,8 @@ class LoraViT(nn.Module):
             return
         for layer in self.lora_layers:
             for d in (layer.lora_A, layer.lora_B):
-                old = torch.stack([d[adapter_name(s)].weight for s in range(task)]).mean(0)
-                d[adapter_name(task)].weight.mul_(1 - momentum).add_(momentum * old)
+                old = torch.stack([adapter_weight(d, s) for s in range(task)]).mean(0)
+                adapter_weight(d, task).mul_(1 - momentum).add_(momentum * old)
 
     def features(self, images: torch.Tensor, task: int | None) -> torch.Tensor:
         self.use(task)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -68,7 +69,9 @@ def relation_targets(old_features: torch.Tensor, chosen: torch.Tensor, temperatu
 def ctird_loss(features: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
     """Σ_k KL(W_k ‖ W_t), each averaged over the batch's rows: `targets` (B, m, B) from `relation_targets`."""
     log_w_t = relation(features, temperature).clamp_min(1e-12).log()
-    return sum(F.kl_div(log_w_t, targets[:, k], reduction="batchmean") for k in range(targets.shape[1]))
+    # a tensor: m ≥ 1 terms (sum's int start types it Tensor | int)
+    return cast(torch.Tensor, sum(F.kl_div(log_w_t, targets[:, k], reduction="batchmean")
+                                  for k in range(targets.shape[1])))
 
 
 def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -160,7 +163,7 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
         frozen_train = model.features(x_train, None)
         frozen_test = model.features(x_test, None)
     rules = evaluations(cfg, learner)
-    state = {"task": 0, "evaluations": {name: [] for name in rules}, "history": [], "seconds": 0.0}
+    state: dict[str, Any] = {"task": 0, "evaluations": {name: [] for name in rules}, "history": [], "seconds": 0.0}
     ckpt = load_resumable(checkpoint, fingerprint) if checkpoint else None
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])

@@ -39,7 +39,7 @@ def train(model: InfluenceLM, optimizer: torch.optim.Optimizer, data: TokenizedS
     `micro_batch_size` accumulates each step's gradient over slices of that many rows (the paper's
     batch of 128 at length 2048 fits no GPU at once), weighted so the step equals the whole batch's.
     `stop_after` ends early without the final checkpoint (tests simulate a kill with it)."""
-    index = torch.as_tensor(list(index), dtype=torch.long)
+    positions = torch.as_tensor(list(index), dtype=torch.long)
     run = Resumable(checkpoint_path, fingerprint, checkpoint_every, model=model, optimizer=optimizer)
     record = run.resume() or {"step": 0, "history": {"step": [], "train_loss": []}, "done": False}
     if record["done"]:
@@ -48,7 +48,7 @@ def train(model: InfluenceLM, optimizer: torch.optim.Optimizer, data: TokenizedS
 
     model.train()
     while step < len(batches):
-        rows = index[batches[step]]
+        rows = positions[batches[step]]
         size = micro_batch_size or len(rows)
         # the loss is the token mean over the whole batch: each slice's mean weighted by its share
         total = float(data.mask[rows, 1:].sum().clamp_min(1))

@@ -12,14 +12,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from paperline.data.local_tokenizer import shared_lm_tokenizer
-from paperline.data.tulu import ByteTokenizer, HFTokenizer, TuluRecord, encode_tulu
+from paperline.data.tulu import ByteTokenizer, HFTokenizer, Tokenizer, TuluRecord, encode_tulu
 from paperline.nn.causal_lm import CausalLM, llama_config
 from paperline.seeds import load_pretrained, seeded_init
 from paperline.train.lm_base import check_causal_lm, load_causal_lm
@@ -87,7 +87,8 @@ class InfluenceLM(nn.Module):
 
     def __init__(self, net: nn.Module, kind: str):
         super().__init__()
-        self.net = net
+        # our CausalLM ("llama") or a transformers causal LM ("hf"): read by the attributes of its kind
+        self.net: Any = net
         self.kind = kind
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -127,7 +128,7 @@ class InfluenceLM(nn.Module):
         return out.hidden_states[-1 if num_blocks is None else num_blocks]
 
 
-def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
+def build_model(cfg, seed: int) -> tuple[InfluenceLM, Tokenizer]:
     """(model, tokenizer) of `cfg.model`: the small LLaMA from a seeded init with the byte
     tokenizer, the shared lm-base model with its BPE, or a transformers causal LM and its tokenizer
     from `cfg.hf_model_path`."""
@@ -143,8 +144,8 @@ def build_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
 
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     net = load_causal_lm(cfg.hf_model_path, dtype=dtype, attn_implementation="eager")
-    tok = HFTokenizer(load_pretrained(AutoTokenizer, cfg.hf_model_path, local_files_only=True))
-    return InfluenceLM(net, "hf"), tok
+    hf_tok = HFTokenizer(load_pretrained(AutoTokenizer, cfg.hf_model_path, local_files_only=True))
+    return InfluenceLM(net, "hf"), hf_tok
 
 
 def check_model(cfg) -> None:
@@ -163,7 +164,7 @@ def check_model(cfg) -> None:
             read_tokenizer_json(own, where="influence_distillation.hf_model_path")
 
 
-def lm_base_model(cfg, seed: int) -> tuple[InfluenceLM, object]:
+def lm_base_model(cfg, seed: int) -> tuple[InfluenceLM, Tokenizer]:
     """The shared Shakespeare-pretrained CausalLM (`cfg.lm_base_path`) and the BPE it was trained with
     (`cfg.lm_base_tokenizer`, no special tokens of its own) with `</s>` and a pad appended after its
     vocabulary, as a transformers tokenizer: it reads `</s>` out of the Tulu text as open-instruct's

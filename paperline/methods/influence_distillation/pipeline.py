@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from paperline.data.tulu import Tokenizer
 from paperline.data.tulu_pool import load_pool_dir
 from paperline.io import DataError, atomic_path, read_json, write_json
 from paperline.methods.influence_distillation import baselines, landmarks
@@ -49,7 +50,7 @@ MATCHING = {"gsm8k_like": "gsm_symbolic", "squad_like": "span_extraction", "mmlu
 @dataclass
 class Prepared:
     model: InfluenceLM
-    tokenizer: object
+    tokenizer: Tokenizer
     pool: TokenizedSet
     targets: TokenizedSet | None  # every target set's target examples, concatenated (None: fine-tuning)
     target_names: list[str]  # the target set of each row of `targets`
@@ -127,11 +128,13 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
     if method == "random":
         chosen = baselines.random_selection(len(prep.pool), k, cfg.seed + RANDOM_DRAW)
     elif method == "rds_plus":
+        assert prep.targets is not None  # selection scores the pool against the targets
         pool_emb = baselines.mean_pooled_embeddings(model, prep.pool, cfg.eval_batch_size)
         target_emb = baselines.mean_pooled_embeddings(model, prep.targets, cfg.eval_batch_size)
         score = baselines.rds_scores(pool_emb, target_emb)
         chosen, forward_passes = round_robin(score, k, cfg.seed + 19), len(prep.pool) + len(prep.targets)
     elif method == "exact_first_order":
+        assert prep.targets is not None  # selection scores the pool against the targets
         feat = featurizer()
         target_f = feat.features(prep.targets, range(len(prep.targets)), source=False)
         pool_f, pool_plain = feat.features_both(prep.pool, range(len(prep.pool)))
@@ -140,6 +143,7 @@ def select_method(cfg: InfluenceDistillationConfig, prep: Prepared, adam: torch.
         if adam is not None:  # the plain-gradient influence beside the Adam-aware one (same gradients)
             extra["plain_scores"] = pool_plain @ target_f.T
     else:  # influence_distillation
+        assert prep.targets is not None  # selection scores the pool against the targets
         feat = featurizer()
         emb = landmarks.jvp_embeddings(model, prep.pool, cfg.jvp_blocks, cfg.jvp_tangents, cfg.jvp_proj_dim,
                                        cfg.seed + 13, cfg.eval_batch_size)
@@ -227,7 +231,7 @@ def select_all(cfg: InfluenceDistillationConfig, prep: Prepared, optimizer: torc
     comparison. Returns {"selections": {method: {...}}, "comparison": {...}, "landmark_curve": [...],
     "scores": {...}}."""
     adam = adam_of(cfg, prep, optimizer)
-    results = {method: select_method(cfg, prep, adam, method) for method in cfg.methods}
+    results: dict[str, dict] = {method: select_method(cfg, prep, adam, method) for method in cfg.methods}
     return {"selections": {m: {key: r[key] for key in SELECTION_KEYS} for m, r in results.items()},
             "comparison": compare_selections(results, len(prep.pool), cfg.select_k),
             "propagation_by_target": spearman_by_target(results, prep.target_names),

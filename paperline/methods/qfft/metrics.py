@@ -28,7 +28,7 @@ def is_long_cot(text: str) -> bool:
     return _LONG.search(text) is not None
 
 
-def rak(solvable: Sequence[bool], long_cot: Sequence[bool]) -> float:
+def rak(solvable: Sequence[bool] | np.ndarray, long_cot: Sequence[bool] | np.ndarray) -> float:
     """Cohen's κ of (solvable ↔ Short): TP = solvable & Short, FN = solvable & Long, FP =
     unsolvable & Short, TN = unsolvable & Long; p_o = (TP+TN)/N,
     p_e = [(TP+FP)(TP+FN) + (FN+TN)(FP+TN)]/N², κ = (p_o − p_e)/(1 − p_e); 0 when p_e = 1."""

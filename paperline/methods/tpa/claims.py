@@ -49,6 +49,7 @@ def evaluate(per_seed: Mapping[str, Mapping[int, Mapping]]) -> list[Claim]:
     rows = [row for seeds in per_seed.values() for row in seeds.values()]
     claims.append(CACHE_TABLE1.exact(float(max(abs(r[CACHE] - r[FORMULA]) for r in rows)), 0.0, 0.0))
     if METHOD in per_seed and "mha" in per_seed:
-        mha, tpa = next(iter(per_seed["mha"].values())), next(iter(per_seed[METHOD].values()))
-        claims.append(CACHE_RATIO.exact(mha[CACHE] / tpa[CACHE], mha[FORMULA] / tpa[FORMULA], RATIO_TOLERANCE))
+        mha_row, tpa_row = next(iter(per_seed["mha"].values())), next(iter(per_seed[METHOD].values()))
+        claims.append(CACHE_RATIO.exact(mha_row[CACHE] / tpa_row[CACHE], mha_row[FORMULA] / tpa_row[FORMULA],
+                                        RATIO_TOLERANCE))
     return claims

@@ -48,7 +48,7 @@ class TPAConfig(MethodConfig):
     train: TrainConfig = TrainConfig()
     # a dict, not DataConfig(): the default is validated (with the project root) like a given section,
     # where a default instance would keep its relative corpus_dir
-    data: DataConfig = Field(default_factory=dict)
+    data: DataConfig = Field(default_factory=dict)  # type: ignore[assignment]  # validated into a DataConfig
     threads: PositiveInt = 1  # torch threads per training task (CPU)
     decode_contexts: list[PositiveInt] = Field(default=[128, 512, 2048], min_length=1)
     decode_tokens: PositiveInt = 16  # single-token decode steps timed per context length

@@ -9,8 +9,8 @@ from pydantic import Field, field_validator
 from paperline.config import MethodConfig
 
 # random_risk: the trivial baseline (a seeded random risk per slide, scored the same way)
-METHODS = ("random_risk", "composition_cox", "mean_pool", "abmil", "gcn", "ztsurv")
 Method = Literal["random_risk", "composition_cox", "mean_pool", "abmil", "gcn", "ztsurv"]
+METHODS: tuple[Method, ...] = ("random_risk", "composition_cox", "mean_pool", "abmil", "gcn", "ztsurv")
 
 
 class ZTSurvConfig(MethodConfig):

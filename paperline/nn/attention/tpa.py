@@ -55,6 +55,7 @@ class FactorProjection(nn.Module):
         if self.a_proj is not None:
             a = self.a_proj(x).view(B, T, self.rank, self.heads)
         else:
+            assert self.a_const is not None  # A is a constant where it is not contextual
             a = self.a_const.expand(B, T, self.rank, self.heads)
         return a, self.b_proj(x).view(B, T, self.rank, self.head_dim)
 
@@ -70,7 +71,9 @@ def factor_attention(logits_fn, a_v: torch.Tensor, b_v: torch.Tensor, q_len: int
     tokens. logits_fn(start, stop) gives the scaled logits (B, h, q_len, stop-start) of that block.
     Returns (B, q_len, h, d_h)."""
     M = a_v.shape[1]
-    running_max = running_sum = out = None
+    running_max: torch.Tensor | None = None
+    running_sum: torch.Tensor | None = None
+    out: torch.Tensor | None = None
     for start in range(0, M, block):
         stop = min(M, start + block)
         logits = logits_fn(start, stop)
@@ -88,10 +91,12 @@ def factor_attention(logits_fn, a_v: torch.Tensor, b_v: torch.Tensor, q_len: int
         if running_max is None:
             out, running_sum = block_out, block_sum
         else:
+            assert out is not None and running_sum is not None  # set with running_max by the first block
             correction = torch.exp(running_max - new_max).squeeze(-1)  # (B, h, q)
             out = out * correction.permute(0, 2, 1)[..., None] + block_out
             running_sum = running_sum * correction + block_sum
         running_max = new_max
+    assert out is not None and running_sum is not None, "no cached tokens to attend to"
     return out / running_sum.permute(0, 2, 1)[..., None] / a_v.shape[2]
 
 
@@ -129,6 +134,7 @@ class TensorProductAttention(nn.Module):
             cache = append_cache(cache, {n: f[n] for n in ("a_k", "b_k", "a_v", "b_v")})
         else:  # decoding against cached factors: FlashTPA, K and V never materialized
             cache = append_cache(cache, {n: f[n] for n in ("a_k", "b_k", "a_v", "b_v")})
+            assert cache is not None  # a cache that holds tokens grows
             scale = 1.0 / (math.sqrt(self.head_dim) * self.q_rank * self.k_rank)
 
             def logits(start: int, stop: int) -> torch.Tensor:

@@ -43,6 +43,7 @@ class TensorProductAttentionKVOnly(nn.Module):
             cache = append_cache(cache, new)
         else:
             cache = append_cache(cache, new)
+            assert cache is not None  # a cache that holds tokens grows
             scale = 1.0 / (math.sqrt(self.head_dim) * self.k_rank)
 
             def logits(start: int, stop: int) -> torch.Tensor:
