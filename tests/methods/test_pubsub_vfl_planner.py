@@ -53,3 +53,12 @@ def test_delta_t_and_shared_batches():
     a, b = batches(103, 10, 3, 7), batches(103, 10, 3, 7)
     assert len(a) == 11 and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert sorted(np.concatenate(a)) == list(range(103))
+
+
+def test_a_kept_plans_cost_model_reads_back_as_it_was():
+    from paperline.methods.pubsub_vfl.planner import CostModel, PartyCost, as_dict, from_dict
+
+    cost = CostModel(n=398, active=PartyCost(2e-5, 0.97), passive=PartyCost(8e-5, 1.0), worker_overhead_s=5e-4,
+                     message_s=1e-3, bytes_per_row=128, bandwidth=1e9, mem_base=8704, mem_rho=464, mem_chi=1.0,
+                     mem_cap=2**30)
+    assert from_dict(as_dict(cost)) == cost

@@ -78,8 +78,7 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     exp.dp = [one("pubsub_vfl", seed, dp_mu=mu) for seed in cfg.run_seeds() for mu in cfg.dp_mu
               if seed == cfg.run_seeds()[0] or mu == DP_CLAIM_MU]
     if cfg.grid_check and cfg.plan:
-        cost = planner.CostModel(**{k: (planner.PartyCost(**v) if isinstance(v, dict) else v)
-                                    for k, v in chosen["measured_cost_model"].items()})
+        cost = planner.from_dict(chosen["measured_cost_model"])
         # an epoch's time is what the grid compares: `grid_epochs` of them at every seed
         grid_cfg = cfg.model_copy(update={"epochs": cfg.grid_epochs or cfg.epochs})
         for seed in cfg.run_seeds():

@@ -264,7 +264,8 @@ class _Worker:
         self.steps = self.dropped = 0
         self.epoch = -1
         self.params = self._request(("ready", self.wid))[1]
-        self.t0 = self.cpu0 = None  # from the first batch on (the go)
+        self.t0: float | None = None  # from the first batch on (the go)
+        self.cpu0: float | None = None
 
     def _request(self, msg, waiting: bool = False):
         t = time.time()
@@ -301,7 +302,7 @@ class _Worker:
 
     def finish(self) -> None:
         self.new_epoch(self.epoch + 1)
-        if self.t0 is None:
+        if self.t0 is None or self.cpu0 is None:
             self.t0, self.cpu0 = time.time(), time.process_time()
         wall = time.time() - self.t0
         self.ps.send(_dump(("bye", self.wid, {
@@ -333,7 +334,8 @@ class ActiveWorker(_Worker):
             self.params = self._request(("sync", self.wid, self.params), waiting=True)[1]
 
     def loop(self) -> None:
-        task = self.run["task"]
+        task, labels = self.run["task"], self.y
+        assert labels is not None, "the active party holds the labels"
         while (item := self.next_batch()) is not None:
             e, b, rows = item
             key = key_of(e, b)
@@ -344,7 +346,7 @@ class ActiveWorker(_Worker):
                 self.dropped += 1
                 self.pub.publish(DROP, key, None)
                 continue
-            z_p, y = got[1], self.y[rows]
+            z_p, y = got[1], labels[rows]
 
             def step():
                 bottom, top = self.params["bottom"], self.params["top"]

@@ -107,3 +107,8 @@ def profile(cfg, n: int, d_active: int, d_passive: int, task: str, reps: int = 5
 
 def as_dict(cost: CostModel) -> dict:
     return asdict(cost)
+
+
+def from_dict(fields: dict) -> CostModel:
+    """`as_dict`'s inverse (a kept plan's cost model)."""
+    return CostModel(**fields | {party: PartyCost(**fields[party]) for party in ("active", "passive")})

@@ -151,7 +151,9 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
         control_host = hosts["active"] if remote_passive else "127.0.0.1"
         control_addr = f"tcp://{control_host}:{bind(control, control_host, ch.control_port)}"
         try:
-            idents, ports, joined = {}, {}, None
+            idents: dict[str, bytes] = {}
+            ports: dict[str, dict] = {}
+            joined = None
             w_of = dict(zip(("active", "passive"), workers))
             for party in local:
                 procs.append(_spawn_ps(party, run, w_of[party], control_addr, cfg, tmp))
@@ -192,14 +194,15 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
                 for i, p in enumerate(_spawn_workers(party, run, w_of[party], ports, hosts, tmp)):
                     worker_procs[(party, i)] = p
                     procs.append(p)
-            ready = set()
+            ready: set[str] = set()
             while len(ready) < 2:
                 ready.add(receive()[1][1])
             time.sleep(0.3)  # let the subscriptions reach the publishers (zmq's slow joiner)
             for ident in idents.values():
                 control.send_multipart([ident, pickle.dumps(("go",))])
             go = time.time()
-            results, killed = {}, False
+            results: dict[str, dict] = {}
+            killed = False
             while len(results) < 2:
                 if kill_passive_after_s is not None and not killed and time.time() - go > kill_passive_after_s:
                     os.kill(worker_procs[("passive", 0)].pid, signal.SIGKILL)  # the fault check
