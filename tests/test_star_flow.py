@@ -25,7 +25,7 @@ def test_tiny_dag_outputs(dag):
     metrics = validate_metrics(json.loads(path.read_text()), str(path))
     rows = _rows(dag)
     assert sorted(metrics.rows) == rows == sorted(report_rows(dag, "star"))
-    assert (metrics.profile, metrics.primary_metric, metrics.higher_is_better) == ("tiny", "normalized_return", True)
+    assert (metrics.profile, metrics.primary_metric, metrics.higher_is_better) == ("tiny", "paper_score", True)
     for name, row in metrics.rows.items():
         assert row["seeds"] == 1 and isinstance(row["return"], float) and isinstance(row["overestimation"], float)
         if row["variant"] == "oracle":
@@ -63,7 +63,8 @@ def test_tiny_dag_outputs(dag):
     curve = c.get_metric_history(seeds[0].info.run_id, "eval_return")
     assert [m.step for m in curve] == metrics.details["curves"]["pendulum-star-4"]["step"]
     arts = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id, "plots")}
-    assert {"learning_curve_pendulum_4.png", "learning_curve_grid_4.png", "normalized_return.png",
+    assert {"learning_curve_pendulum_4.png", "learning_curve_grid_4.png", "normalized_return.png", "paper_score.png",
+            "overestimation_pendulum_4.png", "overestimation_grid_4.png",
             "overestimation.png", "learning_curve_grid_4.csv"} <= arts
     assert (dag / "plots" / "star" / "learning_curve_pendulum_4.csv").read_text().startswith("step,oracle,pebble,")
     assert (dag / "models" / "star" / "grid-star-4" / "seed0.pt").is_file()

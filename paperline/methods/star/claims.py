@@ -7,8 +7,9 @@ The paper's main claims, in our words:
    evaluation episodes (its normalised return is 0 by the normaliser's definition).
 3. Both of its parts matter: STAR above STAR without the preference margin (PMR) and above STAR
    without the policy regulariser (PR).
-4. PR curbs the critic's overestimation: STAR's signed relative overestimation (the critic's value
-   minus the Monte-Carlo return, over its size) below PEBBLE's.
+4. PR curbs the critic's overestimation: STAR's signed relative overestimation (the critic's mean
+   value minus the current policy's discounted true return, over its size, the mean over the
+   evaluation points from the first labels on: the paper's measure) below PEBBLE's.
 5. PMR makes the reward model generalise: its held-out preference accuracy (PMR alone) above PEBBLE's.
 6. Offline, with one preference reward model for all: STAR's in-sample value with
    advantage-weighted extraction above IQL's expectile value and plain AWR, above the random policy

@@ -37,7 +37,9 @@ class TaskConfig(StrictModel):
     episode_steps: PositiveInt  # the time limit of a training and an evaluation episode
     steps: PositiveInt  # environment steps of a run (the buffer holds them all)
     seed_steps: NonNegInt = 1000  # uniform random actions first; updates start after them
-    unsup_steps: NonNegInt = 0  # PEBBLE's state-entropy pre-training runs until this step (continuous)
+    # PEBBLE's state-entropy pre-training: this many steps after the seed steps (continuous; PEBBLE's
+    # `num_unsup_steps`, a duration: the first labels come at seed_steps + unsup_steps)
+    unsup_steps: NonNegInt = 0
     budgets: list[PositiveInt] = Field(min_length=1)  # total labels of the preference variants
     segment: PositiveInt = 50  # steps per queried segment
     feedback_every: PositiveInt = 5000  # steps between feedback sessions
@@ -51,11 +53,27 @@ class TaskConfig(StrictModel):
     # None: all of them
     variants: list[Variant] | None = None
 
+    @property
+    def feedback_start(self) -> int:
+        """The step of the first feedback session: after the seed steps and, on continuous tasks, the
+        unsupervised phase."""
+        return self.seed_steps + (self.unsup_steps if self.kind == "continuous" else 0)
+
+    def feedback_sessions(self) -> int:
+        """Feedback sessions the schedule holds: every `feedback_every` steps from `feedback_start`,
+        before the last step (a session at the last step would train nothing; PEBBLE's loop ends first)."""
+        return -(-(self.steps - self.feedback_start) // self.feedback_every)
+
     @model_validator(mode="after")
     def _schedule(self):
-        start = max(self.seed_steps, self.unsup_steps)
+        start = self.feedback_start
         if start >= self.steps:
             raise ValueError(f"task {self.name}: feedback would start at step {start} ≥ steps {self.steps}")
+        most = self.feedback_sessions() * self.queries_per_session
+        if max(self.budgets) > most:
+            raise ValueError(f"task {self.name}: a budget of {max(self.budgets)} labels cannot be spent: "
+                             f"{self.feedback_sessions()} sessions of {self.queries_per_session} queries "
+                             f"(from step {start}, every {self.feedback_every}, before step {self.steps}) ask {most}")
         if self.segment > self.episode_steps:
             raise ValueError(f"task {self.name}: segment {self.segment} exceeds episode_steps {self.episode_steps}")
         return self

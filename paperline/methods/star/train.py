@@ -2,8 +2,9 @@
 
 The loop (PEBBLE, Lee et al. 2021, with STAR's regularisers switched by the variant):
 1. `seed_steps` uniform random actions; continuous tasks then run PEBBLE's unsupervised
-   pre-training (SAC on the state-entropy reward) until `unsup_steps`;
-2. from then on, every `feedback_every` steps until the budget is spent, a feedback session: the
+   pre-training (SAC on the state-entropy reward) for `unsup_steps` steps;
+2. from then on, every `feedback_every` steps until the budget is spent (none at the last step,
+   which no update follows), a feedback session: the
    `queries_per_session` pairs of segments the reward ensemble disagrees on most (of
    `candidates_factor` times as many uniform pairs), labelled by the scripted teacher, the reward
    model trained on every label so far (PMR's smoothed targets for STAR), and every stored reward
@@ -12,8 +13,11 @@ The loop (PEBBLE, Lee et al. 2021, with STAR's regularisers switched by the vari
 3. every step one agent update; with PR, continuous: Q_ξ's in-sample step and the actor's η·KL term;
    discrete: the graph Q̂'s KL term, the graph re-solved at the end of each episode (spec (g)).
 The oracle learns from the true reward from the start. Evaluations every `eval_every` steps make
-the learning curve; the final one also measures value overestimation, a random policy's return
-(the normaliser's floor) and the reward model's preference accuracy on held-out pairs.
+the learning curve and measure the critic's overestimation against the true return (the paper's
+way, `evaluate.evaluate_with_overestimation`); the run's `overestimation(_rel)` is its mean over the
+points from the first labels on (every variant, the oracle too, over the same steps). At the end: a
+random policy's return (the normaliser's floor) and the reward model's preference accuracy on
+held-out pairs.
 
 A run checkpoints at episode ends (agent, buffer, reward models, Q_ξ or graph, teacher with its
 query count, random streams, curve) and a killed run resumes to the same result; environments are
@@ -29,7 +33,7 @@ import torch
 from paperline.methods.star.config import VARIANTS, StarConfig, TaskConfig
 from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, check_env, make_env
-from paperline.methods.star.evaluate import evaluate, mc_steps, overestimation
+from paperline.methods.star.evaluate import evaluate, evaluate_with_overestimation, mc_steps
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
 from paperline.rl.buffer import ReplayBuffer
 from paperline.rl.dqn import DQN
@@ -77,7 +81,9 @@ class Run:
         self.device = torch.device(device)
         self.entropy = RunningStd()
         self.labels = {"i0": np.zeros(0, np.int64), "i1": np.zeros(0, np.int64), "y": np.zeros(0)}
-        self.progress = {"step": 0, "episode": 0, "sessions": 0, "curve": {"step": [], "return": []},
+        self.progress = {"step": 0, "episode": 0, "sessions": 0,
+                         "curve": {"step": [], "return": [], "q_mean": [], "true_value": [],
+                                   "overestimation_true_rel": []},
                          "reward_stats": []}
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -122,21 +128,6 @@ class Run:
 
     def greedy(self, obs):
         return self.agent.act(obs, deterministic=True) if self.continuous else self.agent.act(int(obs), self.rng, 0.0)
-
-    def policy_of_critic(self) -> tuple[Callable, list]:
-        """The policy the critic's Q is of, and the list it appends each step's entropy bonus to:
-        SAC's stochastic actor (bonus −α log π), DQN's greedy policy (no bonus)."""
-        bonuses: list[float] = []
-        if not self.continuous:
-            return self.greedy, bonuses
-        alpha = float(self.agent.alpha.detach())
-
-        def policy(obs):
-            with torch.no_grad():
-                a, logp = self.agent.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device)[None])
-            bonuses.append(-alpha * float(logp[0]))
-            return a[0].cpu().numpy()
-        return policy, bonuses
 
     def q_fn(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         return self.agent.q_value(obs, act) if self.continuous else self.agent.q_value(obs[:, 0], act[:, 0])
@@ -195,8 +186,10 @@ class Run:
     def feedback_due(self) -> bool:
         if not self.flags["learned"] or self.teacher.queries >= self.budget:
             return False
-        start = max(self.task.seed_steps, self.task.unsup_steps if self.continuous else 0)
+        start = self.task.feedback_start
         step = self.progress["step"]
+        if step >= self.task.steps:
+            return False
         return step >= start and (step - start) % self.task.feedback_every == 0 or (
             step > start and not self.has_reward_model)  # postponed: no full segment yet
 
@@ -277,10 +270,12 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
                 for _ in range(task.updates_per_step):
                     run.update()
             if p["step"] % task.eval_every == 0 or p["step"] == task.steps:
-                last_eval = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
+                last_eval = evaluate_with_overestimation(eval_env, run.greedy, eval_seeds, task.episode_steps, extra,
+                                                         run.gamma, run.q_fn)
                 value = last_eval["return"]
                 p["curve"]["step"].append(p["step"])
-                p["curve"]["return"].append(value)
+                for k in ("return", "q_mean", "true_value", "overestimation_true_rel"):
+                    p["curve"][k].append(last_eval[k])
                 if on_eval is not None:
                     on_eval(p["step"], value)
             obs = nxt
@@ -293,7 +288,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
             saver.save(run.snapshot())
     if bar is not None:
         bar.close()
-    return _final(run, eval_env, eval_seeds, extra, seed, last_eval) | {"seconds": saver.elapsed()}
+    return _final(run, eval_env, eval_seeds, seed, last_eval) | {"seconds": saver.elapsed()}
 
 
 def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int, checkpoint,
@@ -311,20 +306,22 @@ def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | No
     return run.agent, info
 
 
-def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int,
-           final: dict[str, float] | None = None) -> dict:
+def _final(run: Run, eval_env, eval_seeds: list[int], seed: int, final: dict[str, float | None] | None = None) -> dict:
     """`final`: the greedy evaluation at the last step when the loop made it (a run resumed after its
     last step did not): evaluating again would play the same episodes."""
     task, p = run.task, run.progress
+    curve = p["curve"]
     final = dict(final) if final is not None else evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
-    final |= overestimation(eval_env, run.policy_of_critic, eval_seeds, task.episode_steps, extra, run.gamma, run.q_fn,
-                            run.learned_reward if run.flags["learned"] else None)
+    # the paper's overestimation over training, from the first labels on (the oracle's over the same steps)
+    late = [i for i, step in enumerate(curve["step"]) if step >= task.feedback_start]
+    gaps = [curve["q_mean"][i] - curve["true_value"][i] for i in late]
+    rel = [curve["overestimation_true_rel"][i] for i in late if curve["overestimation_true_rel"][i] is not None]
     rng = np.random.default_rng([seed, 2])
     if run.continuous:
         random_policy = lambda obs: rng.uniform(run.info.low, run.info.high).astype(np.float32)  # noqa: E731
     else:
         random_policy = lambda obs: int(rng.integers(run.info.act_dim))  # noqa: E731
-    random = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps)["return"]
+    random_eval = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps)
     accuracy = None
     if run.flags["learned"] and run.has_reward_model:
         starts = run.buffer.segment_starts(task.segment)
@@ -333,7 +330,9 @@ def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int,
         f1, r1 = run._segments(pairs[:, 1])
         accuracy = run.reward_model.accuracy(f0, f1, rational_labels(r0.sum(-1), r1.sum(-1)))
         accuracy = None if math.isnan(accuracy) else accuracy
-    return {"return": final["return"], "return_std": final["return_std"], "random_return": random,
-            "overestimation": final["overestimation"], "overestimation_rel": final["overestimation_rel"],
+    return {"return": final["return"], "return_std": final["return_std"], "random_return": random_eval["return"],
+            "success": final.get("success"), "random_success": random_eval["success"],
+            "overestimation": float(np.mean(gaps)) if gaps else None,
+            "overestimation_rel": float(np.mean(rel)) if rel else None,
             "pref_accuracy": accuracy, "labels": run.teacher.queries, "curve": p["curve"],
             "reward_stats": p["reward_stats"], "steps": p["step"]}
