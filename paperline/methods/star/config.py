@@ -87,13 +87,14 @@ class STARConfig(StrictModel):
     graph_tol: float = Field(1e-4, gt=0)  # in-sample value iteration's stopping change
 
 
-OfflineVariant = Literal["star", "iql", "awr"]
+OfflineVariant = Literal["star", "iql", "awr", "mr"]
 
 
 class OfflineConfig(StrictModel):
     """The offline variant (spec (b)): a reward model fitted once on preference labels over a fixed
     dataset, then STAR's in-sample Q_ξ/V_ξ with advantage-weighted policy extraction, against the
-    same reward model with IQL's expectile value and with plain AWR (Monte-Carlo advantages).
+    same reward model with IQL's expectile value and with plain AWR (Monte-Carlo advantages), and
+    the paper's MR baseline (`mr`: IQL on a plain Bradley–Terry reward model, no margin).
 
     The data: `dataset` (a D4RL-style or Minari HDF5 file) with `labels` (a folder of Preference
     Transformer's label files) when given; else generated in the run, per seed, by rolling out

@@ -4,7 +4,7 @@ r̂, and the policy extracted by advantage-weighted regression (AWR, Peng et al.
 
     max_π E_{(s,a)∼D}[min(exp(β·A(s, a)), clip) · log π(a|s)].
 
-The value, per variant (the reward model, the data and the extraction are the same in all three):
+The value, per variant (the data and the extraction are the same in all; the reward model too but for `mr`):
 - `star`: STAR's Q_ξ/V_ξ (`ConservativeQ`: V_ξ by Gumbel regression, the soft in-sample max
   β log E_{a∼D} exp(Q_ξ/β), Q_ξ onto r̂ + γV_ξ(s′)); A = Q̄_ξ(s,a) − V_ξ(s). [I] The paper's
   offline recipe is one sentence ("the same Q_ξ/PR machinery, advantage-weighted extraction");
@@ -12,6 +12,9 @@ The value, per variant (the reward model, the data and the extraction are the sa
 - `iql`: IQL (Kostrikov et al. 2022): V by expectile regression of Q (τ = 0.7), Q onto r̂ + γV(s′).
 - `awr`: plain AWR: V regressed onto the discounted Monte-Carlo return of r̂ within each episode
   of the data; A = G − V(s).
+- `mr`: the paper's offline MR baseline: IQL as `iql`, on a reward model of its own fitted on the
+  same labels with the plain Bradley–Terry loss (hard targets, no margin regularisation): the one
+  variant whose reward is not STAR's.
 
 The embedded data (`generate`): rollouts of a random, a noisy-expert and the expert policy (the
 oracle's true-reward SAC), written as a D4RL-style HDF5 file and Preference Transformer label
@@ -186,12 +189,13 @@ def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int
 
 
 def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: PreferenceLabels, seed: int,
-               generator: torch.Generator) -> tuple[RewardEnsemble, float | None]:
-    """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`), and its
-    preference accuracy on held-out pairs of the data labelled by a noiseless teacher."""
+               generator: torch.Generator, pmr: bool = True) -> tuple[RewardEnsemble, float | None]:
+    """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`; `pmr`
+    False: the plain Bradley–Terry loss), and its preference accuracy on held-out pairs of the data
+    labelled by a noiseless teacher."""
     off = cfg.offline
     settings = cfg.reward.model_copy(update={"updates": off.reward_updates})
-    model = RewardEnsemble(info.feature_dim, settings, generator, pmr_eps=cfg.star.pmr_eps)
+    model = RewardEnsemble(info.feature_dim, settings, generator, pmr_eps=cfg.star.pmr_eps if pmr else 0.0)
     rng = np.random.default_rng([seed, 12])
     model.train_session(_features(info, data, labels.start0, off.segment),
                         _features(info, data, labels.start1, off.segment), labels.y, rng)
@@ -272,6 +276,11 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     generator = torch.Generator().manual_seed(seed)
     model, accuracy = fit_reward(cfg, info, data, labels, seed, generator)
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
+    rewards = {v: reward for v in off.variants if v != "mr"}
+    mr_accuracy = None
+    if "mr" in off.variants:  # its own generator: the other variants' results do not depend on it
+        plain, mr_accuracy = fit_reward(cfg, info, data, labels, seed, torch.Generator().manual_seed(seed), pmr=False)
+        rewards["mr"] = plain.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
     eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
     seeds = [20_000 + 97 * i for i in range(off.eval_episodes)]
     rng = np.random.default_rng([seed, 14])
@@ -288,12 +297,12 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     variants = {}
     for v in off.variants:
         if v not in done:
-            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, reward, seed,
-                                   progress)
+            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v],
+                                   seed, progress)
             done[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
             write_json(record, {"fingerprint": fingerprint, "variants": done})
         variants[v] = done[v]
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
-            "pref_accuracy": accuracy, "labels": len(labels.y), "transitions": len(data),
+            "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "labels": len(labels.y), "transitions": len(data),
             "behaviour_returns": behaviour, "dataset_return": float(data.episode_returns().mean())}

@@ -187,7 +187,8 @@ def offline_rows(offline: list[dict]) -> dict[str, dict]:
     for v in offline[0]["variants"]:
         per_seed = [{"paper_score": ratio_to_oracle(s["variants"][v]["return"], s["expert_return"]),
                      "normalized_return": n, "return": s["variants"][v]["return"], "expert_return": s["expert_return"],
-                     "random_return": s["random_return"], "pref_accuracy": s["pref_accuracy"]}
+                     "random_return": s["random_return"],
+                     "pref_accuracy": s.get("mr_pref_accuracy") if v == "mr" else s["pref_accuracy"]}
                     for n, s in zip(norm[v], offline)]
         rows[f"offline-{v}"] = {"variant": v, **fixed} | mean_over_seeds(
             [{k: x for k, x in d.items() if _known(x)} for d in per_seed])
@@ -198,11 +199,12 @@ def offline_rows(offline: list[dict]) -> dict[str, dict]:
 
 
 def offline_headline(rows: dict[str, dict]) -> dict:
-    """STAR's offline mean normalised return minus each baseline's (same reward model)."""
+    """STAR's offline mean normalised return minus each baseline's (the same reward model but for
+    `mr`'s, a plain Bradley–Terry one)."""
     if "offline-star" not in rows:
         return {}
     return {f"offline_star_minus_{base}": rows["offline-star"]["normalized_return"]
-            - rows[f"offline-{base}"]["normalized_return"] for base in ("iql", "awr", "dataset")
+            - rows[f"offline-{base}"]["normalized_return"] for base in ("iql", "awr", "mr", "dataset")
             if f"offline-{base}" in rows}
 
 
