@@ -168,6 +168,52 @@ def test_the_papers_score_is_the_success_rate_where_the_env_reports_one_else_the
     assert evaluate(GridWorld(4), lambda obs: 0, [0], 5)["success"] is None
 
 
+def test_mrns_bilevel_step_moves_the_reward_model_through_the_critics_inner_step_only():
+    import torch
+
+    from paperline.methods.star.envs import check_env
+    from paperline.methods.star.mrn import meta_reward_step
+    from paperline.rl.reward_model import RewardEnsemble
+    from paperline.rl.sac import SAC
+
+    cfg = _cfg(tasks=[PENDULUM])
+    info = check_env("Pendulum-v1", "continuous")
+    g = torch.Generator().manual_seed(0)
+    sac = SAC(info.obs_dim, info.act_dim, info.low, info.high, cfg.sac, g)
+    model = RewardEnsemble(info.feature_dim, cfg.reward, g)
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.normal(size=(16, 3)).astype(np.float32), "act": rng.uniform(-2, 2, (16, 1)).astype(np.float32),
+             "next_obs": rng.normal(size=(16, 3)).astype(np.float32), "terminated": np.zeros(16, np.float32)}
+    segs = [(rng.normal(size=(6, 5, 3)).astype(np.float32), rng.uniform(-2, 2, (6, 5, 1)).astype(np.float32))
+            for _ in range(2)]
+    y = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.5])
+
+    def weights(module):
+        return [p.detach().clone() for p in module.parameters()]
+
+    critic, reward = weights(sac.critic), weights(model)
+    # an inner step of size 0: the outer loss does not depend on r̂, so the reward model stays
+    meta_reward_step(model, sac, info.features, batch, segs[0], segs[1], y, inner_lr=0.0)
+    assert all(torch.equal(a, b) for a, b in zip(reward, weights(model)))
+    loss = meta_reward_step(model, sac, info.features, batch, segs[0], segs[1], y, inner_lr=0.1)
+    assert np.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(reward, weights(model)))  # through the inner step
+    assert all(torch.equal(a, b) for a, b in zip(critic, weights(sac.critic)))  # the critic is not moved
+    assert all(p.grad is None or not p.grad.any() for p in sac.critic.parameters())
+
+
+def test_mrn_runs_as_a_variant_on_continuous_tasks_only():
+    cfg = _cfg(tasks=[PENDULUM | {"budgets": [6]}], variants=["oracle", "mrn"], mrn={"outer_updates": 2, "batch": 8,
+                                                                                      "pairs": 4})
+    result = train_run(cfg, cfg.tasks[0], "mrn", 6, 0)
+    sessions = result["reward_stats"]
+    assert result["labels"] == 6 and len(sessions) == 3
+    assert "mrn_loss" not in sessions[0]  # the first session's critic learned the entropy reward (it is reset)
+    assert all(np.isfinite(s["mrn_loss"]) for s in sessions[1:])
+    with pytest.raises(ValueError, match="task grid: MRN's inner step is SAC's critic"):
+        _cfg(variants=["oracle", "mrn"])
+
+
 class Killed(Exception):
     pass
 

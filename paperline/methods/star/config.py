@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from paperline.config import MethodConfig, StrictModel
+from paperline.methods.star.mrn import MRNSettings
 from paperline.rl.dqn import DQNSettings
 from paperline.rl.reward_model import RewardSettings, SURFSettings
 from paperline.rl.sac import SACSettings
@@ -17,16 +18,18 @@ PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
 # what each variant turns on: learned reward (all but the oracle), SURF's semi-supervision and
-# cropping, STAR's preference margin (PMR) and policy regularisation (PR)
+# cropping, MRN's bi-level reward update through the critic, STAR's preference margin (PMR) and
+# policy regularisation (PR)
 VARIANTS: dict[str, dict[str, bool]] = {
-    "oracle": {"learned": False, "surf": False, "pmr": False, "pr": False},  # SAC/DQN on the true reward
-    "pebble": {"learned": True, "surf": False, "pmr": False, "pr": False},
-    "surf": {"learned": True, "surf": True, "pmr": False, "pr": False},
-    "star": {"learned": True, "surf": False, "pmr": True, "pr": True},
-    "star_no_pmr": {"learned": True, "surf": False, "pmr": False, "pr": True},
-    "star_no_pr": {"learned": True, "surf": False, "pmr": True, "pr": False},
+    "oracle": {"learned": False, "surf": False, "pmr": False, "pr": False, "mrn": False},  # on the true reward
+    "pebble": {"learned": True, "surf": False, "pmr": False, "pr": False, "mrn": False},
+    "surf": {"learned": True, "surf": True, "pmr": False, "pr": False, "mrn": False},
+    "mrn": {"learned": True, "surf": False, "pmr": False, "pr": False, "mrn": True},  # continuous tasks only
+    "star": {"learned": True, "surf": False, "pmr": True, "pr": True, "mrn": False},
+    "star_no_pmr": {"learned": True, "surf": False, "pmr": False, "pr": True, "mrn": False},
+    "star_no_pr": {"learned": True, "surf": False, "pmr": True, "pr": False, "mrn": False},
 }
-Variant = Literal["oracle", "pebble", "surf", "star", "star_no_pmr", "star_no_pr"]
+Variant = Literal["oracle", "pebble", "surf", "mrn", "star", "star_no_pmr", "star_no_pr"]
 
 
 class TaskConfig(StrictModel):
@@ -142,6 +145,7 @@ class StarConfig(MethodConfig):
     reward: RewardSettings = RewardSettings()
     star: STARConfig = STARConfig()
     surf: SURFSettings = SURFSettings()
+    mrn: MRNSettings = MRNSettings()
     teacher: TeacherSettings = TeacherSettings()
     # the Monte-Carlo returns of the overestimation metric run evaluation episodes on past the time
     # limit until γ^k falls below this (their tail then weighs less than it)
@@ -158,6 +162,9 @@ class StarConfig(MethodConfig):
         if len(set(names)) != len(names):
             raise ValueError(f"task names repeat: {names}")
         for t in self.tasks:
+            if t.kind == "discrete" and "mrn" in (t.variants or self.variants):
+                raise ValueError(f"task {t.name}: MRN's inner step is SAC's critic; a discrete task cannot run "
+                                 f"'mrn' (give the task a `variants` list without it)")
             if t.variants is not None and ("oracle" not in t.variants or not set(t.variants) <= set(self.variants)):
                 raise ValueError(f"task {t.name}: variants {t.variants} must include 'oracle' and be among "
                                  f"`variants` {self.variants}")

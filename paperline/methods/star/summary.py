@@ -121,7 +121,8 @@ def headline(cfg: StarConfig, rows: dict[str, dict]) -> dict:
     out: dict = {"seeds": len(cfg.run_seeds())}
     for task in cfg.tasks:
         for b in task.budgets:
-            r = {v: rows.get(row_name(task.name, v, b)) for v in ("star", "pebble", "star_no_pmr", "star_no_pr", "surf")}
+            r = {v: rows.get(row_name(task.name, v, b))
+                 for v in ("star", "pebble", "star_no_pmr", "star_no_pr", "surf", "mrn")}
             key = f"{task.name}_{b}"
             if r["star"] is None or r["pebble"] is None:
                 continue
@@ -133,7 +134,7 @@ def headline(cfg: StarConfig, rows: dict[str, dict]) -> dict:
                     f"{key}_star_minus_pebble": r["star"]["normalized_return"] - r["pebble"]["normalized_return"],
                     f"{key}_star_overestimation_rel": r["star"]["overestimation_rel"],
                     f"{key}_pebble_overestimation_rel": r["pebble"]["overestimation_rel"]}
-            for ablation in ("star_no_pmr", "star_no_pr", "surf"):
+            for ablation in ("star_no_pmr", "star_no_pr", "surf", "mrn"):
                 if r[ablation] is not None:
                     out[f"{key}_star_minus_{ablation}"] = (r["star"]["normalized_return"]
                                                            - r[ablation]["normalized_return"])

@@ -35,6 +35,7 @@ from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, check_env, make_env
 from paperline.methods.star.evaluate import evaluate, evaluate_with_overestimation, mc_steps
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
+from paperline.methods.star.mrn import meta_reward_step
 from paperline.rl.buffer import ReplayBuffer
 from paperline.rl.dqn import DQN
 from paperline.rl.exploration import RunningStd, knn_entropy_reward
@@ -172,6 +173,8 @@ class Run:
             pool = self.rng.choice(starts, size=(self.cfg.reward.batch * self.cfg.surf.unlabelled_ratio, 2))
             unlabelled = (self._segments(pool[:, 0])[0], self._segments(pool[:, 1])[0])
         stats = self.reward_model.train_session(f0, f1, self.labels["y"], self.rng, unlabelled)
+        if self.flags["mrn"] and self.has_reward_model:  # the critic has learned r̂ (the first one is reset)
+            stats["mrn_loss"] = self._mrn_steps()
         self.buffer.relabel(self.learned_reward)
         if self.graph is not None:
             self.graph.relabel(lambda s, a: self.learned_reward(s[:, None].astype(np.float32),
@@ -182,6 +185,18 @@ class Run:
         self.progress["sessions"] += 1
         self.progress["reward_stats"].append({"step": self.progress["step"], "labels": self.teacher.queries, **stats})
         return True
+
+    def _mrn_steps(self) -> float:
+        """MRN's bi-level steps of the reward model through SAC's critic; the mean outer loss."""
+        m, b = self.cfg.mrn, self.buffer
+        losses = []
+        for _ in range(m.outer_updates):
+            pick = self.rng.integers(0, len(self.labels["y"]), min(m.pairs, len(self.labels["y"])))
+            segs = [self.labels[k][pick][:, None] + np.arange(self.task.segment) for k in ("i0", "i1")]
+            losses.append(meta_reward_step(self.reward_model, self.agent, self.info.features,
+                                           b.sample(self.rng, m.batch), (b.obs[segs[0]], b.act[segs[0]]),
+                                           (b.obs[segs[1]], b.act[segs[1]]), self.labels["y"][pick], m.inner_lr))
+        return float(np.mean(losses))
 
     def feedback_due(self) -> bool:
         if not self.flags["learned"] or self.teacher.queries >= self.budget:
