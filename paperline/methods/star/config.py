@@ -110,7 +110,8 @@ class OfflineConfig(StrictModel):
     task: str  # the name of a continuous task in `tasks` (its oracle: expert behaviour and normaliser)
     dataset: str | None = None
     labels: str | None = None
-    variants: list[OfflineVariant] = Field(default_factory=lambda: ["star", "iql", "awr"], min_length=1)
+    variants: list[OfflineVariant] = Field(default_factory=lambda: list[OfflineVariant](["star", "iql", "awr"]),
+                                           min_length=1)
     episodes_per_policy: PositiveInt = 5
     noise: float = Field(0.5, ge=0)
     pairs: PositiveInt = 100
@@ -190,7 +191,7 @@ def row_name(task: str, variant: str, budget: int | None) -> str:
 
 def runs_of(cfg: StarConfig) -> list[tuple[TaskConfig, str, int | None]]:
     """Every (task, variant, budget) row of the experiment, oracles first."""
-    out = []
+    out: list[tuple[TaskConfig, str, int | None]] = []
     for task in cfg.tasks:
         for variant in variants_of(cfg, task):
             out += [(task, variant, None)] if variant == "oracle" else [(task, variant, b) for b in task.budgets]

@@ -67,7 +67,7 @@ class GridWorld(gym.Env):
 
 
 if GRID_ID not in gym.registry:
-    gym.register(GRID_ID, entry_point=GridWorld)
+    gym.register(GRID_ID, entry_point=f"{__name__}:GridWorld")
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ def _register_suite(env_id: str) -> None:
         # dm_control 1.0.28 (the last one that takes metaworld's mujoco==3.3.0) calls np.in1d in its
         # quadruped task, which numpy 2.4 removed; 1.0.52 replaced it by this same isin(...).ravel()
         if not hasattr(np, "in1d"):
-            np.in1d = lambda ar1, ar2, assume_unique=False, invert=False: np.isin(
-                ar1, ar2, assume_unique=assume_unique, invert=invert).ravel()
+            setattr(np, "in1d", lambda ar1, ar2, assume_unique=False, invert=False: np.isin(  # noqa: B010
+                ar1, ar2, assume_unique=assume_unique, invert=invert).ravel())
     try:
         importlib.import_module(module)
     except ImportError as err:

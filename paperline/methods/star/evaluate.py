@@ -62,7 +62,8 @@ def _score(episodes: list[dict], episode_steps: int) -> dict[str, float | None]:
     PEBBLE's evaluation counts it), else None."""
     returns = [float(ep["reward"][:episode_steps].sum()) for ep in episodes]
     flags = [None if ep["success"] is None else float(ep["success"][:episode_steps].max()) for ep in episodes]
-    success = float(np.mean(flags)) if flags and None not in flags else None
+    known = [f for f in flags if f is not None]
+    success = float(np.mean(known)) if flags and len(known) == len(flags) else None
     return {"return": float(np.mean(returns)), "return_std": float(np.std(returns)), "success": success}
 
 

@@ -74,7 +74,7 @@ def overestimation_curves(cfg: StarConfig, metrics: MethodMetrics, out: Path) ->
 
 def bars(metrics: MethodMetrics, key: str, ylabel: str, path: Path) -> Path:
     names = list(metrics.rows)
-    values = [metrics.rows[n][key] if metrics.rows[n][key] is not None else 0.0 for n in names]
+    values = [float(v) if isinstance(v, (int, float)) else 0.0 for v in (metrics.rows[n][key] for n in names)]
     errors = [metrics.rows[n].get(f"{key}_std") or 0.0 for n in names]
     fig, ax = plt.subplots(figsize=(max(5, 0.45 * len(names)), 3.6))
     ax.bar(range(len(names)), values, yerr=errors, color=["C3" if "star" == metrics.rows[n]["variant"] else "C0"

@@ -58,7 +58,7 @@ def _known(value) -> bool:
 def seed_values(results: dict[str, dict]) -> dict[str, list[dict]]:
     """row -> one dict of figures per seed (seed order), the normalised return against that seed's
     oracle; a figure a seed lacks (the oracle's preference accuracy, a NaN) is left out of its dict."""
-    out = {}
+    out: dict[str, list[dict]] = {}
     for name, res in results.items():
         oracle = results[row_name(res["task"], "oracle", None)]["seeds"]
         out[name] = []
@@ -100,7 +100,7 @@ def online_values(cfg: StarConfig, results: dict[str, dict]) -> dict[tuple, list
     budget), the random policy's (its return on the same seed's evaluation episodes, normalised: 0)."""
     kinds = {t.name: t.kind for t in cfg.tasks}
     values = seed_values(results)
-    out = {}
+    out: dict[tuple, list[dict]] = {}
     for name, res in results.items():
         if res["variant"] == "oracle":
             continue
@@ -121,10 +121,11 @@ def headline(cfg: StarConfig, rows: dict[str, dict]) -> dict:
     out: dict = {"seeds": len(cfg.run_seeds())}
     for task in cfg.tasks:
         for b in task.budgets:
-            r = {v: rows.get(row_name(task.name, v, b))
-                 for v in ("star", "pebble", "star_no_pmr", "star_no_pr", "surf", "mrn")}
+            r: dict[str, dict] = {v: rows[row_name(task.name, v, b)]
+                                  for v in ("star", "pebble", "star_no_pmr", "star_no_pr", "surf", "mrn")
+                                  if row_name(task.name, v, b) in rows}
             key = f"{task.name}_{b}"
-            if r["star"] is None or r["pebble"] is None:
+            if "star" not in r or "pebble" not in r:
                 continue
             out |= {f"{key}_star_paper_score": r["star"]["paper_score"],
                     f"{key}_pebble_paper_score": r["pebble"]["paper_score"],
@@ -135,12 +136,12 @@ def headline(cfg: StarConfig, rows: dict[str, dict]) -> dict:
                     f"{key}_star_overestimation_rel": r["star"]["overestimation_rel"],
                     f"{key}_pebble_overestimation_rel": r["pebble"]["overestimation_rel"]}
             for ablation in ("star_no_pmr", "star_no_pr", "surf", "mrn"):
-                if r[ablation] is not None:
+                if ablation in r:
                     out[f"{key}_star_minus_{ablation}"] = (r["star"]["normalized_return"]
                                                            - r[ablation]["normalized_return"])
                     out[f"{key}_star_minus_{ablation}_paper_score"] = _minus(r["star"]["paper_score"],
                                                                              r[ablation]["paper_score"])
-            if r["star_no_pr"] is not None and None not in (r["star_no_pr"]["pref_accuracy"], r["pebble"]["pref_accuracy"]):
+            if "star_no_pr" in r and None not in (r["star_no_pr"]["pref_accuracy"], r["pebble"]["pref_accuracy"]):
                 out[f"{key}_pmr_accuracy_minus_pebble"] = r["star_no_pr"]["pref_accuracy"] - r["pebble"]["pref_accuracy"]
     return out
 
