@@ -81,6 +81,12 @@ class EnvInfo:
     low: np.ndarray | None = None
     high: np.ndarray | None = None
 
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The action bounds (low, high) of a continuous task."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.env_id}: a {self.kind} task has no action bounds")
+        return self.low, self.high
+
     @property
     def feature_dim(self) -> int:
         """Inputs of the reward model: (s, a) concatenated, one-hot for discrete spaces."""
