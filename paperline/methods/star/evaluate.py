@@ -10,7 +10,7 @@ the critic learns from (r̂), along an episode of SAC's stochastic policy with i
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -56,7 +56,7 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
     return out
 
 
-def _score(episodes: list[dict], episode_steps: int) -> dict[str, float | None]:
+def _score(episodes: list[dict], episode_steps: int) -> dict[str, Any]:
     """Mean (and std) true return of the episodes' first `episode_steps` steps, and the success rate
     where every episode reports success (an episode succeeds if any of those steps does, as
     PEBBLE's evaluation counts it), else None."""
@@ -67,14 +67,14 @@ def _score(episodes: list[dict], episode_steps: int) -> dict[str, float | None]:
     return {"return": float(np.mean(returns)), "return_std": float(np.std(returns)), "success": success}
 
 
-def evaluate(env, policy, seeds: list[int], episode_steps: int) -> dict[str, float | None]:
+def evaluate(env, policy, seeds: list[int], episode_steps: int) -> dict[str, Any]:
     """Mean (and std) true return over episodes of `episode_steps`, one per seed, and the success
     rate where the environment reports success (else None)."""
     return _score([rollout(env, policy, seed, episode_steps) for seed in seeds], episode_steps)
 
 
 def evaluate_with_overestimation(env, policy, seeds: list[int], episode_steps: int, extra_steps: int, gamma: float,
-                                 q_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float | None]:
+                                 q_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, Any]:
     """`evaluate`, the first episode run `extra_steps` on past the time limit, and the paper's
     overestimation on it: `q_mean` (the critic's mean Q over its first `episode_steps` states and
     actions), `true_value` (the mean discounted true return from them), `overestimation_true`

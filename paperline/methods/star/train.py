@@ -25,7 +25,7 @@ reset with seeds derived from the episode index, so nothing of them needs saving
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -58,8 +58,9 @@ class Run:
         self.generator = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng([seed, 0])
         self.continuous = info.kind == "continuous"
+        self.agent: SAC | DQN
         if self.continuous:
-            self.agent = SAC(info.obs_dim, info.act_dim, info.low, info.high, cfg.sac, self.generator)
+            self.agent = SAC(info.obs_dim, info.act_dim, *info.bounds(), cfg.sac, self.generator)
             self.gamma = cfg.sac.gamma
             self.buffer = ReplayBuffer(task.steps, info.obs_dim, info.act_dim)
         else:
@@ -82,15 +83,16 @@ class Run:
         self.device = torch.device(device)
         self.entropy = RunningStd()
         self.labels = {"i0": np.zeros(0, np.int64), "i1": np.zeros(0, np.int64), "y": np.zeros(0)}
-        self.progress = {"step": 0, "episode": 0, "sessions": 0,
+        # JSON-like: saved and restored with the checkpoint
+        self.progress: dict[str, Any] = {"step": 0, "episode": 0, "sessions": 0,
                          "curve": {"step": [], "return": [], "q_mean": [], "true_value": [],
                                    "overestimation_true_rel": []},
                          "reward_stats": []}
 
     # -- checkpoint -------------------------------------------------------------------------------
     def modules(self) -> dict:
-        out = {"agent": self.agent, "generator": self.generator}
-        if self.continuous:
+        out: dict[str, Any] = {"agent": self.agent, "generator": self.generator}
+        if isinstance(self.agent, SAC):
             out |= self.agent.optimizers()
         else:
             out["agent_opt"] = self.agent.opt
@@ -121,20 +123,31 @@ class Run:
         step = self.progress["step"]
         if step < self.task.seed_steps:
             if self.continuous:
-                return self.rng.uniform(self.info.low, self.info.high).astype(np.float32)
+                return self.rng.uniform(*self.info.bounds()).astype(np.float32)
             return int(self.rng.integers(self.info.act_dim))
-        if self.continuous:
+        if isinstance(self.agent, SAC):
             return self.agent.act(obs)
         return self.agent.act(int(obs), self.rng, self.agent.epsilon(step - self.task.seed_steps))
 
     def greedy(self, obs):
-        return self.agent.act(obs, deterministic=True) if self.continuous else self.agent.act(int(obs), self.rng, 0.0)
+        if isinstance(self.agent, SAC):
+            return self.agent.act(obs, deterministic=True)
+        return self.agent.act(int(obs), self.rng, 0.0)
 
     def q_fn(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
-        return self.agent.q_value(obs, act) if self.continuous else self.agent.q_value(obs[:, 0], act[:, 0])
+        if isinstance(self.agent, SAC):
+            return self.agent.q_value(obs, act)
+        return self.agent.q_value(obs[:, 0], act[:, 0])
+
+    @property
+    def rewards(self) -> RewardEnsemble:
+        """The reward model (the preference variants')."""
+        if self.reward_model is None:
+            raise ValueError(f"variant {self.variant} learns no reward model")
+        return self.reward_model
 
     def learned_reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
-        return self.reward_model.mean_reward(self.info.features(obs, act))
+        return self.rewards.mean_reward(self.info.features(obs, act))
 
     @property
     def has_reward_model(self) -> bool:
@@ -158,7 +171,7 @@ class Run:
         if self.has_reward_model:  # PEBBLE's disagreement sampling (the first session: uniform)
             f0, _ = self._segments(cand[:, 0])
             f1, _ = self._segments(cand[:, 1])
-            cand = cand[np.argsort(-self.reward_model.disagreement(f0, f1), kind="stable")[:n]]
+            cand = cand[np.argsort(-self.rewards.disagreement(f0, f1), kind="stable")[:n]]
         else:
             cand = cand[:n]
         _, r0 = self._segments(cand[:, 0])
@@ -172,7 +185,7 @@ class Run:
         if self.flags["surf"]:
             pool = self.rng.choice(starts, size=(self.cfg.reward.batch * self.cfg.surf.unlabelled_ratio, 2))
             unlabelled = (self._segments(pool[:, 0])[0], self._segments(pool[:, 1])[0])
-        stats = self.reward_model.train_session(f0, f1, self.labels["y"], self.rng, unlabelled)
+        stats = self.rewards.train_session(f0, f1, self.labels["y"], self.rng, unlabelled)
         if self.flags["mrn"] and self.has_reward_model:  # the critic has learned r̂ (the first one is reset)
             stats["mrn_loss"] = self._mrn_steps()
         self.buffer.relabel(self.learned_reward)
@@ -180,7 +193,7 @@ class Run:
             self.graph.relabel(lambda s, a: self.learned_reward(s[:, None].astype(np.float32),
                                                                 a[:, None].astype(np.float32)))
             self.graph.value_iteration(self.gamma, self.cfg.star.graph_tol)
-        if self.progress["sessions"] == 0 and self.continuous and task.unsup_steps > 0:
+        if self.progress["sessions"] == 0 and isinstance(self.agent, SAC) and task.unsup_steps > 0:
             self.agent.reset_critic()  # PEBBLE: the critic of the entropy phase is discarded
         self.progress["sessions"] += 1
         self.progress["reward_stats"].append({"step": self.progress["step"], "labels": self.teacher.queries, **stats})
@@ -188,12 +201,14 @@ class Run:
 
     def _mrn_steps(self) -> float:
         """MRN's bi-level steps of the reward model through SAC's critic; the mean outer loss."""
-        m, b = self.cfg.mrn, self.buffer
+        m, b, sac = self.cfg.mrn, self.buffer, self.agent
+        if not isinstance(sac, SAC):
+            raise ValueError("MRN's inner step is SAC's critic")
         losses = []
         for _ in range(m.outer_updates):
             pick = self.rng.integers(0, len(self.labels["y"]), min(m.pairs, len(self.labels["y"])))
             segs = [self.labels[k][pick][:, None] + np.arange(self.task.segment) for k in ("i0", "i1")]
-            losses.append(meta_reward_step(self.reward_model, self.agent, self.info.features,
+            losses.append(meta_reward_step(self.rewards, sac, self.info.features,
                                            b.sample(self.rng, m.batch), (b.obs[segs[0]], b.act[segs[0]]),
                                            (b.obs[segs[1]], b.act[segs[1]]), self.labels["y"][pick], m.inner_lr))
         return float(np.mean(losses))
@@ -211,31 +226,32 @@ class Run:
     # -- learning ---------------------------------------------------------------------------------
     def update(self) -> None:
         batch = self.buffer.sample(self.rng, self.cfg.sac.batch if self.continuous else self.cfg.dqn.batch)
-        if self.continuous:
+        agent = self.agent
+        if isinstance(agent, SAC):
             if self.flags["learned"] and not self.has_reward_model:  # PEBBLE's unsupervised phase
                 ref = self.buffer.obs[self.rng.choice(self.buffer.size, min(ENTROPY_REFERENCE, self.buffer.size),
                                                       replace=False)]
                 intrinsic = knn_entropy_reward(batch["next_obs"], ref)
                 self.entropy.update(intrinsic)
                 batch["reward"] = self.entropy.normalise(intrinsic).astype(np.float32)
-                self.agent.update(batch)
+                agent.update(batch)
                 return
-            extra = None
+            actor_term = None
             if self.cq is not None:
                 self.cq.update(batch)
-                extra = self.cq.actor_term(self.cfg.star.eta)
-            self.agent.update(batch, extra)
+                actor_term = self.cq.actor_term(self.cfg.star.eta)
+            agent.update(batch, actor_term)
             return
         if self.flags["learned"] and not self.has_reward_model:
             return  # nothing to learn from before the first labels
-        extra = None
-        if self.graph is not None and self.graph.solved:
+        graph, extra = self.graph, None
+        if graph is not None and graph.solved:
             def extra() -> torch.Tensor:
-                states, q_hat, mask = self.graph.kl_batch(self.rng, self.cfg.star.graph_batch)
-                q_theta = self.agent.q_values(states)
+                states, q_hat, mask = graph.kl_batch(self.rng, self.cfg.star.graph_batch)
+                q_theta = agent.q_values(states)
                 return self.cfg.star.eta * seen_softmax_kl(torch.as_tensor(q_hat, device=self.device), q_theta,
                                                            torch.as_tensor(mask, device=self.device))
-        self.agent.update(batch, extra)
+        agent.update(batch, extra)
 
 
 def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int,
@@ -272,7 +288,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
                      if run.has_reward_model else 0.0)
             else:
                 r = float(true_r)
-            run.buffer.add(np.atleast_1d(obs), np.atleast_1d(action), np.atleast_1d(nxt), true_r, r, terminated,
+            run.buffer.add(np.atleast_1d(obs), np.atleast_1d(action), np.atleast_1d(nxt), float(true_r), r, terminated,
                            p["episode"], t)
             if run.graph is not None:
                 run.graph.add(int(obs), int(action), int(nxt), terminated, r)
@@ -332,8 +348,9 @@ def _final(run: Run, eval_env, eval_seeds: list[int], seed: int, final: dict[str
     gaps = [curve["q_mean"][i] - curve["true_value"][i] for i in late]
     rel = [curve["overestimation_true_rel"][i] for i in late if curve["overestimation_true_rel"][i] is not None]
     rng = np.random.default_rng([seed, 2])
+    random_policy: Callable[[Any], np.ndarray | int]
     if run.continuous:
-        random_policy = lambda obs: rng.uniform(run.info.low, run.info.high).astype(np.float32)  # noqa: E731
+        random_policy = lambda obs: rng.uniform(*run.info.bounds()).astype(np.float32)  # noqa: E731
     else:
         random_policy = lambda obs: int(rng.integers(run.info.act_dim))  # noqa: E731
     random_eval = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps)
@@ -343,7 +360,7 @@ def _final(run: Run, eval_env, eval_seeds: list[int], seed: int, final: dict[str
         pairs = rng.choice(starts, size=(task.held_out_pairs, 2))
         f0, r0 = run._segments(pairs[:, 0])
         f1, r1 = run._segments(pairs[:, 1])
-        accuracy = run.reward_model.accuracy(f0, f1, rational_labels(r0.sum(-1), r1.sum(-1)))
+        accuracy = run.rewards.accuracy(f0, f1, rational_labels(r0.sum(-1), r1.sum(-1)))
         accuracy = None if math.isnan(accuracy) else accuracy
     return {"return": final["return"], "return_std": final["return_std"], "random_return": random_eval["return"],
             "success": final.get("success"), "random_success": random_eval["success"],
