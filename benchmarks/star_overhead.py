@@ -31,7 +31,7 @@ VARIANTS = ("oracle", "pebble", "star")
 
 def config(args) -> StarConfig:
     task = ({"name": "pendulum", "env_id": "Pendulum-v1", "kind": "continuous", "episode_steps": 200,
-             "seed_steps": 200, "unsup_steps": 400, "segment": 50} if args.task == "pendulum" else
+             "seed_steps": 200, "unsup_steps": 200, "segment": 50} if args.task == "pendulum" else
             {"name": "grid", "env_id": GRID_ID, "kind": "discrete", "env_kwargs": {"size": 6}, "episode_steps": 40,
              "seed_steps": 200, "segment": 10})
     return StarConfig.model_validate({

@@ -61,7 +61,9 @@ def train_row(cfg: StarConfig, task_name: str, variant: str, budget: int | None,
                 result = train_run(cfg, t, variant, budget, seed, u.models / name / f"seed{seed}.pt",
                                    progress=sys.stderr.isatty(), device=device)
                 run.log_history("eval_return", result["curve"]["step"], result["curve"]["return"])
-                run.log_metrics({k: result[k] for k in ("return", "random_return", "overestimation",
+                for key in ("q_mean", "true_value"):  # the paper's overestimation, over training
+                    run.log_history(f"eval_{key}", result["curve"]["step"], result["curve"][key])
+                run.log_metrics({k: result[k] for k in ("return", "random_return", "success", "overestimation",
                                                         "overestimation_rel", "pref_accuracy", "labels", "seconds")
                                  if result[k] is not None})
             seeds.append(result)

@@ -249,5 +249,37 @@ def test_a_killed_offline_run_resumes_variant_by_variant_to_the_same_result(tmp_
     with pytest.raises(Killed):
         offline.run_offline(cfg, task, info, expert, 0, tmp_path / "killed")
     resumed = offline.run_offline(cfg, task, info, expert, 0, tmp_path / "killed")
-    assert trained == ["star", "iql", "iql", "awr"]  # star was recorded before the kill, not retrained
+    assert trained == ["star", "iql", "iql", "awr", "mr"]  # star was recorded before the kill, not retrained
     assert resumed == whole
+
+
+def test_the_mr_baseline_is_iql_on_a_plain_bradley_terry_reward_the_others_share_stars(tmp_path, monkeypatch):
+    from paperline.methods.star import offline
+    from paperline.methods.star.envs import check_env
+
+    _, cfg = resolve("star", "tiny")
+    assert cfg.offline.variants == ["star", "iql", "awr", "mr"]
+    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
+    rewards, fits, train, fit = {}, [], offline.train_variant, offline.fit_reward
+
+    def record(variant, off, gamma, beta, tau, target_every, info, data, reward, *args, **kwargs):
+        rewards[variant] = reward.copy()
+        return train(variant, off, gamma, beta, tau, target_every, info, data, reward, *args, **kwargs)
+
+    def fit_and_record(*args, pmr=True, **kwargs):
+        model, accuracy = fit(*args, pmr=pmr, **kwargs)
+        fits.append(model.pmr_eps)
+        return model, accuracy
+
+    monkeypatch.setattr(offline, "train_variant", record)
+    monkeypatch.setattr(offline, "fit_reward", fit_and_record)
+    result = offline.run_offline(cfg, task, info, lambda obs: np.zeros(1, np.float32), 0, tmp_path)
+    assert fits == [cfg.star.pmr_eps, 0.0]  # STAR's (PMR) reward model, then MR's plain one
+    assert np.array_equal(rewards["star"], rewards["iql"]) and np.array_equal(rewards["star"], rewards["awr"])
+    assert not np.allclose(rewards["mr"], rewards["star"])
+    assert set(result["variants"]) == {"star", "iql", "awr", "mr"} and "mr_pref_accuracy" in result
+    # without `mr` the other variants' results are the same: its reward model draws from its own generator
+    cfg_no_mr = cfg.model_copy(update={"offline": cfg.offline.model_copy(update={"variants": ["star", "iql"]})})
+    without = offline.run_offline(cfg_no_mr, task, info, lambda obs: np.zeros(1, np.float32), 0, tmp_path / "no-mr")
+    assert without["variants"]["iql"] == result["variants"]["iql"]

@@ -58,6 +58,11 @@ def test_meta_world_tasks_are_checked_and_the_scripted_expert_presses_the_button
         if success:
             break
     assert success == 1.0
+    # the evaluation the runs score Meta-World by (its success rate: the paper's score there)
+    from paperline.methods.star.evaluate import evaluate
+
+    assert evaluate(env, policy.get_action, [0], 150)["success"] == 1.0
+    assert evaluate(env, lambda obs: np.zeros(4, np.float32), [0], 5)["success"] == 0.0
     env.close()
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from paperline.config import MethodConfig, StrictModel
+from paperline.methods.star.mrn import MRNSettings
 from paperline.rl.dqn import DQNSettings
 from paperline.rl.reward_model import RewardSettings, SURFSettings
 from paperline.rl.sac import SACSettings
@@ -17,16 +18,18 @@ PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
 # what each variant turns on: learned reward (all but the oracle), SURF's semi-supervision and
-# cropping, STAR's preference margin (PMR) and policy regularisation (PR)
+# cropping, MRN's bi-level reward update through the critic, STAR's preference margin (PMR) and
+# policy regularisation (PR)
 VARIANTS: dict[str, dict[str, bool]] = {
-    "oracle": {"learned": False, "surf": False, "pmr": False, "pr": False},  # SAC/DQN on the true reward
-    "pebble": {"learned": True, "surf": False, "pmr": False, "pr": False},
-    "surf": {"learned": True, "surf": True, "pmr": False, "pr": False},
-    "star": {"learned": True, "surf": False, "pmr": True, "pr": True},
-    "star_no_pmr": {"learned": True, "surf": False, "pmr": False, "pr": True},
-    "star_no_pr": {"learned": True, "surf": False, "pmr": True, "pr": False},
+    "oracle": {"learned": False, "surf": False, "pmr": False, "pr": False, "mrn": False},  # on the true reward
+    "pebble": {"learned": True, "surf": False, "pmr": False, "pr": False, "mrn": False},
+    "surf": {"learned": True, "surf": True, "pmr": False, "pr": False, "mrn": False},
+    "mrn": {"learned": True, "surf": False, "pmr": False, "pr": False, "mrn": True},  # continuous tasks only
+    "star": {"learned": True, "surf": False, "pmr": True, "pr": True, "mrn": False},
+    "star_no_pmr": {"learned": True, "surf": False, "pmr": False, "pr": True, "mrn": False},
+    "star_no_pr": {"learned": True, "surf": False, "pmr": True, "pr": False, "mrn": False},
 }
-Variant = Literal["oracle", "pebble", "surf", "star", "star_no_pmr", "star_no_pr"]
+Variant = Literal["oracle", "pebble", "surf", "mrn", "star", "star_no_pmr", "star_no_pr"]
 
 
 class TaskConfig(StrictModel):
@@ -37,7 +40,9 @@ class TaskConfig(StrictModel):
     episode_steps: PositiveInt  # the time limit of a training and an evaluation episode
     steps: PositiveInt  # environment steps of a run (the buffer holds them all)
     seed_steps: NonNegInt = 1000  # uniform random actions first; updates start after them
-    unsup_steps: NonNegInt = 0  # PEBBLE's state-entropy pre-training runs until this step (continuous)
+    # PEBBLE's state-entropy pre-training: this many steps after the seed steps (continuous; PEBBLE's
+    # `num_unsup_steps`, a duration: the first labels come at seed_steps + unsup_steps)
+    unsup_steps: NonNegInt = 0
     budgets: list[PositiveInt] = Field(min_length=1)  # total labels of the preference variants
     segment: PositiveInt = 50  # steps per queried segment
     feedback_every: PositiveInt = 5000  # steps between feedback sessions
@@ -51,11 +56,27 @@ class TaskConfig(StrictModel):
     # None: all of them
     variants: list[Variant] | None = None
 
+    @property
+    def feedback_start(self) -> int:
+        """The step of the first feedback session: after the seed steps and, on continuous tasks, the
+        unsupervised phase."""
+        return self.seed_steps + (self.unsup_steps if self.kind == "continuous" else 0)
+
+    def feedback_sessions(self) -> int:
+        """Feedback sessions the schedule holds: every `feedback_every` steps from `feedback_start`,
+        before the last step (a session at the last step would train nothing; PEBBLE's loop ends first)."""
+        return -(-(self.steps - self.feedback_start) // self.feedback_every)
+
     @model_validator(mode="after")
     def _schedule(self):
-        start = max(self.seed_steps, self.unsup_steps)
+        start = self.feedback_start
         if start >= self.steps:
             raise ValueError(f"task {self.name}: feedback would start at step {start} ≥ steps {self.steps}")
+        most = self.feedback_sessions() * self.queries_per_session
+        if max(self.budgets) > most:
+            raise ValueError(f"task {self.name}: a budget of {max(self.budgets)} labels cannot be spent: "
+                             f"{self.feedback_sessions()} sessions of {self.queries_per_session} queries "
+                             f"(from step {start}, every {self.feedback_every}, before step {self.steps}) ask {most}")
         if self.segment > self.episode_steps:
             raise ValueError(f"task {self.name}: segment {self.segment} exceeds episode_steps {self.episode_steps}")
         return self
@@ -69,13 +90,14 @@ class STARConfig(StrictModel):
     graph_tol: float = Field(1e-4, gt=0)  # in-sample value iteration's stopping change
 
 
-OfflineVariant = Literal["star", "iql", "awr"]
+OfflineVariant = Literal["star", "iql", "awr", "mr"]
 
 
 class OfflineConfig(StrictModel):
     """The offline variant (spec (b)): a reward model fitted once on preference labels over a fixed
     dataset, then STAR's in-sample Q_ξ/V_ξ with advantage-weighted policy extraction, against the
-    same reward model with IQL's expectile value and with plain AWR (Monte-Carlo advantages).
+    same reward model with IQL's expectile value and with plain AWR (Monte-Carlo advantages), and
+    the paper's MR baseline (`mr`: IQL on a plain Bradley–Terry reward model, no margin).
 
     The data: `dataset` (a D4RL-style or Minari HDF5 file) with `labels` (a folder of Preference
     Transformer's label files) when given; else generated in the run, per seed, by rolling out
@@ -88,7 +110,8 @@ class OfflineConfig(StrictModel):
     task: str  # the name of a continuous task in `tasks` (its oracle: expert behaviour and normaliser)
     dataset: str | None = None
     labels: str | None = None
-    variants: list[OfflineVariant] = Field(default_factory=lambda: ["star", "iql", "awr"], min_length=1)
+    variants: list[OfflineVariant] = Field(default_factory=lambda: list[OfflineVariant](["star", "iql", "awr"]),
+                                           min_length=1)
     episodes_per_policy: PositiveInt = 5
     noise: float = Field(0.5, ge=0)
     pairs: PositiveInt = 100
@@ -123,6 +146,7 @@ class StarConfig(MethodConfig):
     reward: RewardSettings = RewardSettings()
     star: STARConfig = STARConfig()
     surf: SURFSettings = SURFSettings()
+    mrn: MRNSettings = MRNSettings()
     teacher: TeacherSettings = TeacherSettings()
     # the Monte-Carlo returns of the overestimation metric run evaluation episodes on past the time
     # limit until γ^k falls below this (their tail then weighs less than it)
@@ -139,6 +163,9 @@ class StarConfig(MethodConfig):
         if len(set(names)) != len(names):
             raise ValueError(f"task names repeat: {names}")
         for t in self.tasks:
+            if t.kind == "discrete" and "mrn" in (t.variants or self.variants):
+                raise ValueError(f"task {t.name}: MRN's inner step is SAC's critic; a discrete task cannot run "
+                                 f"'mrn' (give the task a `variants` list without it)")
             if t.variants is not None and ("oracle" not in t.variants or not set(t.variants) <= set(self.variants)):
                 raise ValueError(f"task {t.name}: variants {t.variants} must include 'oracle' and be among "
                                  f"`variants` {self.variants}")
@@ -164,7 +191,7 @@ def row_name(task: str, variant: str, budget: int | None) -> str:
 
 def runs_of(cfg: StarConfig) -> list[tuple[TaskConfig, str, int | None]]:
     """Every (task, variant, budget) row of the experiment, oracles first."""
-    out = []
+    out: list[tuple[TaskConfig, str, int | None]] = []
     for task in cfg.tasks:
         for variant in variants_of(cfg, task):
             out += [(task, variant, None)] if variant == "oracle" else [(task, variant, b) for b in task.budgets]

@@ -40,6 +40,8 @@ def soft_in_sample_value(q: torch.Tensor, beta: float) -> torch.Tensor:
 
 
 class ConservativeQ(nn.Module):
+    updates: torch.Tensor  # a buffer (register_buffer), typed for mypy
+
     def __init__(self, obs_dim: int, act_dim: int, hidden: int, layers: int, lr: float, beta: float, gamma: float,
                  tau: float, target_every: int, generator: torch.Generator | None = None):
         super().__init__()

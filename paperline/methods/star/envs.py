@@ -67,7 +67,7 @@ class GridWorld(gym.Env):
 
 
 if GRID_ID not in gym.registry:
-    gym.register(GRID_ID, entry_point=GridWorld)
+    gym.register(GRID_ID, entry_point=f"{__name__}:GridWorld")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,12 @@ class EnvInfo:
     act_dim: int  # continuous: action dimensions; discrete: the number of actions
     low: np.ndarray | None = None
     high: np.ndarray | None = None
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The action bounds (low, high) of a continuous task."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.env_id}: a {self.kind} task has no action bounds")
+        return self.low, self.high
 
     @property
     def feature_dim(self) -> int:
@@ -107,8 +113,8 @@ def _register_suite(env_id: str) -> None:
         # dm_control 1.0.28 (the last one that takes metaworld's mujoco==3.3.0) calls np.in1d in its
         # quadruped task, which numpy 2.4 removed; 1.0.52 replaced it by this same isin(...).ravel()
         if not hasattr(np, "in1d"):
-            np.in1d = lambda ar1, ar2, assume_unique=False, invert=False: np.isin(
-                ar1, ar2, assume_unique=assume_unique, invert=invert).ravel()
+            setattr(np, "in1d", lambda ar1, ar2, assume_unique=False, invert=False: np.isin(  # noqa: B010
+                ar1, ar2, assume_unique=assume_unique, invert=invert).ravel())
     try:
         importlib.import_module(module)
     except ImportError as err:

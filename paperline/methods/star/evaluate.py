@@ -1,17 +1,20 @@
-"""Evaluation with the true reward (greedy policy), and the value overestimation of a critic:
-Q(s_t, a_t) at the states an episode of the policy the critic evaluates visits, minus the
-discounted Monte-Carlo return of the reward the critic learns from (r̂ for the preference
-variants, the true reward for the oracle). The episode runs on past its time limit until
-γ^k < mc_tail, so the return it measures is not truncated where the critic's is not; only the first
-`episode_steps` states count. SAC's critic is a soft Q of its stochastic policy: the episode samples
-that policy and the return adds the entropy bonuses −α log π(a_{t+k}|s_{t+k}) of the steps k ≥ 1 it
-bootstraps through; DQN's is the greedy policy's Q."""
+"""Evaluation with the true reward (greedy policy), and the critic's value overestimation the
+paper's way, over training (`evaluate_with_overestimation`, at every evaluation point): the
+critic's mean Q(s_t, a_t) over the states of the current greedy policy's first evaluation episode
+against the mean discounted *true* return G_t from those states, (Q̄ − Ḡ)/|Ḡ| (the paper's
+Q̄/Ḡ − 1 where returns are positive). That episode runs on past its time limit until γ^k < mc_tail,
+so G_t is not truncated where the critic's Q is not; only its first `episode_steps` states count,
+and only they count towards the score (so the evaluation's return is the same as without it).
+Until issue 40 the measure was ours, once at the end: Q minus the discounted return of the reward
+the critic learns from (r̂), along an episode of SAC's stochastic policy with its entropy bonuses."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+
+MIN_TRUE_VALUE = 1e-6  # below this |true return| the relative overestimation is undefined
 
 
 def mc_steps(gamma: float, tail: float) -> int:
@@ -19,23 +22,28 @@ def mc_steps(gamma: float, tail: float) -> int:
     return math.ceil(math.log(tail) / math.log(gamma))
 
 
-def rollout(env, policy: Callable[[np.ndarray], np.ndarray], seed: int, max_steps: int) -> dict[str, np.ndarray]:
-    """One episode (or `max_steps` steps) of `policy`: observations, actions, true rewards, and
-    whether it ended by termination."""
+def rollout(env, policy: Callable[[np.ndarray], np.ndarray], seed: int, max_steps: int) -> dict:
+    """One episode (or `max_steps` steps) of `policy`: observations, actions, true rewards, whether
+    it ended by termination, and each step's `success` flag where the environment reports one
+    (Meta-World's `info["success"]`; else None)."""
     obs, _ = env.reset(seed=seed)
     observations, actions, rewards = [], [], []
     terminated = False
+    success: list[float] = []
     for _ in range(max_steps):
         action = policy(obs)
-        nxt, reward, terminated, truncated, _ = env.step(action)
+        nxt, reward, terminated, truncated, info = env.step(action)
         observations.append(np.atleast_1d(obs))
         actions.append(np.atleast_1d(action))
         rewards.append(reward)
+        if "success" in info:
+            success.append(float(info["success"]))
         obs = nxt
         if terminated or truncated:
             break
     return {"obs": np.asarray(observations, np.float32), "act": np.asarray(actions, np.float32),
-            "reward": np.asarray(rewards, np.float64), "terminated": terminated}
+            "reward": np.asarray(rewards, np.float64), "terminated": terminated,
+            "success": np.asarray(success) if success else None}
 
 
 def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
@@ -48,32 +56,36 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
     return out
 
 
-def evaluate(env, policy, seeds: list[int], episode_steps: int) -> dict[str, float]:
-    """Mean (and std) true return over episodes of `episode_steps`, one per seed."""
-    returns = [float(rollout(env, policy, seed, episode_steps)["reward"].sum()) for seed in seeds]
-    return {"return": float(np.mean(returns)), "return_std": float(np.std(returns))}
+def _score(episodes: list[dict], episode_steps: int) -> dict[str, Any]:
+    """Mean (and std) true return of the episodes' first `episode_steps` steps, and the success rate
+    where every episode reports success (an episode succeeds if any of those steps does, as
+    PEBBLE's evaluation counts it), else None."""
+    returns = [float(ep["reward"][:episode_steps].sum()) for ep in episodes]
+    flags = [None if ep["success"] is None else float(ep["success"][:episode_steps].max()) for ep in episodes]
+    known = [f for f in flags if f is not None]
+    success = float(np.mean(known)) if flags and len(known) == len(flags) else None
+    return {"return": float(np.mean(returns)), "return_std": float(np.std(returns)), "success": success}
 
 
-def soft_returns(rewards: np.ndarray, bonus: np.ndarray | None, gamma: float) -> np.ndarray:
-    """G_t = r_t + Σ_{k≥1} γ^k (r_{t+k} + bonus_{t+k}): what a soft Q(s_t, a_t) estimates."""
-    if bonus is None:
-        return discounted_returns(rewards, gamma)
-    return discounted_returns(rewards + bonus, gamma) - bonus
+def evaluate(env, policy, seeds: list[int], episode_steps: int) -> dict[str, Any]:
+    """Mean (and std) true return over episodes of `episode_steps`, one per seed, and the success
+    rate where the environment reports success (else None)."""
+    return _score([rollout(env, policy, seed, episode_steps) for seed in seeds], episode_steps)
 
 
-def overestimation(env, policy_factory: Callable[[], tuple[Callable, list]], seeds: list[int], episode_steps: int,
-                   extra_steps: int, gamma: float, q_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                   reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, float]:
-    """Mean of Q − G over the first `episode_steps` states of one episode per seed, and that over the
-    mean |G|. `policy_factory()` -> (policy, bonuses): the policy appends each step's entropy bonus
-    to the list (SAC), or leaves it empty (no bonus). `reward_fn` None: the true reward."""
-    gaps, scale = [], []
-    for seed in seeds:
-        policy, bonuses = policy_factory()
-        ep = rollout(env, policy, seed, episode_steps + extra_steps)
-        r = np.asarray(ep["reward"] if reward_fn is None else reward_fn(ep["obs"], ep["act"]), np.float64)
-        G = soft_returns(r, np.asarray(bonuses, np.float64) if bonuses else None, gamma)[:episode_steps]
-        gaps.append(q_fn(ep["obs"][:episode_steps], ep["act"][:episode_steps]) - G)
-        scale.append(np.abs(G))
-    gap, size = np.concatenate(gaps), np.concatenate(scale)
-    return {"overestimation": float(gap.mean()), "overestimation_rel": float(gap.mean() / max(size.mean(), 1e-8))}
+def evaluate_with_overestimation(env, policy, seeds: list[int], episode_steps: int, extra_steps: int, gamma: float,
+                                 q_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, Any]:
+    """`evaluate`, the first episode run `extra_steps` on past the time limit, and the paper's
+    overestimation on it: `q_mean` (the critic's mean Q over its first `episode_steps` states and
+    actions), `true_value` (the mean discounted true return from them), `overestimation_true`
+    (their difference) and `overestimation_true_rel` (that over |true_value|; None where that is ~0)."""
+    first = rollout(env, policy, seeds[0], episode_steps + extra_steps)
+    episodes = [first] + [rollout(env, policy, seed, episode_steps) for seed in seeds[1:]]
+    n = min(episode_steps, len(first["reward"]))
+    q_mean = float(np.mean(q_fn(first["obs"][:n], first["act"][:n])))
+    true_value = float(discounted_returns(first["reward"], gamma)[:n].mean())
+    gap = q_mean - true_value
+    # relative: None where the true value is ~0 (a grid-world episode ending in a trap at once)
+    rel = gap / abs(true_value) if abs(true_value) > MIN_TRUE_VALUE else None
+    return _score(episodes, episode_steps) | {"q_mean": q_mean, "true_value": true_value, "overestimation_true": gap,
+                                              "overestimation_true_rel": rel}

@@ -94,6 +94,8 @@ class TransitionGraph:
     def kl_batch(self, rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A batch of states of the last value iteration, with their Q̂ over all actions and the
         mask of the seen ones."""
+        if self._table is None:
+            raise RuntimeError("kl_batch before the graph's first value iteration")
         states, q_hat, mask = self._table
         picked = rng.choice(len(states), size=min(batch, len(states)), replace=False)
         return states[picked], q_hat[picked], mask[picked]

@@ -4,7 +4,7 @@ r̂, and the policy extracted by advantage-weighted regression (AWR, Peng et al.
 
     max_π E_{(s,a)∼D}[min(exp(β·A(s, a)), clip) · log π(a|s)].
 
-The value, per variant (the reward model, the data and the extraction are the same in all three):
+The value, per variant (the data and the extraction are the same in all; the reward model too but for `mr`):
 - `star`: STAR's Q_ξ/V_ξ (`ConservativeQ`: V_ξ by Gumbel regression, the soft in-sample max
   β log E_{a∼D} exp(Q_ξ/β), Q_ξ onto r̂ + γV_ξ(s′)); A = Q̄_ξ(s,a) − V_ξ(s). [I] The paper's
   offline recipe is one sentence ("the same Q_ξ/PR machinery, advantage-weighted extraction");
@@ -12,6 +12,9 @@ The value, per variant (the reward model, the data and the extraction are the sa
 - `iql`: IQL (Kostrikov et al. 2022): V by expectile regression of Q (τ = 0.7), Q onto r̂ + γV(s′).
 - `awr`: plain AWR: V regressed onto the discounted Monte-Carlo return of r̂ within each episode
   of the data; A = G − V(s).
+- `mr`: the paper's offline MR baseline: IQL as `iql`, on a reward model of its own fitted on the
+  same labels with the plain Bradley–Terry loss (hard targets, no margin regularisation): the one
+  variant whose reward is not STAR's.
 
 The embedded data (`generate`): rollouts of a random, a noisy-expert and the expert policy (the
 oracle's true-reward SAC), written as a D4RL-style HDF5 file and Preference Transformer label
@@ -48,6 +51,13 @@ from paperline.rl.reward_model import RewardEnsemble
 from paperline.rl.teacher import ScriptedTeacher, rational_labels
 
 QUALITIES = ("random", "noisy", "expert")
+
+
+def offline_config(cfg: StarConfig) -> OfflineConfig:
+    """The offline settings of a configuration that runs the offline variant."""
+    if cfg.offline is None:
+        raise ValueError("the configuration has no `offline` section")
+    return cfg.offline
 
 
 def awr_weights(adv: torch.Tensor, beta: float, clip: float) -> torch.Tensor:
@@ -97,6 +107,9 @@ class GaussianPolicy(nn.Module):
     """π(a|s) = N(centre + scale·tanh(μ(s)), diag σ²) with a state-independent log σ (IQL's);
     the deterministic action is the mean."""
 
+    scale: torch.Tensor  # buffers (register_buffer), typed for mypy
+    centre: torch.Tensor
+
     def __init__(self, obs_dim: int, act_dim: int, hidden: int, layers: int, low: np.ndarray, high: np.ndarray,
                  generator: torch.Generator | None = None):
         super().__init__()
@@ -128,13 +141,14 @@ def generate(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[
              out: Path) -> tuple[Path, Path, dict[str, float]]:
     """Roll out the three behaviour policies, write the D4RL-style file and PT's label files under
     `out`; returns their paths and each policy's mean true return in the data."""
-    off = cfg.offline
+    off = offline_config(cfg)
     rng = np.random.default_rng([seed, 10])
-    half = (info.high - info.low) / 2
+    low, high = info.bounds()
+    half = (high - low) / 2
     policies = {
-        "random": lambda obs: rng.uniform(info.low, info.high).astype(np.float32),
+        "random": lambda obs: rng.uniform(low, high).astype(np.float32),
         "noisy": lambda obs: np.clip(expert(obs) + off.noise * half * rng.standard_normal(info.act_dim),
-                                     info.low, info.high).astype(np.float32),
+                                     low, high).astype(np.float32),
         "expert": expert,
     }
     env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
@@ -186,12 +200,13 @@ def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int
 
 
 def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: PreferenceLabels, seed: int,
-               generator: torch.Generator) -> tuple[RewardEnsemble, float | None]:
-    """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`), and its
-    preference accuracy on held-out pairs of the data labelled by a noiseless teacher."""
-    off = cfg.offline
+               generator: torch.Generator, pmr: bool = True) -> tuple[RewardEnsemble, float | None]:
+    """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`; `pmr`
+    False: the plain Bradley–Terry loss), and its preference accuracy on held-out pairs of the data
+    labelled by a noiseless teacher."""
+    off = offline_config(cfg)
     settings = cfg.reward.model_copy(update={"updates": off.reward_updates})
-    model = RewardEnsemble(info.feature_dim, settings, generator, pmr_eps=cfg.star.pmr_eps)
+    model = RewardEnsemble(info.feature_dim, settings, generator, pmr_eps=cfg.star.pmr_eps if pmr else 0.0)
     rng = np.random.default_rng([seed, 12])
     model.train_session(_features(info, data, labels.start0, off.segment),
                         _features(info, data, labels.start1, off.segment), labels.y, rng)
@@ -219,16 +234,18 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
     whichever variants ran before it, which the variant-level resume of `run_offline` relies on."""
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng([seed, 13])
-    policy = GaussianPolicy(info.obs_dim, info.act_dim, off.hidden, off.layers, info.low, info.high, g)
+    policy = GaussianPolicy(info.obs_dim, info.act_dim, off.hidden, off.layers, *info.bounds(), g)
     policy_opt = torch.optim.Adam(policy.parameters(), lr=off.lr, fused=True)
+    value: MonteCarloV | ConservativeQ
     if variant == "awr":
         value = MonteCarloV(info.obs_dim, off.hidden, off.layers, off.lr, g)
         ret = mc_returns(data, reward, gamma)
+    elif variant == "star":
+        value = ConservativeQ(info.obs_dim, info.act_dim, off.hidden, off.layers, off.lr, beta, gamma, tau, target_every,
+                              g)
     else:
-        kw = dict(hidden=off.hidden, layers=off.layers, lr=off.lr, beta=beta, gamma=gamma, tau=tau,
-                  target_every=target_every, generator=g)
-        value = (ConservativeQ(info.obs_dim, info.act_dim, **kw) if variant == "star"
-                 else ExpectileQ(info.obs_dim, info.act_dim, expectile=off.expectile, **kw))
+        value = ExpectileQ(info.obs_dim, info.act_dim, off.hidden, off.layers, off.lr, beta, gamma, tau, target_every,
+                           g, expectile=off.expectile)
     steps = range(off.steps)
     if progress:
         from tqdm import tqdm
@@ -262,21 +279,28 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     `out/variants.json` with the settings that produced it; a rerun regenerates the data and
     refits the reward model (both deterministic in the seed, and cheap beside the extractions)
     and trains only the variants not recorded, to the same results."""
-    off = cfg.offline
+    off = offline_config(cfg)
     behaviour = None
     if off.dataset is None:
         data_path, labels_path, behaviour = generate(cfg, task, info, expert, seed, Path(out))
-    else:
+    elif off.labels is not None:  # the configuration takes both files or neither
         data_path, labels_path = Path(off.dataset), Path(off.labels)
+    else:
+        raise ValueError("offline: `dataset` without `labels`")
     data, labels = read_offline(data_path, labels_path, off.segment, info)
     generator = torch.Generator().manual_seed(seed)
     model, accuracy = fit_reward(cfg, info, data, labels, seed, generator)
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
+    rewards: dict[str, np.ndarray] = {v: reward for v in off.variants if v != "mr"}
+    mr_accuracy = None
+    if "mr" in off.variants:  # its own generator: the other variants' results do not depend on it
+        plain, mr_accuracy = fit_reward(cfg, info, data, labels, seed, torch.Generator().manual_seed(seed), pmr=False)
+        rewards["mr"] = plain.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
     eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
     seeds = [20_000 + 97 * i for i in range(off.eval_episodes)]
     rng = np.random.default_rng([seed, 14])
     expert_return = evaluate(eval_env, expert, seeds, task.episode_steps)["return"]
-    random_return = evaluate(eval_env, lambda obs: rng.uniform(info.low, info.high).astype(np.float32), seeds,
+    random_return = evaluate(eval_env, lambda obs: rng.uniform(*info.bounds()).astype(np.float32), seeds,
                              task.episode_steps)["return"]
     s = cfg.sac
     record = Path(out) / "variants.json"
@@ -288,12 +312,12 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     variants = {}
     for v in off.variants:
         if v not in done:
-            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, reward, seed,
-                                   progress)
+            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v],
+                                   seed, progress)
             done[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
             write_json(record, {"fingerprint": fingerprint, "variants": done})
         variants[v] = done[v]
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
-            "pref_accuracy": accuracy, "labels": len(labels.y), "transitions": len(data),
+            "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "labels": len(labels.y), "transitions": len(data),
             "behaviour_returns": behaviour, "dataset_return": float(data.episode_returns().mean())}

@@ -1,5 +1,6 @@
 """Figures of the STAR run, and the tables `dvc plots` reads: a learning curve per task and budget
-(true-reward return, mean ± std over seeds), the normalised return and the overestimation per row."""
+(true-reward return, mean ± std over seeds) and the overestimation over training, the two scores
+and the overestimation per row."""
 from __future__ import annotations
 
 import csv
@@ -47,9 +48,33 @@ def learning_curves(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[
     return paths
 
 
+def overestimation_curves(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[Path]:
+    """Per task and budget: the paper's relative overestimation, (Q̄ − Ḡ)/|Ḡ| with Ḡ the current
+    policy's discounted true return, at each evaluation point (mean over seeds)."""
+    curves = metrics.details["curves"]
+    paths = []
+    for task in cfg.tasks:
+        for budget in task.budgets:
+            rows = _curve_rows(cfg, task, budget)
+            if not all("overestimation_rel" in curves[n] for n in rows.values()):
+                continue
+            fig, ax = plt.subplots(figsize=(5.5, 3.6))
+            for variant, name in rows.items():
+                values = [float("nan") if v is None else v for v in curves[name]["overestimation_rel"]]
+                ax.plot(curves[name]["step"], values, label=variant,
+                        lw=1.4 if variant == "star" else 1.0)
+            ax.axhline(0, c="grey", lw=0.6)
+            ax.axvline(task.feedback_start, c="grey", lw=0.6, ls=":")  # the first labels
+            ax.set(title=f"{task.env_id}, {budget} labels", xlabel="environment steps",
+                   ylabel="(mean Q − true return) / |true return|")
+            ax.legend(fontsize=7)
+            paths.append(save_figure(fig, out / f"overestimation_{task.name}_{budget}.png"))
+    return paths
+
+
 def bars(metrics: MethodMetrics, key: str, ylabel: str, path: Path) -> Path:
     names = list(metrics.rows)
-    values = [metrics.rows[n][key] if metrics.rows[n][key] is not None else 0.0 for n in names]
+    values = [float(v) if isinstance(v, (int, float)) else 0.0 for v in (metrics.rows[n][key] for n in names)]
     errors = [metrics.rows[n].get(f"{key}_std") or 0.0 for n in names]
     fig, ax = plt.subplots(figsize=(max(5, 0.45 * len(names)), 3.6))
     ax.bar(range(len(names)), values, yerr=errors, color=["C3" if "star" == metrics.rows[n]["variant"] else "C0"
@@ -78,6 +103,9 @@ def offline_bars(metrics: MethodMetrics, path: Path) -> Path:
 def write_all(cfg: StarConfig, metrics: MethodMetrics, out: Path) -> list[Path]:
     out = Path(out)
     extra = [offline_bars(metrics, out / "offline.png")] if "offline" in metrics.tables else []
-    return [*extra, *learning_curves(cfg, metrics, out),
+    return [*extra, *learning_curves(cfg, metrics, out), *overestimation_curves(cfg, metrics, out),
+            bars(metrics, "paper_score", "paper's score (success rate, else return / oracle's)",
+                 out / "paper_score.png"),
             bars(metrics, "normalized_return", "normalised return (oracle = 1, random = 0)", out / "normalized_return.png"),
-            bars(metrics, "overestimation_rel", "(Q − MC return) / |MC return|", out / "overestimation.png")]
+            bars(metrics, "overestimation_rel", "(Q − true return) / |true return|, over training",
+                 out / "overestimation.png")]

@@ -2,8 +2,9 @@
 
 The loop (PEBBLE, Lee et al. 2021, with STAR's regularisers switched by the variant):
 1. `seed_steps` uniform random actions; continuous tasks then run PEBBLE's unsupervised
-   pre-training (SAC on the state-entropy reward) until `unsup_steps`;
-2. from then on, every `feedback_every` steps until the budget is spent, a feedback session: the
+   pre-training (SAC on the state-entropy reward) for `unsup_steps` steps;
+2. from then on, every `feedback_every` steps until the budget is spent (none at the last step,
+   which no update follows), a feedback session: the
    `queries_per_session` pairs of segments the reward ensemble disagrees on most (of
    `candidates_factor` times as many uniform pairs), labelled by the scripted teacher, the reward
    model trained on every label so far (PMR's smoothed targets for STAR), and every stored reward
@@ -12,8 +13,11 @@ The loop (PEBBLE, Lee et al. 2021, with STAR's regularisers switched by the vari
 3. every step one agent update; with PR, continuous: Q_ξ's in-sample step and the actor's η·KL term;
    discrete: the graph Q̂'s KL term, the graph re-solved at the end of each episode (spec (g)).
 The oracle learns from the true reward from the start. Evaluations every `eval_every` steps make
-the learning curve; the final one also measures value overestimation, a random policy's return
-(the normaliser's floor) and the reward model's preference accuracy on held-out pairs.
+the learning curve and measure the critic's overestimation against the true return (the paper's
+way, `evaluate.evaluate_with_overestimation`); the run's `overestimation(_rel)` is its mean over the
+points from the first labels on (every variant, the oracle too, over the same steps). At the end: a
+random policy's return (the normaliser's floor) and the reward model's preference accuracy on
+held-out pairs.
 
 A run checkpoints at episode ends (agent, buffer, reward models, Q_ξ or graph, teacher with its
 query count, random streams, curve) and a killed run resumes to the same result; environments are
@@ -21,7 +25,7 @@ reset with seeds derived from the episode index, so nothing of them needs saving
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -29,8 +33,9 @@ import torch
 from paperline.methods.star.config import VARIANTS, StarConfig, TaskConfig
 from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, check_env, make_env
-from paperline.methods.star.evaluate import evaluate, mc_steps, overestimation
+from paperline.methods.star.evaluate import evaluate, evaluate_with_overestimation, mc_steps
 from paperline.methods.star.graph import TransitionGraph, seen_softmax_kl
+from paperline.methods.star.mrn import meta_reward_step
 from paperline.rl.buffer import ReplayBuffer
 from paperline.rl.dqn import DQN
 from paperline.rl.exploration import RunningStd, knn_entropy_reward
@@ -53,8 +58,9 @@ class Run:
         self.generator = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng([seed, 0])
         self.continuous = info.kind == "continuous"
+        self.agent: SAC | DQN
         if self.continuous:
-            self.agent = SAC(info.obs_dim, info.act_dim, info.low, info.high, cfg.sac, self.generator)
+            self.agent = SAC(info.obs_dim, info.act_dim, *info.bounds(), cfg.sac, self.generator)
             self.gamma = cfg.sac.gamma
             self.buffer = ReplayBuffer(task.steps, info.obs_dim, info.act_dim)
         else:
@@ -77,13 +83,16 @@ class Run:
         self.device = torch.device(device)
         self.entropy = RunningStd()
         self.labels = {"i0": np.zeros(0, np.int64), "i1": np.zeros(0, np.int64), "y": np.zeros(0)}
-        self.progress = {"step": 0, "episode": 0, "sessions": 0, "curve": {"step": [], "return": []},
+        # JSON-like: saved and restored with the checkpoint
+        self.progress: dict[str, Any] = {"step": 0, "episode": 0, "sessions": 0,
+                         "curve": {"step": [], "return": [], "q_mean": [], "true_value": [],
+                                   "overestimation_true_rel": []},
                          "reward_stats": []}
 
     # -- checkpoint -------------------------------------------------------------------------------
     def modules(self) -> dict:
-        out = {"agent": self.agent, "generator": self.generator}
-        if self.continuous:
+        out: dict[str, Any] = {"agent": self.agent, "generator": self.generator}
+        if isinstance(self.agent, SAC):
             out |= self.agent.optimizers()
         else:
             out["agent_opt"] = self.agent.opt
@@ -114,35 +123,31 @@ class Run:
         step = self.progress["step"]
         if step < self.task.seed_steps:
             if self.continuous:
-                return self.rng.uniform(self.info.low, self.info.high).astype(np.float32)
+                return self.rng.uniform(*self.info.bounds()).astype(np.float32)
             return int(self.rng.integers(self.info.act_dim))
-        if self.continuous:
+        if isinstance(self.agent, SAC):
             return self.agent.act(obs)
         return self.agent.act(int(obs), self.rng, self.agent.epsilon(step - self.task.seed_steps))
 
     def greedy(self, obs):
-        return self.agent.act(obs, deterministic=True) if self.continuous else self.agent.act(int(obs), self.rng, 0.0)
-
-    def policy_of_critic(self) -> tuple[Callable, list]:
-        """The policy the critic's Q is of, and the list it appends each step's entropy bonus to:
-        SAC's stochastic actor (bonus −α log π), DQN's greedy policy (no bonus)."""
-        bonuses: list[float] = []
-        if not self.continuous:
-            return self.greedy, bonuses
-        alpha = float(self.agent.alpha.detach())
-
-        def policy(obs):
-            with torch.no_grad():
-                a, logp = self.agent.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device)[None])
-            bonuses.append(-alpha * float(logp[0]))
-            return a[0].cpu().numpy()
-        return policy, bonuses
+        if isinstance(self.agent, SAC):
+            return self.agent.act(obs, deterministic=True)
+        return self.agent.act(int(obs), self.rng, 0.0)
 
     def q_fn(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
-        return self.agent.q_value(obs, act) if self.continuous else self.agent.q_value(obs[:, 0], act[:, 0])
+        if isinstance(self.agent, SAC):
+            return self.agent.q_value(obs, act)
+        return self.agent.q_value(obs[:, 0], act[:, 0])
+
+    @property
+    def rewards(self) -> RewardEnsemble:
+        """The reward model (the preference variants')."""
+        if self.reward_model is None:
+            raise ValueError(f"variant {self.variant} learns no reward model")
+        return self.reward_model
 
     def learned_reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
-        return self.reward_model.mean_reward(self.info.features(obs, act))
+        return self.rewards.mean_reward(self.info.features(obs, act))
 
     @property
     def has_reward_model(self) -> bool:
@@ -166,7 +171,7 @@ class Run:
         if self.has_reward_model:  # PEBBLE's disagreement sampling (the first session: uniform)
             f0, _ = self._segments(cand[:, 0])
             f1, _ = self._segments(cand[:, 1])
-            cand = cand[np.argsort(-self.reward_model.disagreement(f0, f1), kind="stable")[:n]]
+            cand = cand[np.argsort(-self.rewards.disagreement(f0, f1), kind="stable")[:n]]
         else:
             cand = cand[:n]
         _, r0 = self._segments(cand[:, 0])
@@ -180,54 +185,73 @@ class Run:
         if self.flags["surf"]:
             pool = self.rng.choice(starts, size=(self.cfg.reward.batch * self.cfg.surf.unlabelled_ratio, 2))
             unlabelled = (self._segments(pool[:, 0])[0], self._segments(pool[:, 1])[0])
-        stats = self.reward_model.train_session(f0, f1, self.labels["y"], self.rng, unlabelled)
+        stats = self.rewards.train_session(f0, f1, self.labels["y"], self.rng, unlabelled)
+        if self.flags["mrn"] and self.has_reward_model:  # the critic has learned r̂ (the first one is reset)
+            stats["mrn_loss"] = self._mrn_steps()
         self.buffer.relabel(self.learned_reward)
         if self.graph is not None:
             self.graph.relabel(lambda s, a: self.learned_reward(s[:, None].astype(np.float32),
                                                                 a[:, None].astype(np.float32)))
             self.graph.value_iteration(self.gamma, self.cfg.star.graph_tol)
-        if self.progress["sessions"] == 0 and self.continuous and task.unsup_steps > 0:
+        if self.progress["sessions"] == 0 and isinstance(self.agent, SAC) and task.unsup_steps > 0:
             self.agent.reset_critic()  # PEBBLE: the critic of the entropy phase is discarded
         self.progress["sessions"] += 1
         self.progress["reward_stats"].append({"step": self.progress["step"], "labels": self.teacher.queries, **stats})
         return True
 
+    def _mrn_steps(self) -> float:
+        """MRN's bi-level steps of the reward model through SAC's critic; the mean outer loss."""
+        m, b, sac = self.cfg.mrn, self.buffer, self.agent
+        if not isinstance(sac, SAC):
+            raise ValueError("MRN's inner step is SAC's critic")
+        losses = []
+        for _ in range(m.outer_updates):
+            pick = self.rng.integers(0, len(self.labels["y"]), min(m.pairs, len(self.labels["y"])))
+            segs = [self.labels[k][pick][:, None] + np.arange(self.task.segment) for k in ("i0", "i1")]
+            losses.append(meta_reward_step(self.rewards, sac, self.info.features,
+                                           b.sample(self.rng, m.batch), (b.obs[segs[0]], b.act[segs[0]]),
+                                           (b.obs[segs[1]], b.act[segs[1]]), self.labels["y"][pick], m.inner_lr))
+        return float(np.mean(losses))
+
     def feedback_due(self) -> bool:
         if not self.flags["learned"] or self.teacher.queries >= self.budget:
             return False
-        start = max(self.task.seed_steps, self.task.unsup_steps if self.continuous else 0)
+        start = self.task.feedback_start
         step = self.progress["step"]
+        if step >= self.task.steps:
+            return False
         return step >= start and (step - start) % self.task.feedback_every == 0 or (
             step > start and not self.has_reward_model)  # postponed: no full segment yet
 
     # -- learning ---------------------------------------------------------------------------------
     def update(self) -> None:
         batch = self.buffer.sample(self.rng, self.cfg.sac.batch if self.continuous else self.cfg.dqn.batch)
-        if self.continuous:
+        agent = self.agent
+        if isinstance(agent, SAC):
             if self.flags["learned"] and not self.has_reward_model:  # PEBBLE's unsupervised phase
                 ref = self.buffer.obs[self.rng.choice(self.buffer.size, min(ENTROPY_REFERENCE, self.buffer.size),
                                                       replace=False)]
                 intrinsic = knn_entropy_reward(batch["next_obs"], ref)
                 self.entropy.update(intrinsic)
                 batch["reward"] = self.entropy.normalise(intrinsic).astype(np.float32)
-                self.agent.update(batch)
+                agent.update(batch)
                 return
-            extra = None
+            actor_term = None
             if self.cq is not None:
                 self.cq.update(batch)
-                extra = self.cq.actor_term(self.cfg.star.eta)
-            self.agent.update(batch, extra)
+                actor_term = self.cq.actor_term(self.cfg.star.eta)
+            agent.update(batch, actor_term)
             return
         if self.flags["learned"] and not self.has_reward_model:
             return  # nothing to learn from before the first labels
-        extra = None
-        if self.graph is not None and self.graph.solved:
+        graph, extra = self.graph, None
+        if graph is not None and graph.solved:
             def extra() -> torch.Tensor:
-                states, q_hat, mask = self.graph.kl_batch(self.rng, self.cfg.star.graph_batch)
-                q_theta = self.agent.q_values(states)
+                states, q_hat, mask = graph.kl_batch(self.rng, self.cfg.star.graph_batch)
+                q_theta = agent.q_values(states)
                 return self.cfg.star.eta * seen_softmax_kl(torch.as_tensor(q_hat, device=self.device), q_theta,
                                                            torch.as_tensor(mask, device=self.device))
-        self.agent.update(batch, extra)
+        agent.update(batch, extra)
 
 
 def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int,
@@ -264,7 +288,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
                      if run.has_reward_model else 0.0)
             else:
                 r = float(true_r)
-            run.buffer.add(np.atleast_1d(obs), np.atleast_1d(action), np.atleast_1d(nxt), true_r, r, terminated,
+            run.buffer.add(np.atleast_1d(obs), np.atleast_1d(action), np.atleast_1d(nxt), float(true_r), r, terminated,
                            p["episode"], t)
             if run.graph is not None:
                 run.graph.add(int(obs), int(action), int(nxt), terminated, r)
@@ -277,10 +301,12 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
                 for _ in range(task.updates_per_step):
                     run.update()
             if p["step"] % task.eval_every == 0 or p["step"] == task.steps:
-                last_eval = evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
+                last_eval = evaluate_with_overestimation(eval_env, run.greedy, eval_seeds, task.episode_steps, extra,
+                                                         run.gamma, run.q_fn)
                 value = last_eval["return"]
                 p["curve"]["step"].append(p["step"])
-                p["curve"]["return"].append(value)
+                for k in ("return", "q_mean", "true_value", "overestimation_true_rel"):
+                    p["curve"][k].append(last_eval[k])
                 if on_eval is not None:
                     on_eval(p["step"], value)
             obs = nxt
@@ -293,7 +319,7 @@ def train_run(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | Non
             saver.save(run.snapshot())
     if bar is not None:
         bar.close()
-    return _final(run, eval_env, eval_seeds, extra, seed, last_eval) | {"seconds": saver.elapsed()}
+    return _final(run, eval_env, eval_seeds, seed, last_eval) | {"seconds": saver.elapsed()}
 
 
 def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | None, seed: int, checkpoint,
@@ -311,29 +337,34 @@ def load_agent(cfg: StarConfig, task: TaskConfig, variant: str, budget: int | No
     return run.agent, info
 
 
-def _final(run: Run, eval_env, eval_seeds: list[int], extra: int, seed: int,
-           final: dict[str, float] | None = None) -> dict:
+def _final(run: Run, eval_env, eval_seeds: list[int], seed: int, final: dict[str, float | None] | None = None) -> dict:
     """`final`: the greedy evaluation at the last step when the loop made it (a run resumed after its
     last step did not): evaluating again would play the same episodes."""
     task, p = run.task, run.progress
+    curve = p["curve"]
     final = dict(final) if final is not None else evaluate(eval_env, run.greedy, eval_seeds, task.episode_steps)
-    final |= overestimation(eval_env, run.policy_of_critic, eval_seeds, task.episode_steps, extra, run.gamma, run.q_fn,
-                            run.learned_reward if run.flags["learned"] else None)
+    # the paper's overestimation over training, from the first labels on (the oracle's over the same steps)
+    late = [i for i, step in enumerate(curve["step"]) if step >= task.feedback_start]
+    gaps = [curve["q_mean"][i] - curve["true_value"][i] for i in late]
+    rel = [curve["overestimation_true_rel"][i] for i in late if curve["overestimation_true_rel"][i] is not None]
     rng = np.random.default_rng([seed, 2])
+    random_policy: Callable[[Any], np.ndarray | int]
     if run.continuous:
-        random_policy = lambda obs: rng.uniform(run.info.low, run.info.high).astype(np.float32)  # noqa: E731
+        random_policy = lambda obs: rng.uniform(*run.info.bounds()).astype(np.float32)  # noqa: E731
     else:
         random_policy = lambda obs: int(rng.integers(run.info.act_dim))  # noqa: E731
-    random = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps)["return"]
+    random_eval = evaluate(eval_env, random_policy, eval_seeds, task.episode_steps)
     accuracy = None
     if run.flags["learned"] and run.has_reward_model:
         starts = run.buffer.segment_starts(task.segment)
         pairs = rng.choice(starts, size=(task.held_out_pairs, 2))
         f0, r0 = run._segments(pairs[:, 0])
         f1, r1 = run._segments(pairs[:, 1])
-        accuracy = run.reward_model.accuracy(f0, f1, rational_labels(r0.sum(-1), r1.sum(-1)))
+        accuracy = run.rewards.accuracy(f0, f1, rational_labels(r0.sum(-1), r1.sum(-1)))
         accuracy = None if math.isnan(accuracy) else accuracy
-    return {"return": final["return"], "return_std": final["return_std"], "random_return": random,
-            "overestimation": final["overestimation"], "overestimation_rel": final["overestimation_rel"],
+    return {"return": final["return"], "return_std": final["return_std"], "random_return": random_eval["return"],
+            "success": final.get("success"), "random_success": random_eval["success"],
+            "overestimation": float(np.mean(gaps)) if gaps else None,
+            "overestimation_rel": float(np.mean(rel)) if rel else None,
             "pref_accuracy": accuracy, "labels": run.teacher.queries, "curve": p["curve"],
             "reward_stats": p["reward_stats"], "steps": p["step"]}
