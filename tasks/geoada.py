@@ -119,7 +119,8 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
                     run.log_history("loss", result.steps, result.loss)
                 run.log_final({**result.new_task, "equivariance_error": result.equivariance_error,
                                "train_seconds": result.train_seconds}
-                              | {f"original_{k}": v for k, v in (result.original_task or {}).items()})
+                              | {f"original_{k}": v for k, v in (result.original_task or {}).items()}
+                              | {f"original_on_{k}": v for k, v in (result.original_task_on or {}).items()})
             results.append(result.as_dict())
     return results
 

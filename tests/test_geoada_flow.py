@@ -43,6 +43,8 @@ def test_tiny_dag_outputs(dag):
             assert row["original_is_base"] and row["original_ade_change"] == 0
             for s in SEEDS:
                 assert metrics.tables["seeds"][f"{name} seed{s}"]["original_ade"] == base_by_seed[s]
+        # additions on: the adapter's control stream reads the original input (scored apart from "off")
+        assert (row["original_on_ade"] != row["original_ade"]) == (row["variant"] in ("geoada", "controlnet")), name
         if row["variant"] == "frozen":
             assert row["trainable_params"] == 0
         else:

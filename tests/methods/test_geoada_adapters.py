@@ -18,7 +18,7 @@ from paperline.methods.geoada.adapters import (
     equivariance_error,
     trainable_parameters,
 )
-from paperline.methods.geoada.config import VARIANTS, fits
+from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, VARIANTS, fits
 from paperline.methods.geoada.egtn import EGTN, Schedule, sample
 from paperline.methods.geoada.train import Windows, evaluate, train
 
@@ -124,10 +124,33 @@ def test_switching_the_adapter_off_restores_the_base():
         model = GeoAda(base, "frame", TB, every=2, equivariant=equivariant).double()  # wraps `base` itself
         _perturb(model)
         assert not torch.allclose(_call(model, x), reference)
-        model.enabled = False
+        model.additions = False
         assert _same(_call(model, x), reference)
-        model.enabled = True
-        assert _same(_call(model, x, original=True), reference)  # the original task
+        assert _same(_call(model, x, original=True), reference)  # the original task, adapter off
+        model.additions = True
+        # on the original task with the adapter on, the control stream reads the original input
+        assert not torch.allclose(_call(model, x, original=True), reference)
+
+
+@pytest.mark.parametrize("control", ["frame", "global", "subgraph"])
+def test_forgetting_is_scored_both_ways_for_every_variant(control):
+    """On the original task with the additions off every variant is its base (the base's figures
+    stand in, except under CHANGES_BASE); with them on it differs from "off" exactly where
+    ACTS_ON_ORIGINAL says (elsewhere "on" is scored as "off")."""
+    base, x = _base(), _inputs(control="subgraph" if control == "subgraph" else "global")
+    reference = _base_output(base, x)
+    for variant in VARIANTS:
+        if not fits(variant, control):
+            continue
+        model = build_variant(variant, base, control, TB, gpf_head=1)
+        _perturb(model)
+        model.additions = False
+        off = _call(model, x, original=True)
+        assert _same(off, _base_output(model.base, x)), variant
+        assert _same(off, reference) == (variant not in CHANGES_BASE), variant
+        model.additions = True
+        on = _call(model, x, original=True)
+        assert _same(on, off) == (variant not in ACTS_ON_ORIGINAL), variant
 
 
 def test_geoada_trains_copies_of_the_first_of_every_k_blocks_and_nothing_of_the_base():

@@ -3,7 +3,10 @@
 Every variant is a module with one call, `model(cond, noisy, t, charges, edges, control, original)`:
 `cond` the new task's conditioning frames (centred), `control` the global control (B,) or None;
 `original=True` runs the original task (the base's own conditioning window, no control): what
-forgetting is measured on.
+forgetting is measured on. Every variant's `additions` flag switches what it added to the base
+(adapter copies and their zero maps, prompts, heads, the control embedding) on or off: off, any
+variant is its base (whose weights moved only under full fine-tuning and PARTIAL-k); forgetting
+is scored both ways for every variant (experiment.finetune_variant).
 
 Control types and their coupling operators C (how the control enters a graph), spec (b) [I]:
 - frame control: more conditioning frames than the base was pretrained on (15 → 20 after 10 → 20):
@@ -101,6 +104,16 @@ class Variant(nn.Module):
         super().__init__()
         self.base, self.control_type, self.base_cond = base, control, base_cond
         self.global_embed = GlobalEmbedding(base.hidden) if control == "global" else None
+        self.additions = True  # False: the variant is its base on the base's own window
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        if not self.additions:
+            return self.base(self.base_view(cond), noisy, charges, edges, t)
+        return self.run(cond, noisy, t, charges, edges, control, original)
+
+    def run(self, cond, noisy, t, charges, edges, control, original: bool) -> torch.Tensor:
+        """ε̂ with the variant's additions on (each subclass's own)."""
+        raise NotImplementedError
 
     def base_view(self, cond: torch.Tensor) -> torch.Tensor:
         return cond[:, -self.base_cond:]
@@ -126,7 +139,7 @@ class Frozen(Variant):
         super().__init__(freeze(base), control, base_cond)
         self.global_embed = None
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         return self.base(self.base_view(cond), noisy, charges, edges, t)
 
 
@@ -141,7 +154,7 @@ class FullFT(Variant):
                 for p in block.parameters():
                     p.requires_grad_(True)
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         return self.base(noisy=noisy, charges=charges, t=t, **self.couple(cond, charges, edges, control, original))
 
 
@@ -165,7 +178,7 @@ class MLPHead(Variant):
             x = x + self.gate * (x2 - x)
         return (x - x_in)[:, coupled["cond"].shape[1]:, :noisy.shape[2]] * self.base.scale
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         return self.with_head(self.couple(cond, charges, edges, control, original), noisy, t, charges)
 
 
@@ -189,7 +202,7 @@ class GPF(MLPHead):
         super().__init__(base, control, base_cond, head)
         self.prompt = nn.Parameter(torch.zeros(base.hidden))
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         coupled["h_shift"] = with_prompt(coupled["h_shift"], self.prompt)
         return self.with_head(coupled, noisy, t, charges)
@@ -210,7 +223,7 @@ class GPFPlus(MLPHead):
     def node_prompts(self, h: torch.Tensor) -> torch.Tensor:
         return self.attention(h).softmax(dim=-1) @ self.basis
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         coupled["h_shift"] = with_prompt(coupled["h_shift"], self.node_prompts)
         return self.with_head(coupled, noisy, t, charges)
@@ -227,7 +240,7 @@ class PromptTemplate(Variant):
         super().__init__(freeze(base), control, base_cond)
         self.prompt = nn.Parameter(torch.zeros(base.hidden))
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         if not original:
             T = coupled["cond"].shape[1] + noisy.shape[1]
@@ -277,7 +290,8 @@ class LinearZeroConv(nn.Module):
 
 class GeoAda(Variant):
     """The frozen base plus a control stream of trainable copies (see the module docstring);
-    `equivariant=False` is the ControlNet ablation. `enabled = False` switches the adapter off."""
+    `equivariant=False` is the ControlNet ablation. `additions = False` switches the adapter off; on
+    the original task with it on, the control stream reads the original (uncoupled) input."""
 
     def __init__(self, base: EGTN, control: Control, base_cond: int, every: int, equivariant: bool = True,
                  x_form: str = "com"):
@@ -288,12 +302,9 @@ class GeoAda(Variant):
             p.requires_grad_(True)
         self.zero = nn.ModuleDict({str(i): EquivariantZeroConv(base.hidden, x_form) if equivariant
                                    else LinearZeroConv(base.hidden) for i in self.selected})
-        self.enabled = True
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         main_cond = self.base_view(cond)
-        if original or not self.enabled:
-            return self.base(main_cond, noisy, charges, edges, t)
         h, x_in = self.base.embed_input(main_cond, noisy, charges, t)
         coupled = self.couple(cond, charges, edges, control, original)  # C: the control stream's graph
         hc, xc = self.base.embed_input(coupled["cond"], noisy, charges, t, coupled["extra"])

@@ -18,10 +18,16 @@ CONTROLS: tuple[str, ...] = Control.__args__  # type: ignore[attr-defined]
 FITS = {"prompt_template": ("frame", "subgraph")}
 
 
-# Forgetting is measured with every variant's additions switched off (adapters, prompts, heads, the
-# control embedding, the control input itself): what is left of a variant on the original task is the
-# base, except where fine-tuning changed the base's own weights (full fine-tuning, PARTIAL-k)
+# Forgetting is scored two ways for every variant, on the original task (the base's window, no
+# control): with the variant's additions off (adapters, prompts, heads, the control embedding) and
+# with them on. Off, a variant is the base except where fine-tuning changed the base's own weights
+# (CHANGES_BASE); on, it differs from "off" only where an addition acts without the control
+# (ACTS_ON_ORIGINAL: GeoAda's control stream reads the original input, the prompts and heads act on
+# any input; the control embedding needs the control, a prompt template marks added frames or nodes
+# the original task has none of). Elsewhere the two are the same model, scored once (the identities
+# are tested in tests/methods/test_geoada_adapters.py).
 CHANGES_BASE = ("full_ft", "partial_k")
+ACTS_ON_ORIGINAL = ("mlp_k", "gpf", "gpf_plus", "controlnet", "geoada")
 
 
 def fits(variant: str, control: str) -> bool:

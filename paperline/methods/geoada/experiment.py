@@ -11,7 +11,7 @@ import torch
 
 from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
 from paperline.methods.geoada.adapters import build_variant, equivariance_error
-from paperline.methods.geoada.config import CHANGES_BASE, GeoAdaConfig
+from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import TrainResult, Windows, evaluate, train, windows
 from paperline.seeds import seeded_init
@@ -73,7 +73,9 @@ class VariantResult:
     variant: str
     seed: int
     new_task: dict[str, float]
-    original_task: dict[str, float] | None  # None: with its additions off the model is the base itself
+    original_task: dict[str, float] | None  # additions off; None: the model is then the base itself
+    # additions on; None: the same model as with them off (no addition acts without the control)
+    original_task_on: dict[str, float] | None
     trainable: int
     train_seconds: float
     equivariance_error: float
@@ -90,11 +92,11 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     """Fine-tune `variant` on `control`'s training set at fine-tuning seed `seed` (default cfg.seed:
     its new modules' init from seed + 1, batches and diffusion noise from seed + 1); its new-task
     ADE/FDE with sampling seed seed + 2, the same for every variant at that seed (the same noise, so
-    rows differ by the model only). The original task is scored with every variant's additions off
-    (config.CHANGES_BASE): only full fine-tuning and PARTIAL-k, whose base weights moved, are
-    evaluated there; every other variant is then the base exactly (its adapter, prompt, head and
-    control embedding off: tests/methods/test_geoada_adapters.py) and reports None here, the
-    summary filling in the base's figures at the same seed."""
+    rows differ by the model only). The original task is scored the same two ways for every variant:
+    with its additions off (config.CHANGES_BASE: only full fine-tuning and PARTIAL-k differ from the
+    base there; every other variant is then the base exactly and reports None, the summary filling
+    in the base's figures at the same seed) and with them on (config.ACTS_ON_ORIGINAL: None where
+    that is the same model as with them off)."""
     seed = cfg.seed if seed is None else seed
     with seeded_init(seed + 1):
         model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
@@ -107,15 +109,22 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     # subgraph control: scored on the generated particles only (the given ones are the control)
     new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,
                         given_nodes=cfg.subgraph_nodes if control == "subgraph" else 0)
+    original_test = data["original_test"].to(device)
+    original_on = None
+    if variant in ACTS_ON_ORIGINAL:
+        original_on = evaluate(model, original_test, schedule, cfg.samples, seed + 2, original=True,
+                               scale=cfg.displacement_scale)
     original = None
     if variant in CHANGES_BASE:
-        original = evaluate(model, data["original_test"].to(device), schedule, cfg.samples, seed + 2, original=True,
+        model.additions = False
+        original = evaluate(model, original_test, schedule, cfg.samples, seed + 2, original=True,
                             scale=cfg.displacement_scale)
+        model.additions = True
     probe = test_set.take(slice(0, 4))
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
     error = equivariance_error(model, probe.cond, (probe.target - probe.cond[:, -1:]) * cfg.displacement_scale, t,
                                probe.charges, probe.edges, probe.control, seed=seed)
-    return VariantResult(control, variant, seed, new_task, original, result.trainable, result.seconds, error,
+    return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds, error,
                          result.steps, result.loss)
 
 
