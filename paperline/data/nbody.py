@@ -17,7 +17,11 @@ plus, for the global-control set only, strength_<split>_<suffix>.npy (S,): the i
 of each trajectory (the invariant global control). Loaders return positions as (S, T, n, 3).
 
 MD17 (`.npz` with `R` (frames, atoms, 3) in Å and `z` (atoms,) atomic numbers, as sGDML ships it):
-cut into windows of `span` frames every `stride` frames; velocities are frame differences.
+split by contiguous time blocks (train, then the fine-tuning set, then test, `span` frames apart),
+each block cut into windows of `span` frames every `stride` frames, so no window of one split shares
+a frame with a window of another; velocities are frame differences. The graph is the paper's
+3-bond-hop graph: bonds from covalent radii on the first frame, an edge (attribute 1) between atoms
+at most 3 bonds apart, none (attribute 0, which the EGTN reads as no edge) elsewhere.
 """
 from __future__ import annotations
 
@@ -208,11 +212,37 @@ def load_split(folder: str | Path, split: str, suffix: str, min_frames: int = 1,
 # ---------------------------------------------------------------- MD17
 
 
-def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
-    """Windows of `span` frames (every `stride` frames) of an MD17-style trajectory `.npz` (`R`
-    (frames, atoms, 3), `z` (atoms,)): charges are atomic numbers, edges fully connected with
-    attribute 1 (the paper's 3-bond-hop graph needs bonds MD17 does not ship: a reduction),
-    velocities frame differences (the first frame repeats the second's)."""
+# covalent radii in Å (Cordero et al. 2008) of the elements MD17's molecules hold (and a few more)
+COVALENT_RADII = {1: 0.31, 6: 0.76, 7: 0.71, 8: 0.66, 9: 0.57, 15: 1.07, 16: 1.05, 17: 1.02}
+BOND_TOLERANCE = 1.2  # bonded: closer than 1.2 × the sum of the two covalent radii
+MD17_HOPS = 3  # the paper's graph: atoms within 3 bond hops
+
+
+def bond_graph(positions: np.ndarray, z: np.ndarray, tolerance: float = BOND_TOLERANCE) -> np.ndarray:
+    """(n, n) bool: the covalent bonds of one conformation (positions (n, 3) in Å, atomic numbers z)."""
+    unknown = sorted({int(a) for a in z} - set(COVALENT_RADII))
+    if unknown:
+        raise NBodyError(f"z: no covalent radius for atomic number(s) {unknown}")
+    radii = np.array([COVALENT_RADII[int(a)] for a in z])
+    dist = np.linalg.norm(positions[:, None] - positions[None], axis=-1)
+    bonded = dist < tolerance * (radii[:, None] + radii[None])
+    np.fill_diagonal(bonded, False)
+    return bonded
+
+
+def hop_graph(bonded: np.ndarray, hops: int = MD17_HOPS) -> np.ndarray:
+    """(n, n) float32: 1 between two atoms at most `hops` bonds apart, 0 elsewhere and on the diagonal."""
+    step = bonded.astype(np.int64) + np.eye(len(bonded), dtype=np.int64)
+    reach = np.eye(len(bonded), dtype=np.int64)
+    for _ in range(hops):
+        reach = np.minimum(reach @ step, 1)
+    np.fill_diagonal(reach, 0)
+    return reach.astype(np.float32)
+
+
+def read_md17(path: str | Path, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """R (frames, atoms, 3) and z (atoms,) of an MD17-style `.npz`, checked (NBodyError names the
+    file and field; at least `span` frames)."""
     path = Path(path)
     if not path.is_file():
         raise NBodyError(f"{path}: no such MD17 .npz file")
@@ -234,19 +264,51 @@ def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
     if R.shape[0] < span:
         raise NBodyError(f"{path}: R: a trajectory of {R.shape[0]} frames, shorter than the {span} the "
                          f"conditioning window and horizon need")
-    starts = np.arange(0, R.shape[0] - span + 1, stride)
-    loc = np.stack([R[s:s + span] for s in starts])
+    return R, Z
+
+
+def md17_windows(R: np.ndarray, Z: np.ndarray, span: int, stride: int, first: int = 0,
+                 end: int | None = None) -> Trajectories:
+    """Windows of `span` frames every `stride` frames lying within frames [first, end) of R:
+    charges the atomic numbers, edges the 3-bond-hop graph of the first frame of R, velocities frame
+    differences (a window's first frame repeats the second's)."""
+    end = len(R) if end is None else end
+    starts = np.arange(first, end - span + 1, stride)
+    loc = np.stack([R[s:s + span] for s in starts]) if len(starts) else np.empty((0, span, *R.shape[1:]))
     vel = np.diff(loc, axis=1, prepend=loc[:, :1])
-    vel[:, 0] = vel[:, 1]
+    vel[:, 0] = vel[:, 1] if span > 1 else 0
     n = R.shape[1]
     charges = np.broadcast_to(Z.astype(np.float32), (len(starts), n)).copy()
-    edges = np.ones((len(starts), n, n), np.float32)
+    edges = np.broadcast_to(hop_graph(bond_graph(R[0], Z)), (len(starts), n, n)).copy()
     return Trajectories(loc.astype(np.float32), vel.astype(np.float32), charges, edges)
 
 
-def subset(data: Trajectories, index: np.ndarray) -> Trajectories:
-    return Trajectories(data.loc[index], data.vel[index], data.charges[index], data.edges[index],
-                        None if data.control is None else data.control[index])
+def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
+    """Every window of `span` frames (every `stride` frames) of an MD17-style trajectory `.npz`
+    (see md17_windows)."""
+    R, Z = read_md17(path, span)
+    return md17_windows(R, Z, span, stride)
+
+
+def split_md17(R: np.ndarray, Z: np.ndarray, span: int, stride: int, sizes: dict[str, int]
+               ) -> dict[str, tuple[Trajectories, tuple[int, int]]]:
+    """{split: (its `size` windows, its frame block [first, end))}: contiguous time blocks in the
+    order of `sizes`, each just long enough for its windows, `span` frames apart (consecutive MD
+    frames are nearly the same conformation), so no two splits share a frame. NBodyError where R is
+    too short."""
+    lengths = {split: (size - 1) * stride + span for split, size in sizes.items()}
+    need = sum(lengths.values()) + span * (len(sizes) - 1)
+    if need > len(R):
+        raise NBodyError(f"R: {len(R)} frames; {', '.join(f'{k} {v}' for k, v in sizes.items())} windows of "
+                         f"{span} frames every {stride} in contiguous blocks {span} frames apart need {need}")
+    out, first = {}, 0
+    for split, size in sizes.items():
+        end = first + lengths[split]
+        windows = md17_windows(R, Z, span, stride, first, end)
+        assert len(windows) == size  # the block's length is (size − 1)·stride + span
+        out[split] = (windows, (first, end))
+        first = end + span
+    return out
 
 
 # ---------------------------------------------------------------- the stage's folder
@@ -262,8 +324,8 @@ def nbody_fingerprint(cfg: NBodyConfig) -> str:
 def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     """Write the stage's folder (atomically): simulated sets (the original task's train/test, the
     frame-control fine-tuning set, the global-control set with a strength per trajectory), or the
-    windows of an MD17 trajectory split into train/test/finetune (no global-control set: MD17 has no
-    global label). Returns the record also written as nbody.json."""
+    windows of an MD17 trajectory split by contiguous time blocks into train/finetune/test (no
+    global-control set: MD17 has no global label). Returns the record also written as nbody.json."""
     import time
 
     from paperline.io import atomic_dir, write_json
@@ -272,7 +334,8 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     rng = np.random.default_rng(cfg.seed)
     sizes = {"train": cfg.train, "test": cfg.test, FINETUNE_SPLIT: cfg.finetune}
     with atomic_dir(out) as tmp:
-        counts = {}
+        counts: dict[str, int] = {}
+        blocks: dict[str, list[int]] = {}  # MD17: each split's frames [first, end)
         if cfg.source == "simulate":
             for split, size in sizes.items():
                 write_split(tmp, split, PRETRAIN_SUFFIX, simulate_charged(size, cfg, rng))
@@ -283,17 +346,19 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
                 counts[f"{split}_{GLOBAL_SUFFIX}"] = size
         else:
             assert cfg.md17 is not None  # the config's validator requires it for source md17
-            data = load_md17_npz(cfg.md17, cfg.frames, cfg.md17_stride)
-            order = rng.permutation(len(data))
-            if len(order) < sum(sizes.values()):
-                raise NBodyError(f"{cfg.md17}: {len(order)} windows of {cfg.frames} frames (stride "
-                                 f"{cfg.md17_stride}); train + test + finetune need {sum(sizes.values())}")
-            start_at = 0
-            for split, size in sizes.items():
-                write_split(tmp, split, PRETRAIN_SUFFIX, subset(data, order[start_at:start_at + size]))
-                counts[f"{split}_{PRETRAIN_SUFFIX}"] = size
-                start_at += size
+            R, Z = read_md17(cfg.md17, cfg.frames)
+            try:
+                # in time order: the fine-tuning set after the pretraining one, the test set last
+                splits = split_md17(R, Z, cfg.frames, cfg.md17_stride,
+                                    {k: sizes[k] for k in ("train", FINETUNE_SPLIT, "test")})
+            except NBodyError as err:
+                raise NBodyError(f"{cfg.md17}: {err}") from None
+            for split, (windows, block) in splits.items():
+                write_split(tmp, split, PRETRAIN_SUFFIX, windows)
+                counts[f"{split}_{PRETRAIN_SUFFIX}"] = len(windows)
+                blocks[split] = list(block)
         record = {"source": cfg.source, "md17": cfg.md17, "frames": cfg.frames, "trajectories": counts,
+                  **({"md17_frame_blocks": blocks} if blocks else {}),
                   "fingerprint": nbody_fingerprint(cfg), "seconds": time.perf_counter() - start}
         write_json(Path(tmp) / RECORD_FILE, record)
     return record

@@ -307,3 +307,24 @@ def test_prompt_template_marks_only_what_the_coupling_added_and_refuses_global_c
     assert mask[:TF - TB].eq(1).all() and mask[TF - TB:].eq(0).all()
     with pytest.raises(ValueError, match="does not fit global control"):
         build_variant("prompt_template", base, "global", TB)
+
+
+def test_an_edge_attribute_of_zero_is_no_edge():
+    """MD17's 3-bond-hop graph: messages pass only where the edge attribute is nonzero, so node 0's
+    update ignores node 4 when they are not joined, and not when they are."""
+    from paperline.methods.geoada.egtn import ESLayer
+
+    torch.manual_seed(0)
+    layer = ESLayer(16).double()
+    g = torch.Generator().manual_seed(0)
+    h, x = torch.randn(1, 2, N, 16, generator=g, dtype=torch.float64), torch.randn(1, 2, N, 3, generator=g, dtype=torch.float64)
+    moved = x.clone()
+    moved[:, :, 4] += 1.0
+    joined = torch.ones(1, N, N, dtype=torch.float64)
+    apart = joined.clone()
+    apart[:, 0, 4] = apart[:, 4, 0] = 0
+    with torch.no_grad():
+        for edges, ignores in ((apart, True), (joined, False)):
+            (h0, x0), (h1, x1) = layer(h, x, edges), layer(h, moved, edges)
+            assert torch.equal(h0[:, :, 0], h1[:, :, 0]) == ignores
+            assert torch.equal(x0[:, :, 0], x1[:, :, 0]) == ignores

@@ -92,7 +92,8 @@ def couple_subgraph(cond: torch.Tensor, control: torch.Tensor, charges: torch.Te
     """Subgraph control's C: the given subgraph (the first S particles) as S added nodes with their
     positions at every frame — their conditioning frames then `control`, their future (B, H, S, 3) —
     and their charges; the edges of the N + S nodes: an added node's edge features are those of the
-    particle it copies (q_i q_j in the charged system, 1 in MD17's complete graph) [I]."""
+    particle it copies (q_i q_j in the charged system; MD17's 3-bond-hop graph: joined to the atoms
+    within 3 bonds of the atom it copies, 0 — no edge — to that atom itself) [I]."""
     S, N = control.shape[2], edges.shape[1]
     extra_x = torch.cat([cond[:, :, :S], control.to(cond.dtype)], dim=1)
     index = torch.cat([torch.arange(N), torch.arange(S)]).to(edges.device)
