@@ -39,9 +39,13 @@ from paperline.io import DataError, one_line
 RECORD_FILE = "nbody.json"
 PRETRAIN_SUFFIX = "charged5"  # the original task's regime (EGNN names sets by system and size)
 GLOBAL_SUFFIX = "charged5_strength"  # the global-control set: a strength per trajectory
-# split names: the original task's train/test, the frame-control fine-tuning set (same regime),
-# the global-control set's train/test
+# the frame-control set: its own train/test, a shifted regime (faster particles: `frame_vel_norm`),
+# none of it seen in pretraining; MD17: the fine-tuning block (train) and a fourth block (test)
+FRAME_SUFFIX = "charged5_frame"
+# split names: the original task's train/test, the subgraph-control fine-tuning set (same regime),
+# the global-control and frame-control sets' train/test
 PRETRAIN_SPLITS, FINETUNE_SPLIT, GLOBAL_SPLITS = ("train", "test"), "finetune", ("train", "test")
+FRAME_SPLITS = ("train", "test")
 
 
 class NBodyError(DataError):
@@ -66,9 +70,14 @@ class NBodyConfig(StrictModel):
     control_strengths: list[float] = Field([0.25, 3.0], min_length=1)
     train: int = Field(1000, ge=1)  # original task
     test: int = Field(200, ge=1)
-    finetune: int = Field(200, ge=1)  # frame control (original regime, a fresh set)
+    finetune: int = Field(200, ge=1)  # subgraph control (original regime, a fresh set); MD17: frame control's too
     control_train: int = Field(200, ge=1)  # global control
     control_test: int = Field(200, ge=1)
+    # frame control: its own sets, simulated with this initial speed (the original task's vel_norm
+    # × 2 by default: more motion per frame, where the extra given frames carry more)
+    frame_vel_norm: float = Field(1.0, ge=0)
+    frame_train: int = Field(200, ge=1)
+    frame_test: int = Field(200, ge=1)
     seed: int = 0
     out: ProjectPath = "data/nbody"
 
@@ -323,9 +332,10 @@ def nbody_fingerprint(cfg: NBodyConfig) -> str:
 
 def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     """Write the stage's folder (atomically): simulated sets (the original task's train/test, the
-    frame-control fine-tuning set, the global-control set with a strength per trajectory), or the
-    windows of an MD17 trajectory split by contiguous time blocks into train/finetune/test (no
-    global-control set: MD17 has no global label). Returns the record also written as nbody.json."""
+    subgraph-control fine-tuning set, the global-control set with a strength per trajectory, the
+    frame-control set in its faster regime), or the windows of an MD17 trajectory split by
+    contiguous time blocks into train/finetune/test/frame test (no global-control set: MD17 has no
+    global label). Returns the record also written as nbody.json."""
     import time
 
     from paperline.io import atomic_dir, write_json
@@ -344,19 +354,29 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
                 strengths = rng.choice(np.asarray(cfg.control_strengths, float), size=size)
                 write_split(tmp, split, GLOBAL_SUFFIX, simulate_charged(size, cfg, rng, strengths))
                 counts[f"{split}_{GLOBAL_SUFFIX}"] = size
+            faster = cfg.model_copy(update={"vel_norm": cfg.frame_vel_norm})
+            for split, size in zip(FRAME_SPLITS, (cfg.frame_train, cfg.frame_test)):
+                write_split(tmp, split, FRAME_SUFFIX, simulate_charged(size, faster, rng))
+                counts[f"{split}_{FRAME_SUFFIX}"] = size
         else:
             assert cfg.md17 is not None  # the config's validator requires it for source md17
             R, Z = read_md17(cfg.md17, cfg.frames)
             try:
                 # in time order: the fine-tuning set after the pretraining one, the test set last
-                splits = split_md17(R, Z, cfg.frames, cfg.md17_stride,
-                                    {k: sizes[k] for k in ("train", FINETUNE_SPLIT, "test")})
+                blocks_in_order = {k: sizes[k] for k in ("train", FINETUNE_SPLIT, "test")} | {"frame_test": cfg.frame_test}
+                splits = split_md17(R, Z, cfg.frames, cfg.md17_stride, blocks_in_order)
             except NBodyError as err:
                 raise NBodyError(f"{cfg.md17}: {err}") from None
             for split, (windows, block) in splits.items():
+                blocks[split] = list(block)
+                if split == "frame_test":
+                    continue
                 write_split(tmp, split, PRETRAIN_SUFFIX, windows)
                 counts[f"{split}_{PRETRAIN_SUFFIX}"] = len(windows)
-                blocks[split] = list(block)
+            # frame control: fine-tuned on the fine-tuning block, tested on a block after the test one
+            for split, source in zip(FRAME_SPLITS, (FINETUNE_SPLIT, "frame_test")):
+                write_split(tmp, split, FRAME_SUFFIX, splits[source][0])
+                counts[f"{split}_{FRAME_SUFFIX}"] = len(splits[source][0])
         record = {"source": cfg.source, "md17": cfg.md17, "frames": cfg.frames, "trajectories": counts,
                   **({"md17_frame_blocks": blocks} if blocks else {}),
                   "fingerprint": nbody_fingerprint(cfg), "seconds": time.perf_counter() - start}

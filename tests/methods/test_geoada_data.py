@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from paperline.data.nbody import (
+    FRAME_SUFFIX,
     GLOBAL_SUFFIX,
     PRETRAIN_SUFFIX,
     RECORD_FILE,
@@ -27,7 +28,7 @@ from paperline.data.nbody import (
 
 def _cfg(**kw) -> NBodyConfig:
     return NBodyConfig(**({"frames": 6, "train": 6, "test": 3, "finetune": 3, "control_train": 4,
-                           "control_test": 2} | kw))
+                           "control_test": 2, "frame_train": 2, "frame_test": 2} | kw))
 
 
 def test_simulator_shapes_charges_and_physics():
@@ -175,7 +176,11 @@ def test_md17_splits_are_contiguous_time_blocks_sharing_no_frame():
 def test_stage_folder_simulated_and_md17(tmp_path):
     record = build_nbody(_cfg(), tmp_path / "nbody")
     assert record["trajectories"] == {"train_charged5": 6, "test_charged5": 3, "finetune_charged5": 3,
-                                      f"train_{GLOBAL_SUFFIX}": 4, f"test_{GLOBAL_SUFFIX}": 2}
+                                      f"train_{GLOBAL_SUFFIX}": 4, f"test_{GLOBAL_SUFFIX}": 2,
+                                      f"train_{FRAME_SUFFIX}": 2, f"test_{FRAME_SUFFIX}": 2}
+    # the frame-control set is a shifted regime: its particles start at frame_vel_norm
+    fast = load_split(tmp_path / "nbody", "train", FRAME_SUFFIX)
+    assert np.allclose(np.linalg.norm(fast.vel[:, 0], axis=-1), 1.0, atol=1e-5)
     assert (tmp_path / "nbody" / RECORD_FILE).is_file()
     strengths = load_split(tmp_path / "nbody", "train", GLOBAL_SUFFIX, control=True).control
     assert set(strengths.tolist()) <= {0.25, 3.0}
@@ -184,6 +189,10 @@ def test_stage_folder_simulated_and_md17(tmp_path):
     cfg = _cfg(source="md17", md17=str(npz), md17_stride=4, frames=10)
     record = build_nbody(cfg, tmp_path / "md")
     assert load_split(tmp_path / "md", "train", PRETRAIN_SUFFIX, min_frames=10).loc.shape == (6, 10, 4, 3)
-    assert record["md17_frame_blocks"] == {"train": [0, 30], "finetune": [40, 58], "test": [68, 86]}
-    with pytest.raises(NBodyError, match=r"md17_small\.npz: R: 120 frames; train 6, finetune 3, test 3 windows"):
+    assert record["md17_frame_blocks"] == {"train": [0, 30], "finetune": [40, 58], "test": [68, 86],
+                                           "frame_test": [96, 110]}
+    frame_train = load_split(tmp_path / "md", "train", FRAME_SUFFIX)
+    assert np.array_equal(frame_train.loc, load_split(tmp_path / "md", "finetune", PRETRAIN_SUFFIX).loc)
+    assert len(load_split(tmp_path / "md", "test", FRAME_SUFFIX)) == 2
+    with pytest.raises(NBodyError, match=r"md17_small\.npz: R: 120 frames; train 6, finetune 3, test 3, frame_test 2"):
         build_nbody(cfg.model_copy(update={"md17_stride": 8}), tmp_path / "md2")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from paperline.data.nbody import FINETUNE_SPLIT, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
+from paperline.data.nbody import FINETUNE_SPLIT, FRAME_SUFFIX, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
 from paperline.methods.geoada.adapters import build_variant, equivariance_error
 from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
@@ -20,10 +20,10 @@ from paperline.seeds import seeded_init
 def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
     """The windows every task reads, checked (NBodyError names the file and field):
     original_train/original_test (pretraining, cond_frames → horizon), frame_train/frame_test
-    (frame control: the same regime, frame_control_frames given; its test trajectories are the
-    original test's), global_train/global_test (global control: other interaction strengths, the
-    strength given), subgraph_train/subgraph_test (subgraph control: the frame-control trajectories
-    and the original test's, cond_frames given for all and the future of the first subgraph_nodes
+    (frame control: frame_control_frames given, on the frame-control set, a shifted regime none of
+    which pretraining saw — faster particles; MD17: later time blocks), global_train/global_test (global control: other interaction strengths, the
+    strength given), subgraph_train/subgraph_test (subgraph control: the fine-tuning set's
+    trajectories, the original regime, and the original test's, cond_frames given for all and the future of the first subgraph_nodes
     particles as the control)."""
     need, n = cfg.frames_needed, cfg.eval_trajectories
     train_set = load_split(folder, "train", PRETRAIN_SUFFIX, need)
@@ -31,9 +31,10 @@ def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
     out = {"original_train": windows(train_set, cfg.cond_frames, cfg.horizon),
            "original_test": windows(test_set, cfg.cond_frames, cfg.horizon, n)}
     if "frame" in cfg.controls:
-        out["frame_train"] = windows(load_split(folder, FINETUNE_SPLIT, PRETRAIN_SUFFIX, need),
-                                     cfg.frame_control_frames, cfg.horizon)
-        out["frame_test"] = windows(test_set, cfg.frame_control_frames, cfg.horizon, n)
+        out["frame_train"] = windows(load_split(folder, "train", FRAME_SUFFIX, need), cfg.frame_control_frames,
+                                     cfg.horizon)
+        out["frame_test"] = windows(load_split(folder, "test", FRAME_SUFFIX, need), cfg.frame_control_frames,
+                                    cfg.horizon, n)
     if "global" in cfg.controls:
         out["global_train"] = windows(load_split(folder, "train", GLOBAL_SUFFIX, need, control=True),
                                       cfg.cond_frames, cfg.horizon)
