@@ -93,11 +93,13 @@ def variant_runs(cfg: GeoAdaConfig, ctx: track.RunContext):
 
 @task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base: dict, ctx: track.RunContext,
-             runs: dict[str, track.Run]) -> list[dict]:
+             runs: dict[str, track.Run], lrs: dict[str, float] | None = None) -> list[dict]:
     """Every variant that fits the control type on it at one fine-tuning seed (one task: a `gpu`
     slot request costs ~1.5 s, a tiny variant less), each fine-tuned from the base and measured on
     the new and the original task; its figures on the MLflow run `<control>_<variant>/seed<seed>`
-    nested under the row's run, the loss as a history."""
+    nested under the row's run, the training and validation losses as histories. `lrs`: each
+    variant's rate (chosen at the first seed); None: the sweep, cfg.learning_rates, each variant
+    keeping its best on the validation set."""
     import torch
 
     from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
@@ -114,11 +116,16 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
                 result = finetune_variant(cfg, model, control, variant, windows,
                                           u.models / name / f"seed{seed}" / "train.pt",
                                           _fingerprint(cfg, source, control, variant, str(seed)), seed,
-                                          progress=sys.stderr.isatty(), device=u.device)
+                                          progress=sys.stderr.isatty(), device=u.device,
+                                          lrs=None if lrs is None or variant not in lrs else [lrs[variant]])
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
+                if result.validation_curve:
+                    run.log_history("validation_loss", result.steps, result.validation_curve)
                 run.log_final({**result.new_task, "equivariance_error": result.equivariance_error,
-                               "train_seconds": result.train_seconds}
+                               "train_seconds": result.train_seconds, "validation_loss": result.validation_loss}
+                              | ({"lr": result.lr} if result.lr is not None else {})
+                              | {f"sweep/lr{lr}": v for lr, v in result.sweep.items()}
                               | {f"original_{k}": v for k, v in (result.original_task or {}).items()}
                               | {f"original_on_{k}": v for k, v in (result.original_task_on or {}).items()})
             results.append(result.as_dict())

@@ -50,6 +50,15 @@ def test_tiny_dag_outputs(dag):
         else:
             assert row["trainable_params"] > 0 and row["train_seconds"] > 0
     assert base_by_seed[0] != base_by_seed[1]  # the seeds' sampling noise differs
+    # every fine-tuned row's rate from the first seed's sweep, the other seed at that rate
+    sweeps = metrics.details["lr_sweep"]
+    assert set(sweeps) == {name for name in ROWS if not name.endswith("_frozen")}
+    for name, sweep in sweeps.items():
+        assert set(sweep["validation_loss"]) == {"0.001", "0.003"}
+        best = min(sweep["validation_loss"], key=sweep["validation_loss"].get)
+        assert metrics.rows[name]["lr"] == sweep["chosen"] == float(best)
+        for s in SEEDS:
+            assert metrics.tables["seeds"][f"{name} seed{s}"]["lr"] == sweep["chosen"]
     h = metrics.headline
     assert not any("claim" in k for k in h)
     assert h["geoada_equivariance_error"] < 1e-10 < h["controlnet_equivariance_error"]  # float64 probe

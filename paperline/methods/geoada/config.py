@@ -64,6 +64,12 @@ class GeoAdaConfig(MethodConfig):
     horizon: PositiveInt = 20
     pretrain: TrainConfig = TrainConfig(steps=600)
     finetune: TrainConfig = TrainConfig(steps=150)
+    # every fine-tuned variant's learning rate is chosen from this one sweep (empty: finetune.lr for
+    # all) at the first fine-tuning seed, per control type, by the ε-prediction loss on a validation
+    # set (the last `validation_trajectories` of that control's training windows, held out from
+    # training; never the test set); the other seeds train at the chosen rate
+    lr_sweep: list[Annotated[float, Field(gt=0)]] = []
+    validation_trajectories: Annotated[int, Field(ge=0)] = 0
     adapter_every: PositiveInt = 2  # GeoAda copies the first block of every K (update (f): 0, 2, 4 of 6)
     # GeoAda's zero-initialised Δx: update (f)'s ϕ_x·(x′ − x̄′) ("com") or ϕ_x·(x′ − x′_in) ("update")
     adapter_x: Literal["update", "com"] = "com"
@@ -93,11 +99,20 @@ class GeoAdaConfig(MethodConfig):
         if "frame" in self.controls and self.frame_control_frames <= self.cond_frames:
             raise ValueError(f"frame_control_frames {self.frame_control_frames} must exceed cond_frames "
                              f"{self.cond_frames} (frame control gives more frames than pretraining)")
+        if len(self.lr_sweep) > 1 and not self.validation_trajectories:
+            raise ValueError("an lr_sweep needs validation_trajectories: the rate is chosen on a validation set")
+        if len(set(self.lr_sweep)) != len(self.lr_sweep):
+            raise ValueError(f"lr_sweep repeats a rate: {self.lr_sweep}")
         if self.partial_k > self.shape.blocks:
             raise ValueError(f"partial_k {self.partial_k} exceeds shape.blocks {self.shape.blocks}")
         if self.adapter_every > self.shape.blocks:
             raise ValueError(f"adapter_every {self.adapter_every} exceeds shape.blocks {self.shape.blocks}")
         return self
+
+    @property
+    def learning_rates(self) -> list[float]:
+        """The fine-tuning learning rates a variant is tried at."""
+        return list(self.lr_sweep) or [self.finetune.lr]
 
     @property
     def pairs(self) -> list[tuple[str, str]]:

@@ -13,7 +13,15 @@ from paperline.data.nbody import FINETUNE_SPLIT, FRAME_SUFFIX, GLOBAL_SUFFIX, PR
 from paperline.methods.geoada.adapters import build_variant, equivariance_error
 from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
-from paperline.methods.geoada.train import TrainResult, Windows, evaluate, train, windows
+from paperline.methods.geoada.train import (
+    TrainResult,
+    Windows,
+    evaluate,
+    split_validation,
+    train,
+    validation_loss,
+    windows,
+)
 from paperline.seeds import seeded_init
 
 
@@ -78,10 +86,14 @@ class VariantResult:
     # additions on; None: the same model as with them off (no addition acts without the control)
     original_task_on: dict[str, float] | None
     trainable: int
-    train_seconds: float
+    train_seconds: float  # at the chosen rate
     equivariance_error: float
+    lr: float | None  # the chosen fine-tuning rate (None: the frozen base, nothing trained)
+    validation_loss: float  # the ε-prediction loss on the held-out validation set, at the end
+    sweep: dict[str, float] = field(default_factory=dict)  # rate -> its validation loss, where several were tried
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
+    validation_curve: list[float] = field(default_factory=list)  # the validation loss at `steps`
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -89,24 +101,37 @@ class VariantResult:
 
 def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, data: dict[str, Windows],
                      checkpoint: Path | None, fingerprint: str, seed: int | None = None, progress: bool = False,
-                     device="cpu") -> VariantResult:
-    """Fine-tune `variant` on `control`'s training set at fine-tuning seed `seed` (default cfg.seed:
-    its new modules' init from seed + 1, batches and diffusion noise from seed + 1); its new-task
-    ADE/FDE with sampling seed seed + 2, the same for every variant at that seed (the same noise, so
-    rows differ by the model only). The original task is scored the same two ways for every variant:
-    with its additions off (config.CHANGES_BASE: only full fine-tuning and PARTIAL-k differ from the
-    base there; every other variant is then the base exactly and reports None, the summary filling
-    in the base's figures at the same seed) and with them on (config.ACTS_ON_ORIGINAL: None where
-    that is the same model as with them off)."""
+                     device="cpu", lrs: list[float] | None = None) -> VariantResult:
+    """Fine-tune `variant` on `control`'s training set (less its validation windows) at fine-tuning
+    seed `seed` (default cfg.seed: its new modules' init from seed + 1, batches and diffusion noise
+    from seed + 1) at each rate of `lrs` (default cfg.learning_rates), keeping the one whose
+    ε-prediction loss on the validation set is lowest (the same draws for every rate and variant at
+    that seed); its new-task ADE/FDE with sampling seed seed + 2, the same for every variant at that
+    seed (the same noise, so rows differ by the model only). The original task is scored the same
+    two ways for every variant: with its additions off (config.CHANGES_BASE: only full fine-tuning
+    and PARTIAL-k differ from the base there; every other variant is then the base exactly and
+    reports None, the summary filling in the base's figures at the same seed) and with them on
+    (config.ACTS_ON_ORIGINAL: None where that is the same model as with them off)."""
     seed = cfg.seed if seed is None else seed
-    with seeded_init(seed + 1):
-        model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
-                              cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
+    rates = list(lrs or cfg.learning_rates)
     schedule = Schedule.linear(cfg.diffusion_steps)
-    train_set, test_set = data[f"{control}_train"].to(device), data[f"{control}_test"].to(device)
-    result = train(model, train_set, schedule, 0 if variant == "frozen" else cfg.finetune.steps,
-                   cfg.finetune.batch_size, cfg.finetune.lr, seed + 1, checkpoint, fingerprint,
-                   cfg.checkpoint_every, progress=progress, scale=cfg.displacement_scale)
+    train_set, validation = split_validation(data[f"{control}_train"].to(device), cfg.validation_trajectories)
+    test_set = data[f"{control}_test"].to(device)
+    tried: dict[float | None, tuple[float, torch.nn.Module, TrainResult]] = {}
+    for lr in ([None] if variant == "frozen" else rates):
+        with seeded_init(seed + 1):
+            model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
+                                  cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
+        path = checkpoint if checkpoint is None or lr is None or len(rates) == 1 \
+            else checkpoint.parent / f"lr{lr:g}" / checkpoint.name
+        result = train(model, train_set, schedule, 0 if lr is None else cfg.finetune.steps, cfg.finetune.batch_size,
+                       lr or cfg.finetune.lr, seed + 1, path, f"{fingerprint}/{lr}", cfg.checkpoint_every,
+                       progress=progress, scale=cfg.displacement_scale, validation=validation)
+        score = validation_loss(model, validation, schedule, seed + 3, scale=cfg.displacement_scale) \
+            if validation is not None else float("nan")
+        tried[lr] = (score, model, result)  # None: the frozen base's one entry
+    chosen = min(tried, key=lambda lr: tried[lr][0]) if len(tried) > 1 else next(iter(tried))
+    score, model, result = tried[chosen]
     # subgraph control: scored on the generated particles only (the given ones are the control)
     new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,
                         given_nodes=cfg.subgraph_nodes if control == "subgraph" else 0)
@@ -125,8 +150,9 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
     error = equivariance_error(model, probe.cond, (probe.target - probe.cond[:, -1:]) * cfg.displacement_scale, t,
                                probe.charges, probe.edges, probe.control, seed=seed)
-    return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds, error,
-                         result.steps, result.loss)
+    sweep = {f"{lr:g}": v[0] for lr, v in tried.items() if lr is not None} if len(tried) > 1 else {}
+    return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds,
+                         error, chosen, score, sweep, result.steps, result.loss, result.validation_loss)
 
 
 def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], seed: int | None = None,

@@ -35,11 +35,17 @@ def plot_ade(cfg: GeoAdaConfig, rows: dict[str, dict], path: Path) -> Path:
 
 
 def plot_losses(curves: dict[str, dict], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    for name, c in curves.items():
-        ax.plot(c["step"], c["loss"], lw=2 if name.endswith("geoada") else 1, label=name)
-    ax.set(xlabel="fine-tuning step", ylabel="ε-prediction loss", yscale="log")
-    ax.legend(fontsize=6, ncol=2)
+    """The fine-tuning curves (means over seeds): the training loss and, where there was one, the
+    loss on the held-out validation set, per row."""
+    panels = [("loss", "training")] + ([("validation_loss", "validation")]
+                                       if any("validation_loss" in c for c in curves.values()) else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.4), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels):
+        for name, c in curves.items():
+            if key in c:
+                ax.plot(c["step"], c[key], lw=2 if name.endswith("geoada") else 1, label=name)
+        ax.set(xlabel="fine-tuning step", ylabel="ε-prediction loss", yscale="log", title=title)
+        ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, path)
 
 

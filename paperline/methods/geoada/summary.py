@@ -42,7 +42,9 @@ def variant_row(result: dict, base_original: dict[str, float]) -> dict:
             "original_ade_change": change(off), "original_on_ade_change": change(on),
             "original_is_base": result["original_task"] is None,
             "trainable_params": result["trainable"], "train_seconds": result["train_seconds"],
-            "equivariance_error": result["equivariance_error"]}
+            "equivariance_error": result["equivariance_error"],
+            **({"lr": result["lr"]} if result.get("lr") is not None else {}),
+            **({"validation_loss": result["validation_loss"]} if "validation_loss" in result else {})}
 
 
 def seed_rows(cfg: GeoAdaConfig, results: list[dict], base_original: dict[int, dict[str, float]]
@@ -94,13 +96,25 @@ def headline(cfg: GeoAdaConfig, rows: dict[str, dict], per_seed: dict[int, dict[
 
 
 def mean_loss_curves(results: list[dict]) -> dict[str, dict]:
-    """row -> {"step": [...], "loss": mean over seeds}, for the rows that trained."""
+    """row -> {"step": [...], "loss": mean over seeds, "validation_loss": mean over seeds (where
+    there was a validation set)}, for the rows that trained."""
     curves: dict[str, list[dict]] = defaultdict(list)
     for r in results:
         if r["steps"]:
             curves[row_name(r["control"], r["variant"])].append(r)
-    return {name: {"step": rs[0]["steps"], "loss": np.mean([r["loss"] for r in rs], axis=0).tolist()}
-            for name, rs in curves.items()}
+    out = {}
+    for name, rs in curves.items():
+        out[name] = {"step": rs[0]["steps"], "loss": np.mean([r["loss"] for r in rs], axis=0).tolist()}
+        if all(r.get("validation_curve") for r in rs):
+            out[name]["validation_loss"] = np.mean([r["validation_curve"] for r in rs], axis=0).tolist()
+    return out
+
+
+def lr_sweeps(results: list[dict]) -> dict[str, dict]:
+    """row -> {"chosen": the rate every seed trained at, "validation_loss": {rate: its validation
+    loss}} from the seed that swept the rates."""
+    return {row_name(r["control"], r["variant"]): {"chosen": r["lr"], "validation_loss": r["sweep"]}
+            for r in results if r.get("sweep")}
 
 
 def method_metrics(cfg: GeoAdaConfig, results: list[dict], base: dict, profile: str,
@@ -121,4 +135,4 @@ def method_metrics(cfg: GeoAdaConfig, results: list[dict], base: dict, profile: 
         details={"data": data_record or {},
                  "base": {"original_task": {f"seed{s}": v for s, v in base_original.items()},
                           **{k: base[k] for k in ("trainable", "train_seconds", "final_loss")}},
-                 "loss_curves": mean_loss_curves(results)})
+                 "loss_curves": mean_loss_curves(results), "lr_sweep": lr_sweeps(results)})
