@@ -21,15 +21,14 @@ def geoada_flow(profile: str | None = None, overrides: list[str] | None = None) 
         base = submit_gpu(pretrain, run.cfg, run.data, run.context).result()
         with variant_runs(run.cfg, run.context) as runs:
             # the first seed sweeps the learning rates (each variant keeping its best on the
-            # validation set), the other seeds train at the chosen rates; seed by seed: where the
-            # tasks queue on one device, each seed's comparison lands whole
+            # validation set); a later seed's task waits for its control's sweep (its future as an
+            # argument) and trains at the chosen rates. Seed by seed: where the tasks queue on one
+            # device, each seed's comparison lands whole
             first, *rest = run.cfg.run_seeds()
             swept = {control: submit_gpu(finetune, run.cfg, control, first, run.data, base, run.context, runs)
                      for control in run.cfg.controls}
-            results = [result for future in swept.values() for result in future.result()]
-            chosen = {control: {r["variant"]: r["lr"] for r in future.result() if r["lr"] is not None}
-                      for control, future in swept.items()}
-            futures = [submit_gpu(finetune, run.cfg, control, seed, run.data, base, run.context, runs, chosen[control])
-                       for seed in rest for control in run.cfg.controls]
-            results += [result for future in futures for result in future.result()]
+            futures = [*swept.values(), *(submit_gpu(finetune, run.cfg, control, seed, run.data, base, run.context,
+                                                     runs, swept[control])
+                                          for seed in rest for control in run.cfg.controls)]
+            results = [result for future in futures for result in future.result()]
             return run.publish(report.submit(run.cfg, results, base, run.data, run.context))

@@ -93,17 +93,19 @@ def variant_runs(cfg: GeoAdaConfig, ctx: track.RunContext):
 
 @task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base: dict, ctx: track.RunContext,
-             runs: dict[str, track.Run], lrs: dict[str, float] | None = None) -> list[dict]:
+             runs: dict[str, track.Run], swept: list[dict] | None = None) -> list[dict]:
     """Every variant that fits the control type on it at one fine-tuning seed (one task: a `gpu`
     slot request costs ~1.5 s, a tiny variant less), each fine-tuned from the base and measured on
     the new and the original task; its figures on the MLflow run `<control>_<variant>/seed<seed>`
-    nested under the row's run, the training and validation losses as histories. `lrs`: each
-    variant's rate (chosen at the first seed); None: the sweep, cfg.learning_rates, each variant
-    keeping its best on the validation set."""
+    nested under the row's run, the training and validation losses as histories. `swept`: the
+    first seed's results on this control, each variant then training at the rate its sweep chose;
+    None: this is the sweep (cfg.learning_rates, each variant keeping its best on the validation
+    set)."""
     import torch
 
     from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
 
+    lrs = {r["variant"]: r["lr"] for r in swept or [] if r["lr"] is not None}
     results = []
     with unit(ctx, threads=cfg.threads) as u:  # one slot for all the variants; a run per variant below
         windows = task_windows(source.folder, cfg)
@@ -117,7 +119,7 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
                                           u.models / name / f"seed{seed}" / "train.pt",
                                           _fingerprint(cfg, source, control, variant, str(seed)), seed,
                                           progress=sys.stderr.isatty(), device=u.device,
-                                          lrs=None if lrs is None or variant not in lrs else [lrs[variant]])
+                                          lrs=[lrs[variant]] if variant in lrs else None)
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
                 if result.validation_curve:
