@@ -56,6 +56,7 @@ only, so every baseline keeps the base's equivariance.
 from __future__ import annotations
 
 import copy
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -70,14 +71,19 @@ class GlobalEmbedding(nn.Module):
     def __init__(self, hidden: int):
         super().__init__()
         self.net = mlp(1, hidden, hidden)
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
+        last: nn.Linear = self.net[-1]  # type: ignore[assignment]  # Sequential's index is typed Module
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, control: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.log(control)[:, None].to(self.net[0].weight.dtype))[:, None, None]
+        first: nn.Linear = self.net[0]  # type: ignore[assignment]
+        return self.net(torch.log(control)[:, None].to(first.weight.dtype))[:, None, None]
 
 
-def freeze(module: nn.Module) -> nn.Module:
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def freeze(module: ModuleT) -> ModuleT:
     for p in module.parameters():
         p.requires_grad_(False)
     return module

@@ -2,7 +2,7 @@
 zero-initialised form and splits); torch-free, so validating them imports no torch."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -10,9 +10,9 @@ from paperline.config import MethodConfig, StrictModel
 
 Variant = Literal["frozen", "full_ft", "partial_k", "mlp_k", "gpf", "gpf_plus", "prompt_template", "controlnet",
                   "geoada"]
-VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 Control = Literal["frame", "global", "subgraph"]
-CONTROLS: tuple[str, ...] = Control.__args__  # type: ignore[attr-defined]
+CONTROLS: tuple[Control, ...] = get_args(Control)
 # A prompt template marks what the coupling operator added (frames, nodes): global control adds
 # neither, so the template does not fit it (the paper runs each baseline "where it fits" [I])
 FITS = {"prompt_template": ("frame", "subgraph")}

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from paperline.data.nbody import FINETUNE_SPLIT, FRAME_SUFFIX, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
-from paperline.methods.geoada.adapters import build_variant, equivariance_error
-from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, GeoAdaConfig
+from paperline.methods.geoada.adapters import Variant, build_variant, equivariance_error
+from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, Control, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import (
     TrainResult,
@@ -117,10 +118,10 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, validation = split_validation(data[f"{control}_train"].to(device), cfg.validation_trajectories)
     test_set = data[f"{control}_test"].to(device)
-    tried: dict[float | None, tuple[float, torch.nn.Module, TrainResult]] = {}
+    tried: dict[float | None, tuple[float, Variant, TrainResult]] = {}
     for lr in ([None] if variant == "frozen" else rates):
         with seeded_init(seed + 1):
-            model = build_variant(variant, base, control, cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
+            model = build_variant(variant, base, cast(Control, control), cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
                                   cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
         path = checkpoint if checkpoint is None or lr is None or len(rates) == 1 \
             else checkpoint.parent / f"lr{lr:g}" / checkpoint.name

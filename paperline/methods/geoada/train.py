@@ -145,8 +145,11 @@ def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, 
     ades, fdes = [], []
     for start in range(0, len(data), chunk):
         part = data.take(slice(start, start + chunk))
-        rep = lambda a: None if a is None else a.repeat(samples, *([1] * (a.dim() - 1)))  # noqa: E731
-        charges, edges, control = rep(part.charges), rep(part.edges), rep(part.control)
+        def rep(a: torch.Tensor) -> torch.Tensor:
+            return a.repeat(samples, *([1] * (a.dim() - 1)))
+
+        charges, edges = rep(part.charges), rep(part.edges)
+        control = None if part.control is None else rep(part.control)
         pred = sample(lambda c, x, t: model(c, x, t, charges, edges, control, original), schedule,
                       rep(part.cond), part.target.shape[1], generator, scale=scale)
         err = (pred - rep(part.target)).norm(dim=-1).view(samples, len(part), *pred.shape[1:3])  # (K, B, H, N)
