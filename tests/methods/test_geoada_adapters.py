@@ -14,6 +14,7 @@ from paperline.methods.geoada.adapters import (
     GeoAda,
     GPFPlus,
     build_variant,
+    copied_blocks,
     couple_subgraph,
     equivariance_error,
     trainable_parameters,
@@ -328,3 +329,12 @@ def test_an_edge_attribute_of_zero_is_no_edge():
             (h0, x0), (h1, x1) = layer(h, x, edges), layer(h, moved, edges)
             assert torch.equal(h0[:, :, 0], h1[:, :, 0]) == ignores
             assert torch.equal(x0[:, :, 0], x1[:, :, 0]) == ignores
+
+
+def test_the_block_count_ablation_copies_that_many_blocks_spread_evenly():
+    assert copied_blocks(6, 2) == [0, 2, 4] == copied_blocks(6, 2, 3)  # update (f)'s B = 3 either way
+    assert [copied_blocks(6, 2, b) for b in (1, 2, 4, 5)] == [[0], [0, 3], [0, 1, 3, 4], [0, 1, 2, 3, 4]]
+    model = build_variant("geoada", _base(blocks=6), "frame", TB, copied=4)
+    assert model.selected == [0, 1, 3, 4] and sorted(model.copies) == ["0", "1", "3", "4"]
+    with pytest.raises(ValueError, match="copied blocks 7: between 1 and the base's 6"):
+        copied_blocks(6, 2, 7)

@@ -295,15 +295,27 @@ class LinearZeroConv(nn.Module):
         return self.to_h(channels), self.to_x(channels)
 
 
+def copied_blocks(blocks: int, every: int, count: int | None = None) -> list[int]:
+    """The blocks GeoAda copies: the first of every `every` consecutive blocks (update (f): 0, 2, 4 of
+    6), or, `count` given (the paper's block-count ablation, 1–5 of 6), `count` blocks spread evenly,
+    ⌊i·blocks/count⌋ (the same 0, 2, 4 for 3 of 6; 0, 3 for 2; 0, 1, 3, 4 for 4) [I: the paper
+    states the counts, not which blocks]."""
+    if count is None:
+        return list(range(0, blocks, every))
+    if not 1 <= count <= blocks:
+        raise ValueError(f"copied blocks {count}: between 1 and the base's {blocks}")
+    return [i * blocks // count for i in range(count)]
+
+
 class GeoAda(Variant):
     """The frozen base plus a control stream of trainable copies (see the module docstring);
     `equivariant=False` is the ControlNet ablation. `additions = False` switches the adapter off; on
     the original task with it on, the control stream reads the original (uncoupled) input."""
 
     def __init__(self, base: EGTN, control: Control, base_cond: int, every: int, equivariant: bool = True,
-                 x_form: str = "com"):
+                 x_form: str = "com", copied: int | None = None):
         super().__init__(freeze(base), control, base_cond)
-        self.selected = list(range(0, len(base.blocks), every))  # the first of every K blocks
+        self.selected = copied_blocks(len(base.blocks), every, copied)
         self.copies = nn.ModuleDict({str(i): copy.deepcopy(base.blocks[i]) for i in self.selected})
         for p in self.copies.parameters():
             p.requires_grad_(True)
@@ -332,7 +344,8 @@ class GeoAda(Variant):
 
 
 def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
-                  head_blocks: int = 1, x_form: str = "com", gpf_basis: int = 4, gpf_head: int = 1) -> Variant:
+                  head_blocks: int = 1, x_form: str = "com", gpf_basis: int = 4, gpf_head: int = 1,
+                  copied: int | None = None) -> Variant:
     """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
     base = copy.deepcopy(base)
     dtype = next(base.parameters()).dtype
@@ -351,7 +364,8 @@ def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every
     if name == "prompt_template":
         return PromptTemplate(base, control, base_cond).to(dtype)
     if name in ("geoada", "controlnet"):
-        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada", x_form=x_form).to(dtype)
+        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada", x_form=x_form,
+                      copied=copied).to(dtype)
     raise ValueError(f"unknown variant {name!r} (one of {', '.join(VARIANTS)})")
 
 

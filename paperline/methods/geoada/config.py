@@ -71,6 +71,8 @@ class GeoAdaConfig(MethodConfig):
     lr_sweep: list[Annotated[float, Field(gt=0)]] = []
     validation_trajectories: Annotated[int, Field(ge=0)] = 0
     adapter_every: PositiveInt = 2  # GeoAda copies the first block of every K (update (f): 0, 2, 4 of 6)
+    # the paper's block-count ablation: copy this many blocks, spread evenly, instead (None: every K)
+    copied_blocks: PositiveInt | None = None
     # GeoAda's zero-initialised Δx: update (f)'s ϕ_x·(x′ − x̄′) ("com") or ϕ_x·(x′ − x′_in) ("update")
     adapter_x: Literal["update", "com"] = "com"
     partial_k: PositiveInt = 1  # PARTIAL-k: the last k blocks train
@@ -105,6 +107,8 @@ class GeoAdaConfig(MethodConfig):
             raise ValueError(f"lr_sweep repeats a rate: {self.lr_sweep}")
         if self.partial_k > self.shape.blocks:
             raise ValueError(f"partial_k {self.partial_k} exceeds shape.blocks {self.shape.blocks}")
+        if self.copied_blocks is not None and self.copied_blocks > self.shape.blocks:
+            raise ValueError(f"copied_blocks {self.copied_blocks} exceeds shape.blocks {self.shape.blocks}")
         if self.adapter_every > self.shape.blocks:
             raise ValueError(f"adapter_every {self.adapter_every} exceeds shape.blocks {self.shape.blocks}")
         return self

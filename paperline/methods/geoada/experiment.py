@@ -122,7 +122,8 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     for lr in ([None] if variant == "frozen" else rates):
         with seeded_init(seed + 1):
             model = build_variant(variant, base, cast(Control, control), cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
-                                  cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks).to(device)
+                                  cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks,
+                                  cfg.copied_blocks).to(device)
         path = checkpoint if checkpoint is None or lr is None or len(rates) == 1 \
             else checkpoint.parent / f"lr{lr:g}" / checkpoint.name
         result = train(model, train_set, schedule, 0 if lr is None else cfg.finetune.steps, cfg.finetune.batch_size,
