@@ -44,8 +44,10 @@ def test_each_variant_keeps_the_rate_with_the_lowest_validation_loss(tmp_path):
     assert result.validation_loss == result.sweep[f"{result.lr:g}"]
     assert len(result.validation_curve) == len(result.steps) == len(result.loss) > 0
     assert result.original_task is None and result.original_task_on is not None  # its adapter acts on any input
+    assert result.zero_init_max is not None and result.zero_init_max > 0  # ϕ left zero
     # the other seeds train at the chosen rate only
     again = finetune_variant(cfg, base, "frame", "geoada", data, None, "test", seed=1, lrs=[result.lr])
     assert again.lr == result.lr and again.sweep == {}
     frozen = finetune_variant(cfg, base, "frame", "frozen", data, tmp_path / "train.pt", "test", seed=0)
     assert frozen.lr is None and frozen.steps == [] and math.isfinite(frozen.validation_loss)
+    assert frozen.zero_init_max is None  # nothing trainable

@@ -95,6 +95,10 @@ class VariantResult:
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     validation_curve: list[float] = field(default_factory=list)  # the validation loss at `steps`
+    # the largest |value| the zero-initialised trainable parameters (GeoAda's ϕ, gates, prompts, the
+    # control embedding's last layer) reached: how far the variant left its start at the base; None
+    # where it has none
+    zero_init_max: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -118,12 +122,13 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, validation = split_validation(data[f"{control}_train"].to(device), cfg.validation_trajectories)
     test_set = data[f"{control}_test"].to(device)
-    tried: dict[float | None, tuple[float, Variant, TrainResult]] = {}
+    tried: dict[float | None, tuple[float, Variant, TrainResult, float | None]] = {}
     for lr in ([None] if variant == "frozen" else rates):
         with seeded_init(seed + 1):
             model = build_variant(variant, base, cast(Control, control), cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
                                   cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks,
                                   cfg.copied_blocks).to(device)
+        zeros = [p for p in model.parameters() if p.requires_grad and not p.detach().any()]
         path = checkpoint if checkpoint is None or lr is None or len(rates) == 1 \
             else checkpoint.parent / f"lr{lr:g}" / checkpoint.name
         result = train(model, train_set, schedule, 0 if lr is None else cfg.finetune.steps, cfg.finetune.batch_size,
@@ -131,9 +136,10 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
                        progress=progress, scale=cfg.displacement_scale, validation=validation)
         score = validation_loss(model, validation, schedule, seed + 3, scale=cfg.displacement_scale) \
             if validation is not None else float("nan")
-        tried[lr] = (score, model, result)  # None: the frozen base's one entry
+        moved = max((float(p.detach().abs().max()) for p in zeros), default=None)
+        tried[lr] = (score, model, result, moved)  # None: the frozen base's one entry
     chosen = min(tried, key=lambda lr: tried[lr][0]) if len(tried) > 1 else next(iter(tried))
-    score, model, result = tried[chosen]
+    score, model, result, moved = tried[chosen]
     # subgraph control: scored on the generated particles only (the given ones are the control)
     new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,
                         given_nodes=cfg.subgraph_nodes if control == "subgraph" else 0)
@@ -154,7 +160,7 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
                                probe.charges, probe.edges, probe.control, seed=seed)
     sweep = {f"{lr:g}": v[0] for lr, v in tried.items() if lr is not None} if len(tried) > 1 else {}
     return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds,
-                         error, chosen, score, sweep, result.steps, result.loss, result.validation_loss)
+                         error, chosen, score, sweep, result.steps, result.loss, result.validation_loss, moved)
 
 
 def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], seed: int | None = None,

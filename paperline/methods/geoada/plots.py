@@ -43,7 +43,7 @@ def plot_losses(curves: dict[str, dict], path: Path) -> Path:
     for ax, (key, title) in zip(axes[0], panels):
         for name, c in curves.items():
             if key in c:
-                ax.plot(c["step"], c[key], lw=2 if name.endswith("geoada") else 1, label=name)
+                ax.plot(c["step"], c[key], marker=".", lw=2 if name.endswith("geoada") else 1, label=name)
         ax.set(xlabel="fine-tuning step", ylabel="ε-prediction loss", yscale="log", title=title)
         ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, path)

@@ -44,7 +44,8 @@ def variant_row(result: dict, base_original: dict[str, float]) -> dict:
             "trainable_params": result["trainable"], "train_seconds": result["train_seconds"],
             "equivariance_error": result["equivariance_error"],
             **({"lr": result["lr"]} if result.get("lr") is not None else {}),
-            **({"validation_loss": result["validation_loss"]} if "validation_loss" in result else {})}
+            **({"validation_loss": result["validation_loss"]} if "validation_loss" in result else {}),
+            **({"zero_init_max": result["zero_init_max"]} if result.get("zero_init_max") is not None else {})}
 
 
 def seed_rows(cfg: GeoAdaConfig, results: list[dict], base_original: dict[int, dict[str, float]]
