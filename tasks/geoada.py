@@ -47,9 +47,10 @@ def data(cfg: GeoAdaConfig, data_cfg: NBodyConfig) -> NBodyData:
 
     folder = nbody_prep.ensure(data_cfg)
     record = read_json(folder / RECORD_FILE)
-    if "global" in cfg.controls and data_cfg.source != "simulate":
-        raise NBodyError(f"{folder}: the global control needs the simulated set of interaction strengths "
-                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame, subgraph]")
+    holds = {"simulate": ("charged",), "md17": ("md17",), "both": ("charged", "md17")}[data_cfg.source]
+    if cfg.dataset not in holds:
+        raise NBodyError(f"{folder}: geoada dataset {cfg.dataset!r}: nbody source {data_cfg.source!r} holds "
+                         f"{' and '.join(holds)} only")
     task_windows(folder, cfg)
     files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".json"))
     return NBodyData(str(folder), record["fingerprint"], record, track.data_version(files))

@@ -42,6 +42,11 @@ GLOBAL_SUFFIX = "charged5_strength"  # the global-control set: a strength per tr
 # the frame-control set: its own train/test, a shifted regime (faster particles: `frame_vel_norm`),
 # none of it seen in pretraining; MD17: the fine-tuning block (train) and a fourth block (test)
 FRAME_SUFFIX = "charged5_frame"
+MD17_SUFFIX, MD17_FRAME_SUFFIX = "md17", "md17_frame"  # MD17's windows: the original task's, frame control's
+# each dataset's sets: the original task's (train/test, and the subgraph fine-tuning set), frame
+# control's, global control's (MD17 has no global label)
+SUFFIXES = {"charged": {"original": PRETRAIN_SUFFIX, "frame": FRAME_SUFFIX, "global": GLOBAL_SUFFIX},
+            "md17": {"original": MD17_SUFFIX, "frame": MD17_FRAME_SUFFIX}}
 # split names: the original task's train/test, the subgraph-control fine-tuning set (same regime),
 # the global-control and frame-control sets' train/test
 PRETRAIN_SPLITS, FINETUNE_SPLIT, GLOBAL_SPLITS = ("train", "test"), "finetune", ("train", "test")
@@ -53,10 +58,11 @@ class NBodyError(DataError):
 
 
 class NBodyConfig(StrictModel):
-    """The `nbody` prep stage: simulate (the embedded default) or read MD17 by path."""
+    """The `nbody` prep stage: simulate the charged system (the embedded default), read MD17 by path,
+    or both (the paper profile: its main benchmark beside MD17)."""
 
-    source: Literal["simulate", "md17"] = "simulate"
-    md17: ProjectPath | None = None  # an MD17-style .npz (source md17)
+    source: Literal["simulate", "md17", "both"] = "simulate"
+    md17: ProjectPath | None = None  # an MD17-style .npz (source md17 or both)
     md17_stride: int = Field(10, ge=1)  # frames between the starts of two windows
     n_particles: int = Field(5, ge=2)
     frames: int = Field(30, ge=2)  # per trajectory (the span the method cuts its windows from)
@@ -78,13 +84,18 @@ class NBodyConfig(StrictModel):
     frame_vel_norm: float = Field(1.0, ge=0)
     frame_train: int = Field(200, ge=1)
     frame_test: int = Field(200, ge=1)
+    # MD17's windows a split (update (f): 5000/1000/1000), and frame control's test block
+    md17_train: int = Field(5000, ge=1)
+    md17_test: int = Field(1000, ge=1)
+    md17_finetune: int = Field(1000, ge=1)
+    md17_frame_test: int = Field(1000, ge=1)
     seed: int = 0
     out: ProjectPath = "data/nbody"
 
     @model_validator(mode="after")
     def _source(self):
-        if self.source == "md17" and not self.md17:
-            raise ValueError("source md17 needs `md17`: the path of an MD17-style .npz")
+        if self.source in ("md17", "both") and not self.md17:
+            raise ValueError(f"source {self.source} needs `md17`: the path of an MD17-style .npz")
         if any(s <= 0 for s in self.control_strengths):
             raise ValueError(f"control_strengths must be positive, got {self.control_strengths}")
         return self
@@ -333,9 +344,9 @@ def nbody_fingerprint(cfg: NBodyConfig) -> str:
 def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     """Write the stage's folder (atomically): simulated sets (the original task's train/test, the
     subgraph-control fine-tuning set, the global-control set with a strength per trajectory, the
-    frame-control set in its faster regime), or the windows of an MD17 trajectory split by
-    contiguous time blocks into train/finetune/test/frame test (no global-control set: MD17 has no
-    global label). Returns the record also written as nbody.json."""
+    frame-control set in its faster regime; `*_charged5*.npy`), the windows of an MD17 trajectory
+    split by contiguous time blocks into train/finetune/test/frame test (`*_md17*.npy`; no
+    global-control set: MD17 has no global label), or both. Returns the record also written as nbody.json."""
     import time
 
     from paperline.io import atomic_dir, write_json
@@ -346,7 +357,7 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     with atomic_dir(out) as tmp:
         counts: dict[str, int] = {}
         blocks: dict[str, list[int]] = {}  # MD17: each split's frames [first, end)
-        if cfg.source == "simulate":
+        if cfg.source in ("simulate", "both"):
             for split, size in sizes.items():
                 write_split(tmp, split, PRETRAIN_SUFFIX, simulate_charged(size, cfg, rng))
                 counts[f"{split}_{PRETRAIN_SUFFIX}"] = size
@@ -358,12 +369,13 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
             for split, size in zip(FRAME_SPLITS, (cfg.frame_train, cfg.frame_test)):
                 write_split(tmp, split, FRAME_SUFFIX, simulate_charged(size, faster, rng))
                 counts[f"{split}_{FRAME_SUFFIX}"] = size
-        else:
-            assert cfg.md17 is not None  # the config's validator requires it for source md17
+        if cfg.source in ("md17", "both"):
+            assert cfg.md17 is not None  # the config's validator requires it for source md17 and both
             R, Z = read_md17(cfg.md17, cfg.frames)
             try:
                 # in time order: the fine-tuning set after the pretraining one, the test set last
-                blocks_in_order = {k: sizes[k] for k in ("train", FINETUNE_SPLIT, "test")} | {"frame_test": cfg.frame_test}
+                blocks_in_order = {"train": cfg.md17_train, FINETUNE_SPLIT: cfg.md17_finetune, "test": cfg.md17_test,
+                                   "frame_test": cfg.md17_frame_test}
                 splits = split_md17(R, Z, cfg.frames, cfg.md17_stride, blocks_in_order)
             except NBodyError as err:
                 raise NBodyError(f"{cfg.md17}: {err}") from None
@@ -371,12 +383,12 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
                 blocks[split] = list(block)
                 if split == "frame_test":
                     continue
-                write_split(tmp, split, PRETRAIN_SUFFIX, windows)
-                counts[f"{split}_{PRETRAIN_SUFFIX}"] = len(windows)
+                write_split(tmp, split, MD17_SUFFIX, windows)
+                counts[f"{split}_{MD17_SUFFIX}"] = len(windows)
             # frame control: fine-tuned on the fine-tuning block, tested on a block after the test one
             for split, source in zip(FRAME_SPLITS, (FINETUNE_SPLIT, "frame_test")):
-                write_split(tmp, split, FRAME_SUFFIX, splits[source][0])
-                counts[f"{split}_{FRAME_SUFFIX}"] = len(splits[source][0])
+                write_split(tmp, split, MD17_FRAME_SUFFIX, splits[source][0])
+                counts[f"{split}_{MD17_FRAME_SUFFIX}"] = len(splits[source][0])
         record = {"source": cfg.source, "md17": cfg.md17, "frames": cfg.frames, "trajectories": counts,
                   **({"md17_frame_blocks": blocks} if blocks else {}),
                   "fingerprint": nbody_fingerprint(cfg), "seconds": time.perf_counter() - start}

@@ -11,6 +11,8 @@ import pytest
 from paperline.data.nbody import (
     FRAME_SUFFIX,
     GLOBAL_SUFFIX,
+    MD17_FRAME_SUFFIX,
+    MD17_SUFFIX,
     PRETRAIN_SUFFIX,
     RECORD_FILE,
     NBodyConfig,
@@ -186,13 +188,40 @@ def test_stage_folder_simulated_and_md17(tmp_path):
     assert set(strengths.tolist()) <= {0.25, 3.0}
     npz = tmp_path / "md17_small.npz"
     _md17(npz, frames=120, R=_chain(4)[None] + np.random.default_rng(0).normal(0, 0.02, (120, 4, 3)))
-    cfg = _cfg(source="md17", md17=str(npz), md17_stride=4, frames=10)
+    cfg = _cfg(source="md17", md17=str(npz), md17_stride=4, frames=10, md17_train=6, md17_finetune=3, md17_test=3,
+               md17_frame_test=2)
     record = build_nbody(cfg, tmp_path / "md")
-    assert load_split(tmp_path / "md", "train", PRETRAIN_SUFFIX, min_frames=10).loc.shape == (6, 10, 4, 3)
+    assert set(record["trajectories"]) == {f"{s}_{MD17_SUFFIX}" for s in ("train", "finetune", "test")} | {
+        f"{s}_{MD17_FRAME_SUFFIX}" for s in ("train", "test")}  # MD17 only
+    assert load_split(tmp_path / "md", "train", MD17_SUFFIX, min_frames=10).loc.shape == (6, 10, 4, 3)
     assert record["md17_frame_blocks"] == {"train": [0, 30], "finetune": [40, 58], "test": [68, 86],
                                            "frame_test": [96, 110]}
-    frame_train = load_split(tmp_path / "md", "train", FRAME_SUFFIX)
-    assert np.array_equal(frame_train.loc, load_split(tmp_path / "md", "finetune", PRETRAIN_SUFFIX).loc)
-    assert len(load_split(tmp_path / "md", "test", FRAME_SUFFIX)) == 2
+    frame_train = load_split(tmp_path / "md", "train", MD17_FRAME_SUFFIX)
+    assert np.array_equal(frame_train.loc, load_split(tmp_path / "md", "finetune", MD17_SUFFIX).loc)
+    assert len(load_split(tmp_path / "md", "test", MD17_FRAME_SUFFIX)) == 2
     with pytest.raises(NBodyError, match=r"md17_small\.npz: R: 120 frames; train 6, finetune 3, test 3, frame_test 2"):
         build_nbody(cfg.model_copy(update={"md17_stride": 8}), tmp_path / "md2")
+    # the paper profile's `both`: the charged system's sets beside MD17's, in one folder
+    both = build_nbody(cfg.model_copy(update={"source": "both"}), tmp_path / "both")
+    assert both["trajectories"] == record["trajectories"] | build_nbody(_cfg(frames=10), tmp_path / "charged")[
+        "trajectories"]
+    with pytest.raises(ValueError, match="source both needs `md17`"):
+        _cfg(source="both")
+
+
+def test_geoada_reads_the_dataset_it_names(tmp_path):
+    from paperline.methods.geoada.config import GeoAdaConfig
+    from paperline.methods.geoada.experiment import task_windows
+
+    npz = tmp_path / "md17_small.npz"
+    _md17(npz, frames=120, R=_chain(4)[None] + np.random.default_rng(0).normal(0, 0.02, (120, 4, 3)))
+    build_nbody(_cfg(source="both", md17=str(npz), md17_stride=4, frames=10, md17_train=6, md17_finetune=3,
+                     md17_test=3, md17_frame_test=2), tmp_path / "both")
+    shape = dict(cond_frames=3, frame_control_frames=5, horizon=5, eval_trajectories=2)
+    md17 = task_windows(tmp_path / "both", GeoAdaConfig(dataset="md17", controls=["frame", "subgraph"], **shape))
+    charged = task_windows(tmp_path / "both", GeoAdaConfig(**shape))
+    assert md17["original_train"].cond.shape == (6, 3, 4, 3) and charged["original_train"].cond.shape == (6, 3, 5, 3)
+    assert md17["frame_train"].cond.shape[1] == 5 and "global_train" in charged and "global_train" not in md17
+    assert md17["original_train"].edges[0].tolist() == hop_graph(bond_graph(_chain(4), np.array([6, 6, 8, 1]))).tolist()
+    with pytest.raises(ValueError, match="dataset md17 has no global label"):
+        GeoAdaConfig(dataset="md17", **shape)

@@ -52,6 +52,8 @@ class TrainConfig(StrictModel):
 class GeoAdaConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
     controls: list[Control] = Field(list(CONTROLS), min_length=1)
+    # which of the nbody stage's datasets the run reads: the charged system or MD17 (no global label)
+    dataset: Literal["charged", "md17"] = "charged"
     shape: EGTNShape = EGTNShape()
     diffusion_steps: PositiveInt = 50  # DDPM T (the paper's 1000)
     # the diffused variable is the displacement from the last given frame times this (data
@@ -98,6 +100,8 @@ class GeoAdaConfig(MethodConfig):
         for name, values in (("variants", self.variants), ("controls", self.controls)):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} repeat a name: {values}")
+        if self.dataset == "md17" and "global" in self.controls:
+            raise ValueError("dataset md17 has no global label: set controls: [frame, subgraph]")
         if "frame" in self.controls and self.frame_control_frames <= self.cond_frames:
             raise ValueError(f"frame_control_frames {self.frame_control_frames} must exceed cond_frames "
                              f"{self.cond_frames} (frame control gives more frames than pretraining)")

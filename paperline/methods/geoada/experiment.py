@@ -10,7 +10,7 @@ from typing import cast
 
 import torch
 
-from paperline.data.nbody import FINETUNE_SPLIT, FRAME_SUFFIX, GLOBAL_SUFFIX, PRETRAIN_SUFFIX, NBodyError, load_split
+from paperline.data.nbody import FINETUNE_SPLIT, SUFFIXES, NBodyError, load_split
 from paperline.methods.geoada.adapters import Variant, build_variant, equivariance_error
 from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, Control, GeoAdaConfig
 from paperline.methods.geoada.egtn import EGTN, Schedule
@@ -35,26 +35,28 @@ def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
     trajectories, the original regime, and the original test's, cond_frames given for all and the future of the first subgraph_nodes
     particles as the control)."""
     need, n = cfg.frames_needed, cfg.eval_trajectories
-    train_set = load_split(folder, "train", PRETRAIN_SUFFIX, need)
-    test_set = load_split(folder, "test", PRETRAIN_SUFFIX, need)
+    suffix = SUFFIXES[cfg.dataset]  # the sets of cfg.dataset (charged or MD17)
+    train_set = load_split(folder, "train", suffix["original"], need)
+    test_set = load_split(folder, "test", suffix["original"], need)
     out = {"original_train": windows(train_set, cfg.cond_frames, cfg.horizon),
            "original_test": windows(test_set, cfg.cond_frames, cfg.horizon, n)}
     if "frame" in cfg.controls:
-        out["frame_train"] = windows(load_split(folder, "train", FRAME_SUFFIX, need), cfg.frame_control_frames,
+        out["frame_train"] = windows(load_split(folder, "train", suffix["frame"], need), cfg.frame_control_frames,
                                      cfg.horizon)
-        out["frame_test"] = windows(load_split(folder, "test", FRAME_SUFFIX, need), cfg.frame_control_frames,
+        out["frame_test"] = windows(load_split(folder, "test", suffix["frame"], need), cfg.frame_control_frames,
                                     cfg.horizon, n)
     if "global" in cfg.controls:
-        out["global_train"] = windows(load_split(folder, "train", GLOBAL_SUFFIX, need, control=True),
+        out["global_train"] = windows(load_split(folder, "train", suffix["global"], need, control=True),
                                       cfg.cond_frames, cfg.horizon)
-        out["global_test"] = windows(load_split(folder, "test", GLOBAL_SUFFIX, need, control=True),
+        out["global_test"] = windows(load_split(folder, "test", suffix["global"], need, control=True),
                                      cfg.cond_frames, cfg.horizon, n)
     if "subgraph" in cfg.controls:
         particles = test_set.loc.shape[2]
         if cfg.subgraph_nodes >= particles:
             raise NBodyError(f"{folder}: loc: {particles} particles; subgraph_nodes {cfg.subgraph_nodes} "
                              f"leaves none to generate")
-        for split, source in (("train", load_split(folder, FINETUNE_SPLIT, PRETRAIN_SUFFIX, need)), ("test", test_set)):
+        for split, source in (("train", load_split(folder, FINETUNE_SPLIT, suffix["original"], need)),
+                              ("test", test_set)):
             w = windows(source, cfg.cond_frames, cfg.horizon, None if split == "train" else n)
             w.control = w.target[:, :, :cfg.subgraph_nodes].clone()  # the given subgraph's future
             out[f"subgraph_{split}"] = w
