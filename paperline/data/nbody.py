@@ -14,7 +14,8 @@ Layout (EGNN's n_body_system/dataset/generate_dataset.py), one file per array an
     charges_<split>_<suffix>.npy  (S, n, 1)    float  charges (atomic numbers for MD17)
     edges_<split>_<suffix>.npy    (S, n, n)    float  edge attributes (q_i q_j)
 plus, for the global-control set only, strength_<split>_<suffix>.npy (S,): the interaction strength
-of each trajectory (the invariant global control). Loaders return positions as (S, T, n, 3).
+of each trajectory (the invariant global control). Suffixes: charged5 (the original task),
+charged5_strength (global control), charged5_frame (frame control); md17 and md17_frame (MD17's). Loaders return positions as (S, T, n, 3).
 
 MD17 (`.npz` with `R` (frames, atoms, 3) in Å and `z` (atoms,) atomic numbers, as sGDML ships it):
 split by contiguous time blocks (train, then the fine-tuning set, then test, `span` frames apart),

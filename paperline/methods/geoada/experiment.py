@@ -27,13 +27,14 @@ from paperline.seeds import seeded_init
 
 
 def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
-    """The windows every task reads, checked (NBodyError names the file and field):
-    original_train/original_test (pretraining, cond_frames → horizon), frame_train/frame_test
+    """The windows every task reads from cfg.dataset's sets, checked (NBodyError names the file and
+    field): original_train/original_test (pretraining, cond_frames → horizon), frame_train/frame_test
     (frame control: frame_control_frames given, on the frame-control set, a shifted regime none of
-    which pretraining saw — faster particles; MD17: later time blocks), global_train/global_test (global control: other interaction strengths, the
-    strength given), subgraph_train/subgraph_test (subgraph control: the fine-tuning set's
-    trajectories, the original regime, and the original test's, cond_frames given for all and the future of the first subgraph_nodes
-    particles as the control)."""
+    which pretraining saw — faster particles; MD17: later time blocks), global_train/global_test
+    (global control: other interaction strengths, the strength given), subgraph_train/subgraph_test
+    (subgraph control: the fine-tuning set's trajectories, the original regime, and the original
+    test's, cond_frames given for all and the future of the first subgraph_nodes particles as the
+    control)."""
     need, n = cfg.frames_needed, cfg.eval_trajectories
     suffix = SUFFIXES[cfg.dataset]  # the sets of cfg.dataset (charged or MD17)
     train_set = load_split(folder, "train", suffix["original"], need)
@@ -127,9 +128,9 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     tried: dict[float | None, tuple[float, Variant, TrainResult, float | None]] = {}
     for lr in ([None] if variant == "frozen" else rates):
         with seeded_init(seed + 1):
-            model = build_variant(variant, base, cast(Control, control), cfg.cond_frames, cfg.adapter_every, cfg.partial_k,
-                                  cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis, cfg.gpf_head_blocks,
-                                  cfg.copied_blocks).to(device)
+            model = build_variant(variant, base, cast(Control, control), cfg.cond_frames, cfg.adapter_every,
+                                  cfg.partial_k, cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis,
+                                  cfg.gpf_head_blocks, cfg.copied_blocks).to(device)
         zeros = [p for p in model.parameters() if p.requires_grad and not p.detach().any()]
         path = checkpoint if checkpoint is None or lr is None or len(rates) == 1 \
             else checkpoint.parent / f"lr{lr:g}" / checkpoint.name
