@@ -128,3 +128,5 @@ def test_refused_inputs_name_the_file_and_field(dag_stage, tmp_path):
     with pytest.raises(NBodyError, match=r"strength_train_charged5_strength\.npy: missing"):
         geoada.data(cfg, data_cfg)
     assert geoada.data(cfg.model_copy(update={"controls": ["frame"]}), data_cfg).folder == str(folder)
+    with pytest.raises(NBodyError, match=r"geoada dataset 'md17': nbody source 'simulate' holds charged only"):
+        geoada.data(cfg.model_copy(update={"dataset": "md17", "controls": ["frame"]}), data_cfg)
