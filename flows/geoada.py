@@ -20,8 +20,15 @@ def geoada_flow(profile: str | None = None, overrides: list[str] | None = None) 
                     run_config=lambda cfg: cfg.model_dump() | {"nbody": source.model_dump()}) as run:
         base = submit_gpu(pretrain, run.cfg, run.data, run.context).result()
         with variant_runs(run.cfg, run.context) as runs:
-            # seed by seed: where the tasks queue on one device, each seed's comparison lands whole
-            futures = [submit_gpu(finetune, run.cfg, control, seed, run.data, base, run.context, runs)
-                       for seed in run.cfg.run_seeds() for control in run.cfg.controls]
+            # the first seed sweeps the learning rates (each variant keeping its best on the
+            # validation set); a later seed's task waits for its control's sweep (its future as an
+            # argument) and trains at the chosen rates. Seed by seed: where the tasks queue on one
+            # device, each seed's comparison lands whole
+            first, *rest = run.cfg.run_seeds()
+            swept = {control: submit_gpu(finetune, run.cfg, control, first, run.data, base, run.context, runs)
+                     for control in run.cfg.controls}
+            futures = [*swept.values(), *(submit_gpu(finetune, run.cfg, control, seed, run.data, base, run.context,
+                                                     runs, swept[control])
+                                          for seed in rest for control in run.cfg.controls)]
             results = [result for future in futures for result in future.result()]
             return run.publish(report.submit(run.cfg, results, base, run.data, run.context))

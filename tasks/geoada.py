@@ -47,9 +47,10 @@ def data(cfg: GeoAdaConfig, data_cfg: NBodyConfig) -> NBodyData:
 
     folder = nbody_prep.ensure(data_cfg)
     record = read_json(folder / RECORD_FILE)
-    if "global" in cfg.controls and data_cfg.source != "simulate":
-        raise NBodyError(f"{folder}: the global control needs the simulated set of interaction strengths "
-                         f"(nbody source {data_cfg.source!r} has none): set geoada controls: [frame, subgraph]")
+    holds = {"simulate": ("charged",), "md17": ("md17",), "both": ("charged", "md17")}[data_cfg.source]
+    if cfg.dataset not in holds:
+        raise NBodyError(f"{folder}: geoada dataset {cfg.dataset!r}: nbody source {data_cfg.source!r} holds "
+                         f"{' and '.join(holds)} only")
     task_windows(folder, cfg)
     files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".json"))
     return NBodyData(str(folder), record["fingerprint"], record, track.data_version(files))
@@ -93,15 +94,19 @@ def variant_runs(cfg: GeoAdaConfig, ctx: track.RunContext):
 
 @task(name="geoada-finetune", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base: dict, ctx: track.RunContext,
-             runs: dict[str, track.Run]) -> list[dict]:
+             runs: dict[str, track.Run], swept: list[dict] | None = None) -> list[dict]:
     """Every variant that fits the control type on it at one fine-tuning seed (one task: a `gpu`
     slot request costs ~1.5 s, a tiny variant less), each fine-tuned from the base and measured on
     the new and the original task; its figures on the MLflow run `<control>_<variant>/seed<seed>`
-    nested under the row's run, the loss as a history."""
+    nested under the row's run, the training and validation losses as histories. `swept`: the
+    first seed's results on this control, each variant then training at the rate its sweep chose;
+    None: this is the sweep (cfg.learning_rates, each variant keeping its best on the validation
+    set)."""
     import torch
 
     from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
 
+    lrs = {r["variant"]: r["lr"] for r in swept or [] if r["lr"] is not None}
     results = []
     with unit(ctx, threads=cfg.threads) as u:  # one slot for all the variants; a run per variant below
         windows = task_windows(source.folder, cfg)
@@ -114,12 +119,18 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
                 result = finetune_variant(cfg, model, control, variant, windows,
                                           u.models / name / f"seed{seed}" / "train.pt",
                                           _fingerprint(cfg, source, control, variant, str(seed)), seed,
-                                          progress=sys.stderr.isatty(), device=u.device)
+                                          progress=sys.stderr.isatty(), device=u.device,
+                                          lrs=[lrs[variant]] if variant in lrs else None)
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
+                if result.validation_curve:
+                    run.log_history("validation_loss", result.steps, result.validation_curve)
                 run.log_final({**result.new_task, "equivariance_error": result.equivariance_error,
-                               "train_seconds": result.train_seconds}
-                              | {f"original_{k}": v for k, v in (result.original_task or {}).items()})
+                               "train_seconds": result.train_seconds, "validation_loss": result.validation_loss}
+                              | ({"lr": result.lr} if result.lr is not None else {})
+                              | {f"sweep/lr{lr}": v for lr, v in result.sweep.items()}
+                              | {f"original_{k}": v for k, v in (result.original_task or {}).items()}
+                              | {f"original_on_{k}": v for k, v in (result.original_task_on or {}).items()})
             results.append(result.as_dict())
     return results
 

@@ -43,11 +43,22 @@ def test_tiny_dag_outputs(dag):
             assert row["original_is_base"] and row["original_ade_change"] == 0
             for s in SEEDS:
                 assert metrics.tables["seeds"][f"{name} seed{s}"]["original_ade"] == base_by_seed[s]
+        # additions on: the adapter's control stream reads the original input (scored apart from "off")
+        assert (row["original_on_ade"] != row["original_ade"]) == (row["variant"] in ("geoada", "controlnet")), name
         if row["variant"] == "frozen":
             assert row["trainable_params"] == 0
         else:
             assert row["trainable_params"] > 0 and row["train_seconds"] > 0
     assert base_by_seed[0] != base_by_seed[1]  # the seeds' sampling noise differs
+    # every fine-tuned row's rate from the first seed's sweep, the other seed at that rate
+    sweeps = metrics.details["lr_sweep"]
+    assert set(sweeps) == {name for name in ROWS if not name.endswith("_frozen")}
+    for name, sweep in sweeps.items():
+        assert set(sweep["validation_loss"]) == {"0.001", "0.003"}
+        best = min(sweep["validation_loss"], key=sweep["validation_loss"].get)
+        assert metrics.rows[name]["lr"] == sweep["chosen"] == float(best)
+        for s in SEEDS:
+            assert metrics.tables["seeds"][f"{name} seed{s}"]["lr"] == sweep["chosen"]
     h = metrics.headline
     assert not any("claim" in k for k in h)
     assert h["geoada_equivariance_error"] < 1e-10 < h["controlnet_equivariance_error"]  # float64 probe
@@ -117,3 +128,5 @@ def test_refused_inputs_name_the_file_and_field(dag_stage, tmp_path):
     with pytest.raises(NBodyError, match=r"strength_train_charged5_strength\.npy: missing"):
         geoada.data(cfg, data_cfg)
     assert geoada.data(cfg.model_copy(update={"controls": ["frame"]}), data_cfg).folder == str(folder)
+    with pytest.raises(NBodyError, match=r"geoada dataset 'md17': nbody source 'simulate' holds charged only"):
+        geoada.data(cfg.model_copy(update={"dataset": "md17", "controls": ["frame"]}), data_cfg)

@@ -14,10 +14,15 @@ Layout (EGNN's n_body_system/dataset/generate_dataset.py), one file per array an
     charges_<split>_<suffix>.npy  (S, n, 1)    float  charges (atomic numbers for MD17)
     edges_<split>_<suffix>.npy    (S, n, n)    float  edge attributes (q_i q_j)
 plus, for the global-control set only, strength_<split>_<suffix>.npy (S,): the interaction strength
-of each trajectory (the invariant global control). Loaders return positions as (S, T, n, 3).
+of each trajectory (the invariant global control). Suffixes: charged5 (the original task),
+charged5_strength (global control), charged5_frame (frame control); md17 and md17_frame (MD17's). Loaders return positions as (S, T, n, 3).
 
 MD17 (`.npz` with `R` (frames, atoms, 3) in Å and `z` (atoms,) atomic numbers, as sGDML ships it):
-cut into windows of `span` frames every `stride` frames; velocities are frame differences.
+split by contiguous time blocks (train, then the fine-tuning set, then test, `span` frames apart),
+each block cut into windows of `span` frames every `stride` frames, so no window of one split shares
+a frame with a window of another; velocities are frame differences. The graph is the paper's
+3-bond-hop graph: bonds from covalent radii on the first frame, an edge (attribute 1) between atoms
+at most 3 bonds apart, none (attribute 0, which the EGTN reads as no edge) elsewhere.
 """
 from __future__ import annotations
 
@@ -35,9 +40,18 @@ from paperline.io import DataError, one_line
 RECORD_FILE = "nbody.json"
 PRETRAIN_SUFFIX = "charged5"  # the original task's regime (EGNN names sets by system and size)
 GLOBAL_SUFFIX = "charged5_strength"  # the global-control set: a strength per trajectory
-# split names: the original task's train/test, the frame-control fine-tuning set (same regime),
-# the global-control set's train/test
+# the frame-control set: its own train/test, a shifted regime (faster particles: `frame_vel_norm`),
+# none of it seen in pretraining; MD17: the fine-tuning block (train) and a fourth block (test)
+FRAME_SUFFIX = "charged5_frame"
+MD17_SUFFIX, MD17_FRAME_SUFFIX = "md17", "md17_frame"  # MD17's windows: the original task's, frame control's
+# each dataset's sets: the original task's (train/test, and the subgraph fine-tuning set), frame
+# control's, global control's (MD17 has no global label)
+SUFFIXES = {"charged": {"original": PRETRAIN_SUFFIX, "frame": FRAME_SUFFIX, "global": GLOBAL_SUFFIX},
+            "md17": {"original": MD17_SUFFIX, "frame": MD17_FRAME_SUFFIX}}
+# split names: the original task's train/test, the subgraph-control fine-tuning set (same regime),
+# the global-control and frame-control sets' train/test
 PRETRAIN_SPLITS, FINETUNE_SPLIT, GLOBAL_SPLITS = ("train", "test"), "finetune", ("train", "test")
+FRAME_SPLITS = ("train", "test")
 
 
 class NBodyError(DataError):
@@ -45,10 +59,11 @@ class NBodyError(DataError):
 
 
 class NBodyConfig(StrictModel):
-    """The `nbody` prep stage: simulate (the embedded default) or read MD17 by path."""
+    """The `nbody` prep stage: simulate the charged system (the embedded default), read MD17 by path,
+    or both (the paper profile: its main benchmark beside MD17)."""
 
-    source: Literal["simulate", "md17"] = "simulate"
-    md17: ProjectPath | None = None  # an MD17-style .npz (source md17)
+    source: Literal["simulate", "md17", "both"] = "simulate"
+    md17: ProjectPath | None = None  # an MD17-style .npz (source md17 or both)
     md17_stride: int = Field(10, ge=1)  # frames between the starts of two windows
     n_particles: int = Field(5, ge=2)
     frames: int = Field(30, ge=2)  # per trajectory (the span the method cuts its windows from)
@@ -62,16 +77,26 @@ class NBodyConfig(StrictModel):
     control_strengths: list[float] = Field([0.25, 3.0], min_length=1)
     train: int = Field(1000, ge=1)  # original task
     test: int = Field(200, ge=1)
-    finetune: int = Field(200, ge=1)  # frame control (original regime, a fresh set)
+    finetune: int = Field(200, ge=1)  # subgraph control (original regime, a fresh set); MD17: frame control's too
     control_train: int = Field(200, ge=1)  # global control
     control_test: int = Field(200, ge=1)
+    # frame control: its own sets, simulated with this initial speed (the original task's vel_norm
+    # × 2 by default: more motion per frame, where the extra given frames carry more)
+    frame_vel_norm: float = Field(1.0, ge=0)
+    frame_train: int = Field(200, ge=1)
+    frame_test: int = Field(200, ge=1)
+    # MD17's windows a split (update (f): 5000/1000/1000), and frame control's test block
+    md17_train: int = Field(5000, ge=1)
+    md17_test: int = Field(1000, ge=1)
+    md17_finetune: int = Field(1000, ge=1)
+    md17_frame_test: int = Field(1000, ge=1)
     seed: int = 0
     out: ProjectPath = "data/nbody"
 
     @model_validator(mode="after")
     def _source(self):
-        if self.source == "md17" and not self.md17:
-            raise ValueError("source md17 needs `md17`: the path of an MD17-style .npz")
+        if self.source in ("md17", "both") and not self.md17:
+            raise ValueError(f"source {self.source} needs `md17`: the path of an MD17-style .npz")
         if any(s <= 0 for s in self.control_strengths):
             raise ValueError(f"control_strengths must be positive, got {self.control_strengths}")
         return self
@@ -208,11 +233,37 @@ def load_split(folder: str | Path, split: str, suffix: str, min_frames: int = 1,
 # ---------------------------------------------------------------- MD17
 
 
-def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
-    """Windows of `span` frames (every `stride` frames) of an MD17-style trajectory `.npz` (`R`
-    (frames, atoms, 3), `z` (atoms,)): charges are atomic numbers, edges fully connected with
-    attribute 1 (the paper's 3-bond-hop graph needs bonds MD17 does not ship: a reduction),
-    velocities frame differences (the first frame repeats the second's)."""
+# covalent radii in Å (Cordero et al. 2008) of the elements MD17's molecules hold (and a few more)
+COVALENT_RADII = {1: 0.31, 6: 0.76, 7: 0.71, 8: 0.66, 9: 0.57, 15: 1.07, 16: 1.05, 17: 1.02}
+BOND_TOLERANCE = 1.2  # bonded: closer than 1.2 × the sum of the two covalent radii
+MD17_HOPS = 3  # the paper's graph: atoms within 3 bond hops
+
+
+def bond_graph(positions: np.ndarray, z: np.ndarray, tolerance: float = BOND_TOLERANCE) -> np.ndarray:
+    """(n, n) bool: the covalent bonds of one conformation (positions (n, 3) in Å, atomic numbers z)."""
+    unknown = sorted({int(a) for a in z} - set(COVALENT_RADII))
+    if unknown:
+        raise NBodyError(f"z: no covalent radius for atomic number(s) {unknown}")
+    radii = np.array([COVALENT_RADII[int(a)] for a in z])
+    dist = np.linalg.norm(positions[:, None] - positions[None], axis=-1)
+    bonded = dist < tolerance * (radii[:, None] + radii[None])
+    np.fill_diagonal(bonded, False)
+    return bonded
+
+
+def hop_graph(bonded: np.ndarray, hops: int = MD17_HOPS) -> np.ndarray:
+    """(n, n) float32: 1 between two atoms at most `hops` bonds apart, 0 elsewhere and on the diagonal."""
+    step = bonded.astype(np.int64) + np.eye(len(bonded), dtype=np.int64)
+    reach = np.eye(len(bonded), dtype=np.int64)
+    for _ in range(hops):
+        reach = np.minimum(reach @ step, 1)
+    np.fill_diagonal(reach, 0)
+    return reach.astype(np.float32)
+
+
+def read_md17(path: str | Path, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """R (frames, atoms, 3) and z (atoms,) of an MD17-style `.npz`, checked (NBodyError names the
+    file and field; at least `span` frames)."""
     path = Path(path)
     if not path.is_file():
         raise NBodyError(f"{path}: no such MD17 .npz file")
@@ -234,19 +285,51 @@ def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
     if R.shape[0] < span:
         raise NBodyError(f"{path}: R: a trajectory of {R.shape[0]} frames, shorter than the {span} the "
                          f"conditioning window and horizon need")
-    starts = np.arange(0, R.shape[0] - span + 1, stride)
-    loc = np.stack([R[s:s + span] for s in starts])
+    return R, Z
+
+
+def md17_windows(R: np.ndarray, Z: np.ndarray, span: int, stride: int, first: int = 0,
+                 end: int | None = None) -> Trajectories:
+    """Windows of `span` frames every `stride` frames lying within frames [first, end) of R:
+    charges the atomic numbers, edges the 3-bond-hop graph of the first frame of R, velocities frame
+    differences (a window's first frame repeats the second's)."""
+    end = len(R) if end is None else end
+    starts = np.arange(first, end - span + 1, stride)
+    loc = np.stack([R[s:s + span] for s in starts]) if len(starts) else np.empty((0, span, *R.shape[1:]))
     vel = np.diff(loc, axis=1, prepend=loc[:, :1])
-    vel[:, 0] = vel[:, 1]
+    vel[:, 0] = vel[:, 1] if span > 1 else 0
     n = R.shape[1]
     charges = np.broadcast_to(Z.astype(np.float32), (len(starts), n)).copy()
-    edges = np.ones((len(starts), n, n), np.float32)
+    edges = np.broadcast_to(hop_graph(bond_graph(R[0], Z)), (len(starts), n, n)).copy()
     return Trajectories(loc.astype(np.float32), vel.astype(np.float32), charges, edges)
 
 
-def subset(data: Trajectories, index: np.ndarray) -> Trajectories:
-    return Trajectories(data.loc[index], data.vel[index], data.charges[index], data.edges[index],
-                        None if data.control is None else data.control[index])
+def load_md17_npz(path: str | Path, span: int, stride: int) -> Trajectories:
+    """Every window of `span` frames (every `stride` frames) of an MD17-style trajectory `.npz`
+    (see md17_windows)."""
+    R, Z = read_md17(path, span)
+    return md17_windows(R, Z, span, stride)
+
+
+def split_md17(R: np.ndarray, Z: np.ndarray, span: int, stride: int, sizes: dict[str, int]
+               ) -> dict[str, tuple[Trajectories, tuple[int, int]]]:
+    """{split: (its `size` windows, its frame block [first, end))}: contiguous time blocks in the
+    order of `sizes`, each just long enough for its windows, `span` frames apart (consecutive MD
+    frames are nearly the same conformation), so no two splits share a frame. NBodyError where R is
+    too short."""
+    lengths = {split: (size - 1) * stride + span for split, size in sizes.items()}
+    need = sum(lengths.values()) + span * (len(sizes) - 1)
+    if need > len(R):
+        raise NBodyError(f"R: {len(R)} frames; {', '.join(f'{k} {v}' for k, v in sizes.items())} windows of "
+                         f"{span} frames every {stride} in contiguous blocks {span} frames apart need {need}")
+    out, first = {}, 0
+    for split, size in sizes.items():
+        end = first + lengths[split]
+        windows = md17_windows(R, Z, span, stride, first, end)
+        assert len(windows) == size  # the block's length is (size − 1)·stride + span
+        out[split] = (windows, (first, end))
+        first = end + span
+    return out
 
 
 # ---------------------------------------------------------------- the stage's folder
@@ -261,9 +344,10 @@ def nbody_fingerprint(cfg: NBodyConfig) -> str:
 
 def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     """Write the stage's folder (atomically): simulated sets (the original task's train/test, the
-    frame-control fine-tuning set, the global-control set with a strength per trajectory), or the
-    windows of an MD17 trajectory split into train/test/finetune (no global-control set: MD17 has no
-    global label). Returns the record also written as nbody.json."""
+    subgraph-control fine-tuning set, the global-control set with a strength per trajectory, the
+    frame-control set in its faster regime; `*_charged5*.npy`), the windows of an MD17 trajectory
+    split by contiguous time blocks into train/finetune/test/frame test (`*_md17*.npy`; no
+    global-control set: MD17 has no global label), or both. Returns the record also written as nbody.json."""
     import time
 
     from paperline.io import atomic_dir, write_json
@@ -272,8 +356,9 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
     rng = np.random.default_rng(cfg.seed)
     sizes = {"train": cfg.train, "test": cfg.test, FINETUNE_SPLIT: cfg.finetune}
     with atomic_dir(out) as tmp:
-        counts = {}
-        if cfg.source == "simulate":
+        counts: dict[str, int] = {}
+        blocks: dict[str, list[int]] = {}  # MD17: each split's frames [first, end)
+        if cfg.source in ("simulate", "both"):
             for split, size in sizes.items():
                 write_split(tmp, split, PRETRAIN_SUFFIX, simulate_charged(size, cfg, rng))
                 counts[f"{split}_{PRETRAIN_SUFFIX}"] = size
@@ -281,19 +366,32 @@ def build_nbody(cfg: NBodyConfig, out: str | Path) -> dict:
                 strengths = rng.choice(np.asarray(cfg.control_strengths, float), size=size)
                 write_split(tmp, split, GLOBAL_SUFFIX, simulate_charged(size, cfg, rng, strengths))
                 counts[f"{split}_{GLOBAL_SUFFIX}"] = size
-        else:
-            assert cfg.md17 is not None  # the config's validator requires it for source md17
-            data = load_md17_npz(cfg.md17, cfg.frames, cfg.md17_stride)
-            order = rng.permutation(len(data))
-            if len(order) < sum(sizes.values()):
-                raise NBodyError(f"{cfg.md17}: {len(order)} windows of {cfg.frames} frames (stride "
-                                 f"{cfg.md17_stride}); train + test + finetune need {sum(sizes.values())}")
-            start_at = 0
-            for split, size in sizes.items():
-                write_split(tmp, split, PRETRAIN_SUFFIX, subset(data, order[start_at:start_at + size]))
-                counts[f"{split}_{PRETRAIN_SUFFIX}"] = size
-                start_at += size
+            faster = cfg.model_copy(update={"vel_norm": cfg.frame_vel_norm})
+            for split, size in zip(FRAME_SPLITS, (cfg.frame_train, cfg.frame_test)):
+                write_split(tmp, split, FRAME_SUFFIX, simulate_charged(size, faster, rng))
+                counts[f"{split}_{FRAME_SUFFIX}"] = size
+        if cfg.source in ("md17", "both"):
+            assert cfg.md17 is not None  # the config's validator requires it for source md17 and both
+            R, Z = read_md17(cfg.md17, cfg.frames)
+            try:
+                # in time order: the fine-tuning set after the pretraining one, the test set last
+                blocks_in_order = {"train": cfg.md17_train, FINETUNE_SPLIT: cfg.md17_finetune, "test": cfg.md17_test,
+                                   "frame_test": cfg.md17_frame_test}
+                splits = split_md17(R, Z, cfg.frames, cfg.md17_stride, blocks_in_order)
+            except NBodyError as err:
+                raise NBodyError(f"{cfg.md17}: {err}") from None
+            for split, (windows, block) in splits.items():
+                blocks[split] = list(block)
+                if split == "frame_test":
+                    continue
+                write_split(tmp, split, MD17_SUFFIX, windows)
+                counts[f"{split}_{MD17_SUFFIX}"] = len(windows)
+            # frame control: fine-tuned on the fine-tuning block, tested on a block after the test one
+            for split, source in zip(FRAME_SPLITS, (FINETUNE_SPLIT, "frame_test")):
+                write_split(tmp, split, MD17_FRAME_SUFFIX, splits[source][0])
+                counts[f"{split}_{MD17_FRAME_SUFFIX}"] = len(splits[source][0])
         record = {"source": cfg.source, "md17": cfg.md17, "frames": cfg.frames, "trajectories": counts,
+                  **({"md17_frame_blocks": blocks} if blocks else {}),
                   "fingerprint": nbody_fingerprint(cfg), "seconds": time.perf_counter() - start}
         write_json(Path(tmp) / RECORD_FILE, record)
     return record

@@ -14,11 +14,12 @@ from paperline.methods.geoada.adapters import (
     GeoAda,
     GPFPlus,
     build_variant,
+    copied_blocks,
     couple_subgraph,
     equivariance_error,
     trainable_parameters,
 )
-from paperline.methods.geoada.config import VARIANTS, fits
+from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, VARIANTS, fits
 from paperline.methods.geoada.egtn import EGTN, Schedule, sample
 from paperline.methods.geoada.train import Windows, evaluate, train
 
@@ -124,10 +125,33 @@ def test_switching_the_adapter_off_restores_the_base():
         model = GeoAda(base, "frame", TB, every=2, equivariant=equivariant).double()  # wraps `base` itself
         _perturb(model)
         assert not torch.allclose(_call(model, x), reference)
-        model.enabled = False
+        model.additions = False
         assert _same(_call(model, x), reference)
-        model.enabled = True
-        assert _same(_call(model, x, original=True), reference)  # the original task
+        assert _same(_call(model, x, original=True), reference)  # the original task, adapter off
+        model.additions = True
+        # on the original task with the adapter on, the control stream reads the original input
+        assert not torch.allclose(_call(model, x, original=True), reference)
+
+
+@pytest.mark.parametrize("control", ["frame", "global", "subgraph"])
+def test_forgetting_is_scored_both_ways_for_every_variant(control):
+    """On the original task with the additions off every variant is its base (the base's figures
+    stand in, except under CHANGES_BASE); with them on it differs from "off" exactly where
+    ACTS_ON_ORIGINAL says (elsewhere "on" is scored as "off")."""
+    base, x = _base(), _inputs(control="subgraph" if control == "subgraph" else "global")
+    reference = _base_output(base, x)
+    for variant in VARIANTS:
+        if not fits(variant, control):
+            continue
+        model = build_variant(variant, base, control, TB, gpf_head=1)
+        _perturb(model)
+        model.additions = False
+        off = _call(model, x, original=True)
+        assert _same(off, _base_output(model.base, x)), variant
+        assert _same(off, reference) == (variant not in CHANGES_BASE), variant
+        model.additions = True
+        on = _call(model, x, original=True)
+        assert _same(on, off) == (variant not in ACTS_ON_ORIGINAL), variant
 
 
 def test_geoada_trains_copies_of_the_first_of_every_k_blocks_and_nothing_of_the_base():
@@ -284,3 +308,33 @@ def test_prompt_template_marks_only_what_the_coupling_added_and_refuses_global_c
     assert mask[:TF - TB].eq(1).all() and mask[TF - TB:].eq(0).all()
     with pytest.raises(ValueError, match="does not fit global control"):
         build_variant("prompt_template", base, "global", TB)
+
+
+def test_an_edge_attribute_of_zero_is_no_edge():
+    """MD17's 3-bond-hop graph: messages pass only where the edge attribute is nonzero, so node 0's
+    update ignores node 4 when they are not joined, and not when they are."""
+    from paperline.methods.geoada.egtn import ESLayer
+
+    torch.manual_seed(0)
+    layer = ESLayer(16).double()
+    g = torch.Generator().manual_seed(0)
+    h, x = torch.randn(1, 2, N, 16, generator=g, dtype=torch.float64), torch.randn(1, 2, N, 3, generator=g, dtype=torch.float64)
+    moved = x.clone()
+    moved[:, :, 4] += 1.0
+    joined = torch.ones(1, N, N, dtype=torch.float64)
+    apart = joined.clone()
+    apart[:, 0, 4] = apart[:, 4, 0] = 0
+    with torch.no_grad():
+        for edges, ignores in ((apart, True), (joined, False)):
+            (h0, x0), (h1, x1) = layer(h, x, edges), layer(h, moved, edges)
+            assert torch.equal(h0[:, :, 0], h1[:, :, 0]) == ignores
+            assert torch.equal(x0[:, :, 0], x1[:, :, 0]) == ignores
+
+
+def test_the_block_count_ablation_copies_that_many_blocks_spread_evenly():
+    assert copied_blocks(6, 2) == [0, 2, 4] == copied_blocks(6, 2, 3)  # update (f)'s B = 3 either way
+    assert [copied_blocks(6, 2, b) for b in (1, 2, 4, 5)] == [[0], [0, 3], [0, 1, 3, 4], [0, 1, 2, 3, 4]]
+    model = build_variant("geoada", _base(blocks=6), "frame", TB, copied=4)
+    assert model.selected == [0, 1, 3, 4] and sorted(model.copies) == ["0", "1", "3", "4"]
+    with pytest.raises(ValueError, match="copied blocks 7: between 1 and the base's 6"):
+        copied_blocks(6, 2, 7)

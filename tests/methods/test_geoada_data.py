@@ -1,5 +1,6 @@
 """The nbody data: the vectorised charged-particle simulator (its physics and its determinism), the
-EGNN .npy layout written and read back, MD17-style .npz windows by path, the stage's folder, and the
+EGNN .npy layout written and read back, MD17-style .npz windows by path (split by contiguous time
+blocks, on the 3-bond-hop graph), the stage's folder, and the
 refused inputs (a wrong shape, a NaN, a trajectory shorter than the window, a missing field), each
 naming the file and the field."""
 from __future__ import annotations
@@ -8,22 +9,28 @@ import numpy as np
 import pytest
 
 from paperline.data.nbody import (
+    FRAME_SUFFIX,
     GLOBAL_SUFFIX,
+    MD17_FRAME_SUFFIX,
+    MD17_SUFFIX,
     PRETRAIN_SUFFIX,
     RECORD_FILE,
     NBodyConfig,
     NBodyError,
+    bond_graph,
     build_nbody,
+    hop_graph,
     load_md17_npz,
     load_split,
     simulate_charged,
+    split_md17,
     write_split,
 )
 
 
 def _cfg(**kw) -> NBodyConfig:
     return NBodyConfig(**({"frames": 6, "train": 6, "test": 3, "finetune": 3, "control_train": 4,
-                           "control_test": 2} | kw))
+                           "control_test": 2, "frame_train": 2, "frame_test": 2} | kw))
 
 
 def test_simulator_shapes_charges_and_physics():
@@ -122,17 +129,99 @@ def test_md17_npz_windows_and_refusals(tmp_path):
         load_md17_npz(path, span=10, stride=5)
 
 
+def _chain(atoms: int = 6) -> np.ndarray:
+    """A zigzag carbon chain (C–C 1.54 Å, 109.5°): atom i bonded to i ± 1 only."""
+    half = np.deg2rad(109.5) / 2
+    return np.array([[i * 1.54 * np.sin(half), (i % 2) * 1.54 * np.cos(half), 0.0] for i in range(atoms)])
+
+
+def test_md17_graph_is_three_bond_hops_of_a_small_generated_molecule():
+    chain = _chain(6)
+    z = np.full(6, 6)
+    bonded = bond_graph(chain, z)
+    assert {(int(i), int(j)) for i, j in zip(*np.nonzero(bonded))} == {(i, j) for i in range(6) for j in range(6)
+                                                                       if abs(i - j) == 1}
+    graph = hop_graph(bonded)
+    assert graph.dtype == np.float32 and np.array_equal(graph, graph.T)
+    expected = np.array([[1.0 if 0 < abs(i - j) <= 3 else 0.0 for j in range(6)] for i in range(6)])
+    assert np.array_equal(graph, expected)  # atoms 0 and 4 are 4 bonds apart: no edge
+    # with hydrogens: a methyl H is within 3 hops of the chain's third carbon but not of its fourth
+    h = chain[0] + np.array([-0.6, -0.6, 0.6])  # 1.04 Å from C0, far from the rest
+    graph = hop_graph(bond_graph(np.vstack([chain, h]), np.append(z, 1)))
+    assert graph[6, 0] == graph[6, 2] == 1 and graph[6, 3] == 0
+    with pytest.raises(NBodyError, match=r"z: no covalent radius for atomic number\(s\) \[92\]"):
+        bond_graph(chain[:2], np.array([6, 92]))
+
+
+def test_md17_splits_are_contiguous_time_blocks_sharing_no_frame():
+    frames, span, stride = 400, 10, 3
+    chain = _chain(4)
+    # frame f is the chain moved by f along x: a window's frames are read back from its positions
+    R = chain[None] + np.arange(frames)[:, None, None] * np.array([100.0, 0, 0])
+    sizes = {"train": 40, "finetune": 10, "test": 10}
+    splits = split_md17(R, np.full(4, 6), span, stride, sizes)
+    assert list(splits) == list(sizes) and all(len(splits[k][0]) == n for k, n in sizes.items())
+    seen = {}
+    for split, (windows, (first, end)) in splits.items():
+        ids = np.rint((windows.loc[:, :, 0, 0] - chain[0, 0]) / 100).astype(int)  # (windows, span) frame ids
+        assert (ids >= first).all() and (ids < end).all()
+        assert (np.diff(ids, axis=1) == 1).all()  # a window is consecutive frames
+        seen[split] = set(ids.ravel().tolist())
+        assert np.array_equal(windows.edges[0], hop_graph(bond_graph(chain, np.full(4, 6))))
+    assert not seen["test"] & seen["train"] and not seen["test"] & seen["finetune"]
+    assert not seen["finetune"] & seen["train"]
+    assert min(seen["test"]) - max(seen["finetune"]) > span  # a gap: neighbouring frames are near-copies
+    with pytest.raises(NBodyError, match=r"R: 100 frames; train 40, finetune 10, test 10 windows of 10 frames"):
+        split_md17(R[:100], np.full(4, 6), span, stride, sizes)
+
+
 def test_stage_folder_simulated_and_md17(tmp_path):
     record = build_nbody(_cfg(), tmp_path / "nbody")
     assert record["trajectories"] == {"train_charged5": 6, "test_charged5": 3, "finetune_charged5": 3,
-                                      f"train_{GLOBAL_SUFFIX}": 4, f"test_{GLOBAL_SUFFIX}": 2}
+                                      f"train_{GLOBAL_SUFFIX}": 4, f"test_{GLOBAL_SUFFIX}": 2,
+                                      f"train_{FRAME_SUFFIX}": 2, f"test_{FRAME_SUFFIX}": 2}
+    # the frame-control set is a shifted regime: its particles start at frame_vel_norm
+    fast = load_split(tmp_path / "nbody", "train", FRAME_SUFFIX)
+    assert np.allclose(np.linalg.norm(fast.vel[:, 0], axis=-1), 1.0, atol=1e-5)
     assert (tmp_path / "nbody" / RECORD_FILE).is_file()
     strengths = load_split(tmp_path / "nbody", "train", GLOBAL_SUFFIX, control=True).control
     assert set(strengths.tolist()) <= {0.25, 3.0}
     npz = tmp_path / "md17_small.npz"
-    _md17(npz, frames=60)
-    cfg = _cfg(source="md17", md17=str(npz), md17_stride=4, frames=10)
-    build_nbody(cfg, tmp_path / "md")
-    assert load_split(tmp_path / "md", "train", PRETRAIN_SUFFIX, min_frames=10).loc.shape == (6, 10, 4, 3)
-    with pytest.raises(NBodyError, match=r"md17_small\.npz: 7 windows of 10 frames \(stride 8\); train \+ test \+ finetune need 12"):
+    _md17(npz, frames=120, R=_chain(4)[None] + np.random.default_rng(0).normal(0, 0.02, (120, 4, 3)))
+    cfg = _cfg(source="md17", md17=str(npz), md17_stride=4, frames=10, md17_train=6, md17_finetune=3, md17_test=3,
+               md17_frame_test=2)
+    record = build_nbody(cfg, tmp_path / "md")
+    assert set(record["trajectories"]) == {f"{s}_{MD17_SUFFIX}" for s in ("train", "finetune", "test")} | {
+        f"{s}_{MD17_FRAME_SUFFIX}" for s in ("train", "test")}  # MD17 only
+    assert load_split(tmp_path / "md", "train", MD17_SUFFIX, min_frames=10).loc.shape == (6, 10, 4, 3)
+    assert record["md17_frame_blocks"] == {"train": [0, 30], "finetune": [40, 58], "test": [68, 86],
+                                           "frame_test": [96, 110]}
+    frame_train = load_split(tmp_path / "md", "train", MD17_FRAME_SUFFIX)
+    assert np.array_equal(frame_train.loc, load_split(tmp_path / "md", "finetune", MD17_SUFFIX).loc)
+    assert len(load_split(tmp_path / "md", "test", MD17_FRAME_SUFFIX)) == 2
+    with pytest.raises(NBodyError, match=r"md17_small\.npz: R: 120 frames; train 6, finetune 3, test 3, frame_test 2"):
         build_nbody(cfg.model_copy(update={"md17_stride": 8}), tmp_path / "md2")
+    # the paper profile's `both`: the charged system's sets beside MD17's, in one folder
+    both = build_nbody(cfg.model_copy(update={"source": "both"}), tmp_path / "both")
+    assert both["trajectories"] == record["trajectories"] | build_nbody(_cfg(frames=10), tmp_path / "charged")[
+        "trajectories"]
+    with pytest.raises(ValueError, match="source both needs `md17`"):
+        _cfg(source="both")
+
+
+def test_geoada_reads_the_dataset_it_names(tmp_path):
+    from paperline.methods.geoada.config import GeoAdaConfig
+    from paperline.methods.geoada.experiment import task_windows
+
+    npz = tmp_path / "md17_small.npz"
+    _md17(npz, frames=120, R=_chain(4)[None] + np.random.default_rng(0).normal(0, 0.02, (120, 4, 3)))
+    build_nbody(_cfg(source="both", md17=str(npz), md17_stride=4, frames=10, md17_train=6, md17_finetune=3,
+                     md17_test=3, md17_frame_test=2), tmp_path / "both")
+    shape = dict(cond_frames=3, frame_control_frames=5, horizon=5, eval_trajectories=2)
+    md17 = task_windows(tmp_path / "both", GeoAdaConfig(dataset="md17", controls=["frame", "subgraph"], **shape))
+    charged = task_windows(tmp_path / "both", GeoAdaConfig(**shape))
+    assert md17["original_train"].cond.shape == (6, 3, 4, 3) and charged["original_train"].cond.shape == (6, 3, 5, 3)
+    assert md17["frame_train"].cond.shape[1] == 5 and "global_train" in charged and "global_train" not in md17
+    assert md17["original_train"].edges[0].tolist() == hop_graph(bond_graph(_chain(4), np.array([6, 6, 8, 1]))).tolist()
+    with pytest.raises(ValueError, match="dataset md17 has no global label"):
+        GeoAdaConfig(dataset="md17", **shape)

@@ -3,7 +3,10 @@
 Every variant is a module with one call, `model(cond, noisy, t, charges, edges, control, original)`:
 `cond` the new task's conditioning frames (centred), `control` the global control (B,) or None;
 `original=True` runs the original task (the base's own conditioning window, no control): what
-forgetting is measured on.
+forgetting is measured on. Every variant's `additions` flag switches what it added to the base
+(adapter copies and their zero maps, prompts, heads, the control embedding) on or off: off, any
+variant is its base (whose weights moved only under full fine-tuning and PARTIAL-k); forgetting
+is scored both ways for every variant (experiment.finetune_variant).
 
 Control types and their coupling operators C (how the control enters a graph), spec (b) [I]:
 - frame control: more conditioning frames than the base was pretrained on (15 → 20 after 10 → 20):
@@ -53,6 +56,7 @@ only, so every baseline keeps the base's equivariance.
 from __future__ import annotations
 
 import copy
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -67,14 +71,19 @@ class GlobalEmbedding(nn.Module):
     def __init__(self, hidden: int):
         super().__init__()
         self.net = mlp(1, hidden, hidden)
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
+        last: nn.Linear = self.net[-1]  # type: ignore[assignment]  # Sequential's index is typed Module
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, control: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.log(control)[:, None].to(self.net[0].weight.dtype))[:, None, None]
+        first: nn.Linear = self.net[0]  # type: ignore[assignment]
+        return self.net(torch.log(control)[:, None].to(first.weight.dtype))[:, None, None]
 
 
-def freeze(module: nn.Module) -> nn.Module:
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def freeze(module: ModuleT) -> ModuleT:
     for p in module.parameters():
         p.requires_grad_(False)
     return module
@@ -89,7 +98,8 @@ def couple_subgraph(cond: torch.Tensor, control: torch.Tensor, charges: torch.Te
     """Subgraph control's C: the given subgraph (the first S particles) as S added nodes with their
     positions at every frame — their conditioning frames then `control`, their future (B, H, S, 3) —
     and their charges; the edges of the N + S nodes: an added node's edge features are those of the
-    particle it copies (q_i q_j in the charged system, 1 in MD17's complete graph) [I]."""
+    particle it copies (q_i q_j in the charged system; MD17's 3-bond-hop graph: joined to the atoms
+    within 3 bonds of the atom it copies, 0 — no edge — to that atom itself) [I]."""
     S, N = control.shape[2], edges.shape[1]
     extra_x = torch.cat([cond[:, :, :S], control.to(cond.dtype)], dim=1)
     index = torch.cat([torch.arange(N), torch.arange(S)]).to(edges.device)
@@ -101,6 +111,16 @@ class Variant(nn.Module):
         super().__init__()
         self.base, self.control_type, self.base_cond = base, control, base_cond
         self.global_embed = GlobalEmbedding(base.hidden) if control == "global" else None
+        self.additions = True  # False: the variant is its base on the base's own window
+
+    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+        if not self.additions:
+            return self.base(self.base_view(cond), noisy, charges, edges, t)
+        return self.run(cond, noisy, t, charges, edges, control, original)
+
+    def run(self, cond, noisy, t, charges, edges, control, original: bool) -> torch.Tensor:
+        """ε̂ with the variant's additions on (each subclass's own)."""
+        raise NotImplementedError
 
     def base_view(self, cond: torch.Tensor) -> torch.Tensor:
         return cond[:, -self.base_cond:]
@@ -126,7 +146,7 @@ class Frozen(Variant):
         super().__init__(freeze(base), control, base_cond)
         self.global_embed = None
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         return self.base(self.base_view(cond), noisy, charges, edges, t)
 
 
@@ -141,7 +161,7 @@ class FullFT(Variant):
                 for p in block.parameters():
                     p.requires_grad_(True)
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         return self.base(noisy=noisy, charges=charges, t=t, **self.couple(cond, charges, edges, control, original))
 
 
@@ -165,7 +185,7 @@ class MLPHead(Variant):
             x = x + self.gate * (x2 - x)
         return (x - x_in)[:, coupled["cond"].shape[1]:, :noisy.shape[2]] * self.base.scale
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         return self.with_head(self.couple(cond, charges, edges, control, original), noisy, t, charges)
 
 
@@ -189,7 +209,7 @@ class GPF(MLPHead):
         super().__init__(base, control, base_cond, head)
         self.prompt = nn.Parameter(torch.zeros(base.hidden))
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         coupled["h_shift"] = with_prompt(coupled["h_shift"], self.prompt)
         return self.with_head(coupled, noisy, t, charges)
@@ -210,7 +230,7 @@ class GPFPlus(MLPHead):
     def node_prompts(self, h: torch.Tensor) -> torch.Tensor:
         return self.attention(h).softmax(dim=-1) @ self.basis
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         coupled["h_shift"] = with_prompt(coupled["h_shift"], self.node_prompts)
         return self.with_head(coupled, noisy, t, charges)
@@ -227,7 +247,7 @@ class PromptTemplate(Variant):
         super().__init__(freeze(base), control, base_cond)
         self.prompt = nn.Parameter(torch.zeros(base.hidden))
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         coupled = self.couple(cond, charges, edges, control, original)
         if not original:
             T = coupled["cond"].shape[1] + noisy.shape[1]
@@ -275,25 +295,35 @@ class LinearZeroConv(nn.Module):
         return self.to_h(channels), self.to_x(channels)
 
 
+def copied_blocks(blocks: int, every: int, count: int | None = None) -> list[int]:
+    """The blocks GeoAda copies: the first of every `every` consecutive blocks (update (f): 0, 2, 4 of
+    6), or, `count` given (the paper's block-count ablation, 1–5 of 6), `count` blocks spread evenly,
+    ⌊i·blocks/count⌋ (the same 0, 2, 4 for 3 of 6; 0, 3 for 2; 0, 1, 3, 4 for 4) [I: the paper
+    states the counts, not which blocks]."""
+    if count is None:
+        return list(range(0, blocks, every))
+    if not 1 <= count <= blocks:
+        raise ValueError(f"copied blocks {count}: between 1 and the base's {blocks}")
+    return [i * blocks // count for i in range(count)]
+
+
 class GeoAda(Variant):
     """The frozen base plus a control stream of trainable copies (see the module docstring);
-    `equivariant=False` is the ControlNet ablation. `enabled = False` switches the adapter off."""
+    `equivariant=False` is the ControlNet ablation. `additions = False` switches the adapter off; on
+    the original task with it on, the control stream reads the original (uncoupled) input."""
 
     def __init__(self, base: EGTN, control: Control, base_cond: int, every: int, equivariant: bool = True,
-                 x_form: str = "com"):
+                 x_form: str = "com", copied: int | None = None):
         super().__init__(freeze(base), control, base_cond)
-        self.selected = list(range(0, len(base.blocks), every))  # the first of every K blocks
+        self.selected = copied_blocks(len(base.blocks), every, copied)
         self.copies = nn.ModuleDict({str(i): copy.deepcopy(base.blocks[i]) for i in self.selected})
         for p in self.copies.parameters():
             p.requires_grad_(True)
         self.zero = nn.ModuleDict({str(i): EquivariantZeroConv(base.hidden, x_form) if equivariant
                                    else LinearZeroConv(base.hidden) for i in self.selected})
-        self.enabled = True
 
-    def forward(self, cond, noisy, t, charges, edges, control=None, original=False):
+    def run(self, cond, noisy, t, charges, edges, control=None, original=False):
         main_cond = self.base_view(cond)
-        if original or not self.enabled:
-            return self.base(main_cond, noisy, charges, edges, t)
         h, x_in = self.base.embed_input(main_cond, noisy, charges, t)
         coupled = self.couple(cond, charges, edges, control, original)  # C: the control stream's graph
         hc, xc = self.base.embed_input(coupled["cond"], noisy, charges, t, coupled["extra"])
@@ -314,7 +344,8 @@ class GeoAda(Variant):
 
 
 def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every: int = 2, last_k: int = 1,
-                  head_blocks: int = 1, x_form: str = "com", gpf_basis: int = 4, gpf_head: int = 1) -> Variant:
+                  head_blocks: int = 1, x_form: str = "com", gpf_basis: int = 4, gpf_head: int = 1,
+                  copied: int | None = None) -> Variant:
     """A fresh copy of `base` wrapped as the variant `name` (its new modules in the base's dtype)."""
     base = copy.deepcopy(base)
     dtype = next(base.parameters()).dtype
@@ -333,7 +364,8 @@ def build_variant(name: str, base: EGTN, control: Control, base_cond: int, every
     if name == "prompt_template":
         return PromptTemplate(base, control, base_cond).to(dtype)
     if name in ("geoada", "controlnet"):
-        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada", x_form=x_form).to(dtype)
+        return GeoAda(base, control, base_cond, every, equivariant=name == "geoada", x_form=x_form,
+                      copied=copied).to(dtype)
     raise ValueError(f"unknown variant {name!r} (one of {', '.join(VARIANTS)})")
 
 

@@ -2,7 +2,7 @@
 zero-initialised form and splits); torch-free, so validating them imports no torch."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -10,18 +10,24 @@ from paperline.config import MethodConfig, StrictModel
 
 Variant = Literal["frozen", "full_ft", "partial_k", "mlp_k", "gpf", "gpf_plus", "prompt_template", "controlnet",
                   "geoada"]
-VARIANTS: tuple[str, ...] = Variant.__args__  # type: ignore[attr-defined]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 Control = Literal["frame", "global", "subgraph"]
-CONTROLS: tuple[str, ...] = Control.__args__  # type: ignore[attr-defined]
+CONTROLS: tuple[Control, ...] = get_args(Control)
 # A prompt template marks what the coupling operator added (frames, nodes): global control adds
 # neither, so the template does not fit it (the paper runs each baseline "where it fits" [I])
 FITS = {"prompt_template": ("frame", "subgraph")}
 
 
-# Forgetting is measured with every variant's additions switched off (adapters, prompts, heads, the
-# control embedding, the control input itself): what is left of a variant on the original task is the
-# base, except where fine-tuning changed the base's own weights (full fine-tuning, PARTIAL-k)
+# Forgetting is scored two ways for every variant, on the original task (the base's window, no
+# control): with the variant's additions off (adapters, prompts, heads, the control embedding) and
+# with them on. Off, a variant is the base except where fine-tuning changed the base's own weights
+# (CHANGES_BASE); on, it differs from "off" only where an addition acts without the control
+# (ACTS_ON_ORIGINAL: GeoAda's control stream reads the original input, the prompts and heads act on
+# any input; the control embedding needs the control, a prompt template marks added frames or nodes
+# the original task has none of). Elsewhere the two are the same model, scored once (the identities
+# are tested in tests/methods/test_geoada_adapters.py).
 CHANGES_BASE = ("full_ft", "partial_k")
+ACTS_ON_ORIGINAL = ("mlp_k", "gpf", "gpf_plus", "controlnet", "geoada")
 
 
 def fits(variant: str, control: str) -> bool:
@@ -46,6 +52,8 @@ class TrainConfig(StrictModel):
 class GeoAdaConfig(MethodConfig):
     variants: list[Variant] = Field(list(VARIANTS), min_length=1)
     controls: list[Control] = Field(list(CONTROLS), min_length=1)
+    # which of the nbody stage's datasets the run reads: the charged system or MD17 (no global label)
+    dataset: Literal["charged", "md17"] = "charged"
     shape: EGTNShape = EGTNShape()
     diffusion_steps: PositiveInt = 50  # DDPM T (the paper's 1000)
     # the diffused variable is the displacement from the last given frame times this (data
@@ -58,7 +66,15 @@ class GeoAdaConfig(MethodConfig):
     horizon: PositiveInt = 20
     pretrain: TrainConfig = TrainConfig(steps=600)
     finetune: TrainConfig = TrainConfig(steps=150)
+    # every fine-tuned variant's learning rate is chosen from this one sweep (empty: finetune.lr for
+    # all) at the first fine-tuning seed, per control type, by the ε-prediction loss on a validation
+    # set (the last `validation_trajectories` of that control's training windows, held out from
+    # training; never the test set); the other seeds train at the chosen rate
+    lr_sweep: list[Annotated[float, Field(gt=0)]] = []
+    validation_trajectories: Annotated[int, Field(ge=0)] = 0
     adapter_every: PositiveInt = 2  # GeoAda copies the first block of every K (update (f): 0, 2, 4 of 6)
+    # the paper's block-count ablation: copy this many blocks, spread evenly, instead (None: every K)
+    copied_blocks: PositiveInt | None = None
     # GeoAda's zero-initialised Δx: update (f)'s ϕ_x·(x′ − x̄′) ("com") or ϕ_x·(x′ − x′_in) ("update")
     adapter_x: Literal["update", "com"] = "com"
     partial_k: PositiveInt = 1  # PARTIAL-k: the last k blocks train
@@ -84,14 +100,27 @@ class GeoAdaConfig(MethodConfig):
         for name, values in (("variants", self.variants), ("controls", self.controls)):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} repeat a name: {values}")
+        if self.dataset == "md17" and "global" in self.controls:
+            raise ValueError("dataset md17 has no global label: set controls: [frame, subgraph]")
         if "frame" in self.controls and self.frame_control_frames <= self.cond_frames:
             raise ValueError(f"frame_control_frames {self.frame_control_frames} must exceed cond_frames "
                              f"{self.cond_frames} (frame control gives more frames than pretraining)")
+        if len(self.lr_sweep) > 1 and not self.validation_trajectories:
+            raise ValueError("an lr_sweep needs validation_trajectories: the rate is chosen on a validation set")
+        if len(set(self.lr_sweep)) != len(self.lr_sweep):
+            raise ValueError(f"lr_sweep repeats a rate: {self.lr_sweep}")
         if self.partial_k > self.shape.blocks:
             raise ValueError(f"partial_k {self.partial_k} exceeds shape.blocks {self.shape.blocks}")
+        if self.copied_blocks is not None and self.copied_blocks > self.shape.blocks:
+            raise ValueError(f"copied_blocks {self.copied_blocks} exceeds shape.blocks {self.shape.blocks}")
         if self.adapter_every > self.shape.blocks:
             raise ValueError(f"adapter_every {self.adapter_every} exceeds shape.blocks {self.shape.blocks}")
         return self
+
+    @property
+    def learning_rates(self) -> list[float]:
+        """The fine-tuning learning rates a variant is tried at."""
+        return list(self.lr_sweep) or [self.finetune.lr]
 
     @property
     def pairs(self) -> list[tuple[str, str]]:

@@ -16,7 +16,8 @@ from paperline.seeds import mean_over_seeds
 
 PRIMARY = "ade"
 METRICS = ("ade", "fde", "min_ade", "min_fde")
-SPREAD = (*METRICS, *(f"original_{k}" for k in METRICS), "original_ade_change", "equivariance_error")
+SPREAD = (*METRICS, *(f"original_{k}" for k in METRICS), *(f"original_on_{k}" for k in METRICS),
+          "original_ade_change", "original_on_ade_change", "equivariance_error")
 
 
 def row_name(control: str, variant: str) -> str:
@@ -24,17 +25,27 @@ def row_name(control: str, variant: str) -> str:
 
 
 def variant_row(result: dict, base_original: dict[str, float]) -> dict:
-    """A result (experiment.VariantResult.as_dict()) as one seed's row; the original task's figures
-    are the base's at that seed where the variant with its additions off is the base."""
-    original = result["original_task"] or base_original
-    change = original["ade"] / base_original["ade"] - 1 if base_original["ade"] else None
+    """A result (experiment.VariantResult.as_dict()) as one seed's row. The original task two ways,
+    every variant alike: `original_*` with the variant's additions off (the base's figures at that
+    seed where that is the base), `original_on_*` with them on (the "off" figures where no addition
+    acts without the control); `*_ade_change` each over the base's ADE at that seed."""
+    off = result["original_task"] or base_original
+    on = result.get("original_task_on") or off
+
+    def change(figures: dict[str, float]) -> float | None:
+        return figures["ade"] / base_original["ade"] - 1 if base_original["ade"] else None
+
     return {"control": result["control"], "variant": result["variant"],
             **{k: result["new_task"][k] for k in METRICS},
-            **{f"original_{k}": original[k] for k in METRICS},
-            "original_ade_change": change,
+            **{f"original_{k}": off[k] for k in METRICS},
+            **{f"original_on_{k}": on[k] for k in METRICS},
+            "original_ade_change": change(off), "original_on_ade_change": change(on),
             "original_is_base": result["original_task"] is None,
             "trainable_params": result["trainable"], "train_seconds": result["train_seconds"],
-            "equivariance_error": result["equivariance_error"]}
+            "equivariance_error": result["equivariance_error"],
+            **({"lr": result["lr"]} if result.get("lr") is not None else {}),
+            **({"validation_loss": result["validation_loss"]} if "validation_loss" in result else {}),
+            **({"zero_init_max": result["zero_init_max"]} if result.get("zero_init_max") is not None else {})}
 
 
 def seed_rows(cfg: GeoAdaConfig, results: list[dict], base_original: dict[int, dict[str, float]]
@@ -72,9 +83,11 @@ def headline(cfg: GeoAdaConfig, rows: dict[str, dict], per_seed: dict[int, dict[
             if row:
                 out[f"{control}_{other}_ade"] = row[PRIMARY]
                 out[f"{control}_geoada_ade_vs_{other}"] = geo[PRIMARY] / row[PRIMARY] if row[PRIMARY] else None
-        ft = rows.get(row_name(control, "full_ft"))
-        if ft:
-            out[f"{control}_full_ft_original_ade_change"] = ft["original_ade_change"]
+        for variant in ("geoada", "full_ft"):
+            row = rows.get(row_name(control, variant))
+            if row:
+                out[f"{control}_{variant}_original_ade_change"] = row["original_ade_change"]
+                out[f"{control}_{variant}_original_on_ade_change"] = row["original_on_ade_change"]
     for variant in ("geoada", "controlnet"):
         errors = [r[row_name(c, variant)]["equivariance_error"] for r in per_seed.values() for c in cfg.controls
                   if row_name(c, variant) in r]
@@ -84,13 +97,25 @@ def headline(cfg: GeoAdaConfig, rows: dict[str, dict], per_seed: dict[int, dict[
 
 
 def mean_loss_curves(results: list[dict]) -> dict[str, dict]:
-    """row -> {"step": [...], "loss": mean over seeds}, for the rows that trained."""
+    """row -> {"step": [...], "loss": mean over seeds, "validation_loss": mean over seeds (where
+    there was a validation set)}, for the rows that trained."""
     curves: dict[str, list[dict]] = defaultdict(list)
     for r in results:
         if r["steps"]:
             curves[row_name(r["control"], r["variant"])].append(r)
-    return {name: {"step": rs[0]["steps"], "loss": np.mean([r["loss"] for r in rs], axis=0).tolist()}
-            for name, rs in curves.items()}
+    out = {}
+    for name, rs in curves.items():
+        out[name] = {"step": rs[0]["steps"], "loss": np.mean([r["loss"] for r in rs], axis=0).tolist()}
+        if all(r.get("validation_curve") for r in rs):
+            out[name]["validation_loss"] = np.mean([r["validation_curve"] for r in rs], axis=0).tolist()
+    return out
+
+
+def lr_sweeps(results: list[dict]) -> dict[str, dict]:
+    """row -> {"chosen": the rate every seed trained at, "validation_loss": {rate: its validation
+    loss}} from the seed that swept the rates."""
+    return {row_name(r["control"], r["variant"]): {"chosen": r["lr"], "validation_loss": r["sweep"]}
+            for r in results if r.get("sweep")}
 
 
 def method_metrics(cfg: GeoAdaConfig, results: list[dict], base: dict, profile: str,
@@ -111,4 +136,4 @@ def method_metrics(cfg: GeoAdaConfig, results: list[dict], base: dict, profile: 
         details={"data": data_record or {},
                  "base": {"original_task": {f"seed{s}": v for s, v in base_original.items()},
                           **{k: base[k] for k in ("trainable", "train_seconds", "final_loss")}},
-                 "loss_curves": mean_loss_curves(results)})
+                 "loss_curves": mean_loss_curves(results), "lr_sweep": lr_sweeps(results)})

@@ -4,7 +4,7 @@ windows of trajectories (the displacements from the last conditioning frame diff
 paper's, and the minimum, GeoTDM's minADE/minFDE)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -55,6 +55,35 @@ class TrainResult:
     loss: list[float]
     seconds: float
     trainable: int
+    validation_loss: list[float] = field(default_factory=list)  # at `steps`, where a validation set was given
+
+
+def split_validation(data: Windows, count: int) -> tuple[Windows, Windows | None]:
+    """The training windows less their last `count` (held out), and those `count` (None for 0):
+    the validation set a learning rate is chosen on, never the test set."""
+    if count <= 0:
+        return data, None
+    if count >= len(data):
+        raise ValueError(f"validation of {count} windows leaves none of the {len(data)} to train on")
+    return data.take(slice(0, len(data) - count)), data.take(slice(len(data) - count, None))
+
+
+@torch.no_grad()
+def validation_loss(model: nn.Module, data: Windows, schedule: Schedule, seed: int, draws: int = 2,
+                    scale: float = 1.0, chunk: int = 256) -> float:
+    """The ε-prediction loss on `data`, each window at `draws` diffusion steps and noises drawn from
+    `seed`: the same draws for every model at that seed, so two models' figures differ by the model."""
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    total, count = 0.0, 0
+    for _ in range(draws):
+        for start in range(0, len(data), chunk):
+            part = data.take(slice(start, start + chunk))
+            total += diffusion_loss(model, part, schedule, generator, scale).item() * len(part)
+            count += len(part)
+    model.train(was_training)
+    return total / count
 
 
 def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generator: torch.Generator,
@@ -69,9 +98,10 @@ def diffusion_loss(model: nn.Module, batch: Windows, schedule: Schedule, generat
 
 def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch_size: int, lr: float,
           seed: int, checkpoint_path=None, fingerprint=None, every: int = 200, log_every: int = 10,
-          progress: bool = False, scale: float = 1.0) -> TrainResult:
+          progress: bool = False, scale: float = 1.0, validation: Windows | None = None) -> TrainResult:
     """Adam on the parameters that require grad; a killed run resumes from its checkpoint. The model
-    and `data` on one device; the random draws come from a CPU generator (its state checkpointed)."""
+    and `data` on one device; the random draws come from a CPU generator (its state checkpointed).
+    `validation`: its loss (validation_loss at seed `seed`) logged beside the training loss."""
     params = [p for p in model.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)
     generator = torch.Generator().manual_seed(seed)
@@ -79,7 +109,7 @@ def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch
         return TrainResult([], [], 0.0, trainable)
     optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     run = Resumable(checkpoint_path, fingerprint, every=every, model=model, optimizer=optimizer, generator=generator)
-    state = run.resume() or {"step": 0, "steps": [], "loss": []}
+    state = run.resume() or {"step": 0, "steps": [], "loss": [], "validation_loss": []}
     model.train()
     while state["step"] < steps:
         index = torch.randint(len(data), (batch_size,), generator=generator).to(data.cond.device)
@@ -93,12 +123,14 @@ def train(model: nn.Module, data: Windows, schedule: Schedule, steps: int, batch
             value = loss.detach().item()
             state["steps"].append(state["step"])
             state["loss"].append(value)
+            if validation is not None:
+                state["validation_loss"].append(validation_loss(model, validation, schedule, seed, scale=scale))
             if progress:
                 print(f"  step {state['step']}/{steps} loss {value:.4f}", flush=True)
         if run.due(state["step"], steps):
             run.save(state)
     model.eval()
-    return TrainResult(state["steps"], state["loss"], run.elapsed(), trainable)
+    return TrainResult(state["steps"], state["loss"], run.elapsed(), trainable, state["validation_loss"])
 
 
 @torch.no_grad()
@@ -113,8 +145,11 @@ def evaluate(model: nn.Module, data: Windows, schedule: Schedule, samples: int, 
     ades, fdes = [], []
     for start in range(0, len(data), chunk):
         part = data.take(slice(start, start + chunk))
-        rep = lambda a: None if a is None else a.repeat(samples, *([1] * (a.dim() - 1)))  # noqa: E731
-        charges, edges, control = rep(part.charges), rep(part.edges), rep(part.control)
+        def rep(a: torch.Tensor) -> torch.Tensor:
+            return a.repeat(samples, *([1] * (a.dim() - 1)))
+
+        charges, edges = rep(part.charges), rep(part.edges)
+        control = None if part.control is None else rep(part.control)
         pred = sample(lambda c, x, t: model(c, x, t, charges, edges, control, original), schedule,
                       rep(part.cond), part.target.shape[1], generator, scale=scale)
         err = (pred - rep(part.target)).norm(dim=-1).view(samples, len(part), *pred.shape[1:3])  # (K, B, H, N)
