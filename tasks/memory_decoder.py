@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 
 from paperline.config import read_params
 from paperline.methods.memory_decoder import pipeline, plots
-from paperline.methods.memory_decoder.config import MemoryDecoderConfig, TrainConfig
+from paperline.methods.memory_decoder.config import MemoryDecoderConfig
 from paperline.methods.memory_decoder.data import MemDecData, check_corpora, write_domain_corpus
 from paperline.methods.memory_decoder.summary import method_metrics
 from paperline.train.distributed import DistributedConfig
@@ -39,12 +39,6 @@ def data(cfg: MemoryDecoderConfig) -> MemDecData:
     return dataclasses.replace(checked, version=track.data_version(checked.files()))
 
 
-def settings(t: TrainConfig, block_size: int, seed: int):
-    from paperline.train.lm import LMTrainSettings
-
-    return LMTrainSettings.from_config(t, block_size, seed)
-
-
 def _hf_dir(name: str) -> Path:
     return models_dir(METHOD) / name / "hf"
 
@@ -61,32 +55,17 @@ def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, ctx: track
                distributed: DistributedConfig = DistributedConfig()) -> dict:
     """A base LM pretrained on the general (Shakespeare train) corpus, spread over devices by
     `distributed` (params/runtime.yaml runtime.distributed)."""
-
-    from paperline.data.tokens import open_tokens
-    from paperline.nn.causal_lm import CausalLM
-    from paperline.seeds import seeded_init
-    from paperline.train.lm import train_lm_spread
-
     shape = cfg.base_small if size == "small" else cfg.base_large
     name = f"base_{size}"
     with unit(ctx, name, {"shape": shape.model_dump(), "train": cfg.base_train.model_dump(),
                           "distributed": distributed.model_dump()},
               threads=cfg.threads, devices=distributed.devices) as u:
-        run, device, devices = u.run, u.device, u.devices
-        with seeded_init(cfg.seed):
-            model = CausalLM(pipeline.lm_config(shape, data.vocab_size, cfg.block_size))
-        general = Path(data.general_dir)
-        train = open_tokens(general / "train.bin", data.vocab_size, cfg.block_size)
-        val = open_tokens(general / "val.bin", data.vocab_size, cfg.block_size)
-        result = train_lm_spread(distributed, model, train, val, settings(cfg.base_train, cfg.block_size, cfg.seed),
-                                 device, device_indices=[d.index for d in devices],
-                                 checkpoint_path=u.models / name / "checkpoint.pt",
-                                 fingerprint={"data": data.version}, progress=sys.stderr.isatty(), description=name,
-                                 on_log=lambda step, m: run.log_metrics(m, step) if "val_loss" in m else None)
+        run = u.run
+        model, result, row = pipeline.train_base(
+            cfg, size, data, distributed, u.device, [d.index for d in u.devices], u.models / name / "checkpoint.pt",
+            on_log=lambda step, m: run.log_metrics(m, step) if "val_loss" in m else None, progress=sys.stderr.isatty())
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         pipeline.save_lm(model.cpu(), _hf_dir(name), data)
-        row = {"general_val_loss": result["val_loss"], "general_val_perplexity": result["val_perplexity"],
-               "train_time_s": result["train_time_s"], "params": sum(p.numel() for p in model.parameters())}
         run.log_metrics(row, step=cfg.base_train.steps)
     return row
 
@@ -110,38 +89,16 @@ def memdec_run(cfg: MemoryDecoderConfig, ctx: track.RunContext):
 @task(name="memory_decoder-train-memdec", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_memdec_task(cfg: MemoryDecoderConfig, data: MemDecData, seed: int, ctx: track.RunContext,
                       parent: track.Run | None = None) -> dict:
-    """The MemDec of one seed, on its MLflow run `memdec/seed<seed>` (nested under `parent`), saved
-    under models/memory_decoder/memdec/seed<seed>/: a copy of the small base (or fresh weights drawn
-    from the seed) trained on the domain training set, in the seed's batch order, with
-    α·KL(p_kNN ‖ p_MemDec) + (1 − α)·CE."""
-    import numpy as np
-
-    from paperline.methods.memory_decoder.corpora import load_domain
-    from paperline.methods.memory_decoder.memdec import train_memdec
-    from paperline.nn.causal_lm import CausalLM
-    from paperline.seeds import seeded_init
-
-    t = cfg.memdec_train
+    """The MemDec of one seed (`pipeline.train_memdec_seed`), on its MLflow run `memdec/seed<seed>`
+    (nested under `parent`), saved under models/memory_decoder/memdec/seed<seed>/."""
     name = f"memdec/seed{seed}"
     with unit(ctx, name, {"seed": seed}, threads=cfg.threads, parent=parent) as u:
-        run, device = u.run, u.device
-        if t.init_from_small_base:
-            model = pipeline.load_lm(_hf_dir("base_small")).train()
-        else:
-            with seeded_init(seed):
-                model = CausalLM(pipeline.lm_config(cfg.memdec, data.vocab_size, cfg.block_size))
-        train, _ = load_domain(data.domain_dir, data.vocab_size, cfg.block_size)
-        targets = np.load(u.models / "datastore" / "knn_targets.npz")
-        result = train_memdec(model, train.tokens, targets["values"], targets["weights"],
-                              settings(t, cfg.block_size, seed), t.alpha, device,
-                              checkpoint_path=u.models / name / "checkpoint.pt",
-                              fingerprint={"data": data.version, "init": t.init_from_small_base},
-                              on_log=lambda step, m: run.log_metrics(m, step))
+        run = u.run
+        model, row = pipeline.train_memdec_seed(cfg, data, seed, _hf_dir("base_small"), u.models / "datastore", u.device,
+                                                u.models / name / "checkpoint.pt",
+                                                on_log=lambda step, m: run.log_metrics(m, step))
         pipeline.save_lm(model.cpu(), _hf_dir(name), data)
-        h = result["history"]
-        row = {"final_loss": h["loss"][-1], "final_kl": h["kl"][-1], "final_ce": h["ce"][-1],
-               "train_time_s": result["train_time_s"], "params": sum(p.numel() for p in model.parameters())}
-        run.log_metrics(row, step=t.steps)
+        run.log_metrics(row, step=cfg.memdec_train.steps)
     return row
 
 

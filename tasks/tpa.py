@@ -5,7 +5,6 @@ report."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import sys
 from pathlib import Path
 
@@ -13,11 +12,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from paperline.config import read_params
-from paperline.io import atomic_dir
 from paperline.methods.tpa import plots
 from paperline.methods.tpa.config import TPAConfig
 from paperline.methods.tpa.data import TokenData, open_data
-from paperline.methods.tpa.formulas import attention_params, balanced_heads, cache_elements_per_token
+from paperline.methods.tpa.formulas import balanced_heads
 from paperline.methods.tpa.summary import mean_curves, method_metrics
 from paperline.metrics import numeric
 from paperline.train.distributed import DistributedConfig
@@ -43,12 +41,6 @@ def data(cfg: TPAConfig) -> TokenData:
     return dataclasses.replace(prepared, version=track.data_version(prepared.files()))
 
 
-def train_settings(cfg: TPAConfig, seed: int):
-    from paperline.train.lm import LMTrainSettings
-
-    return LMTrainSettings.from_config(cfg.train, cfg.train.block_size, seed)
-
-
 def variant_runs(cfg: TPAConfig, ctx: track.RunContext):
     """A child run per variant, open while its seeds train (each seed's run nested under it); the
     variant's row, the mean over seeds, lands on it when the flow publishes."""
@@ -64,51 +56,25 @@ def train_variant(cfg: TPAConfig, variant: str, seed: int, data: TokenData, ctx:
     `<variant>/seed<seed>` (nested under `variant_run`), its model under models/tpa/<variant>/seed<seed>/:
     its measurements (the untrained model's validation loss too), with histories. `distributed`
     (params/runtime.yaml runtime.distributed) spreads the training over devices."""
-    import torch
-
-    from paperline.methods.tpa.models import build_model
-    from paperline.train.lm import evaluate, train_lm_spread, validation_windows
+    from paperline.methods.tpa.train import train_variant_seed
 
     heads = balanced_heads(variant, cfg.shape)
     with unit(ctx, f"{variant}/seed{seed}", {"variant": variant, "seed": seed, "heads": heads,
                                              "shape": cfg.shape.model_dump(), "train": cfg.train.model_dump(),
                                              "distributed": distributed.model_dump()},
               threads=cfg.threads, parent=variant_run, devices=distributed.devices) as u:
-        run, device, devices = u.run, u.device, u.devices
+        run = u.run
         out = u.models / variant / f"seed{seed}"
-        model = build_model(variant, cfg.shape, data.vocab_size, cfg.train.block_size, seed)
-        train, val = data.tokens(cfg.train.block_size)
-        # the trivial baseline: this model before training, on the windows every evaluation uses
-        windows = validation_windows(val, cfg.train.block_size, cfg.train.eval_windows)
-        initial_val_loss = evaluate(model.to(device), windows, cfg.train.batch_size, device)
-        model.cpu()  # as before: training (in process or spawned) moves it where it runs
         # the per-eval curve under its own name: the seed's final val_loss is logged on this run
-        result = train_lm_spread(distributed, model, train, val, train_settings(cfg, seed), device,
-                                 device_indices=[d.index for d in devices], checkpoint_path=out / "checkpoint.pt",
-                                 fingerprint={"data": data.version}, progress=sys.stderr.isatty(),
-                                 description=f"{variant}/seed{seed}",
-                                 on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
-                                 if "val_loss" in m else None)
+        row, result = train_variant_seed(cfg, variant, seed, data, distributed, u.device, [d.index for d in u.devices],
+                                         out, progress=sys.stderr.isatty(),
+                                         on_log=lambda step, m: run.log_metrics({"val_loss_by_step": m["val_loss"]}, step)
+                                         if "val_loss" in m else None)
         run.log_history("train_loss", result["history"]["step"], result["history"]["train_loss"])
         run.log_history("lr", result["history"]["step"], result["history"]["lr"])
-        with atomic_dir(out / "hf") as hf:  # a kill mid-save leaves the previous folder, never half of one
-            model.save_pretrained(hf)
-            if data.corpus_dir:  # the tokenizer beside the weights: the folder is a complete HF model
-                shutil.copy(Path(data.corpus_dir) / "tokenizer.json", hf / "tokenizer.json")
-        with torch.no_grad():  # the cache this model actually holds, per token per layer
-            probe = torch.as_tensor(val[:8].astype("int64"))[None].to(device)
-            measured_cache = model.eval()(probe, use_cache=True).cache.elements_per_token()
         for name in ("config.json", "model.safetensors"):
             if (out / "hf" / name).exists():
                 run.log_artifact(out / "hf" / name, "model")
-        row = {"heads": heads, "val_loss": result["val_loss"], "val_perplexity": result["val_perplexity"],
-               "initial_val_loss": initial_val_loss, "final_train_loss": result["history"]["train_loss"][-1],
-               "train_time_s": result["train_time_s"], "tokens_seen": result["tokens_seen"],
-               "attention_params": model.attention_parameters(),
-               "attention_params_formula": attention_params(variant, heads, cfg.shape),
-               "kv_cache_elements_per_token_per_layer": measured_cache,
-               "kv_cache_formula": cache_elements_per_token(variant, heads, cfg.shape),
-               "total_params": sum(p.numel() for p in model.parameters())}
         run.log_final(numeric(row))  # this seed's figures
     return {"variant": variant, "seed": seed, **row, "history": result["history"],
             "eval_history": result["eval_history"]}

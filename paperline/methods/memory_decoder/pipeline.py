@@ -1,5 +1,5 @@
-"""The Memory Decoder flow's steps as plain functions: the models' configuration and files, the kNN-LM
-datastore with the MemDec's kNN targets, and the evaluation — perplexity of base, base + kNN-LM and
+"""The Memory Decoder flow's steps as plain functions: the models' configuration and files, the two
+base LMs' pretraining and each seed's MemDec training, the kNN-LM datastore with the MemDec's kNN targets, and the evaluation — perplexity of base, base + kNN-LM and
 base + each seed's MemDec over the λ sweep per base size and split, and the inference time per token."""
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from paperline.io import atomic_dir, atomic_path
-from paperline.methods.memory_decoder.config import MemoryDecoderConfig, ShapeConfig
+from paperline.methods.memory_decoder.config import MemoryDecoderConfig, ShapeConfig, TrainConfig
 from paperline.methods.memory_decoder.data import MemDecData
+from paperline.train.distributed import DistributedConfig
 
 BASES = ("small", "large")
 VARIANTS = ("base", "knn_lm", "memdec")
@@ -43,6 +44,63 @@ def save_lm(model, folder: str | Path, data: MemDecData) -> Path:
         model.save_pretrained(tmp)
         shutil.copy(Path(data.general_dir) / "tokenizer.json", tmp / "tokenizer.json")
     return folder
+
+
+def settings(t: TrainConfig, block_size: int, seed: int):
+    from paperline.train.lm import LMTrainSettings
+
+    return LMTrainSettings.from_config(t, block_size, seed)
+
+
+def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, distributed: DistributedConfig, device,
+               device_indices: list, checkpoint_path: Path, on_log: Callable[[int, dict], None],
+               progress: bool = False) -> tuple[torch.nn.Module, dict, dict]:
+    """A base LM of `size` (fresh weights drawn from `cfg.seed`) pretrained on the general corpus,
+    spread over devices by `distributed`: (the model, the loop's result, its row)."""
+    from paperline.data.tokens import open_tokens
+    from paperline.nn.causal_lm import CausalLM
+    from paperline.seeds import seeded_init
+    from paperline.train.lm import train_lm_spread
+
+    shape = cfg.base_small if size == "small" else cfg.base_large
+    with seeded_init(cfg.seed):
+        model = CausalLM(lm_config(shape, data.vocab_size, cfg.block_size))
+    general = Path(data.general_dir)
+    train = open_tokens(general / "train.bin", data.vocab_size, cfg.block_size)
+    val = open_tokens(general / "val.bin", data.vocab_size, cfg.block_size)
+    result = train_lm_spread(distributed, model, train, val, settings(cfg.base_train, cfg.block_size, cfg.seed),
+                             device, device_indices=device_indices, checkpoint_path=checkpoint_path,
+                             fingerprint={"data": data.version}, progress=progress, description=f"base_{size}",
+                             on_log=on_log)
+    row = {"general_val_loss": result["val_loss"], "general_val_perplexity": result["val_perplexity"],
+           "train_time_s": result["train_time_s"], "params": sum(p.numel() for p in model.parameters())}
+    return model, result, row
+
+
+def train_memdec_seed(cfg: MemoryDecoderConfig, data: MemDecData, seed: int, small_base: Path, datastore: Path,
+                      device, checkpoint_path: Path, on_log: Callable[[int, dict], None]) -> tuple[torch.nn.Module, dict]:
+    """The MemDec of one seed: a copy of the small base in `small_base` (or fresh weights drawn from
+    the seed) trained on the domain training set, in the seed's batch order, with
+    α·KL(p_kNN ‖ p_MemDec) + (1 − α)·CE toward the kNN targets in `datastore`: (the model, its row)."""
+    from paperline.methods.memory_decoder.corpora import load_domain
+    from paperline.methods.memory_decoder.memdec import train_memdec
+    from paperline.nn.causal_lm import CausalLM
+    from paperline.seeds import seeded_init
+
+    t = cfg.memdec_train
+    if t.init_from_small_base:
+        model = load_lm(small_base).train()
+    else:
+        with seeded_init(seed):
+            model = CausalLM(lm_config(cfg.memdec, data.vocab_size, cfg.block_size))
+    train, _ = load_domain(data.domain_dir, data.vocab_size, cfg.block_size)
+    targets = np.load(datastore / "knn_targets.npz")
+    result = train_memdec(model, train.tokens, targets["values"], targets["weights"],
+                          settings(t, cfg.block_size, seed), t.alpha, device, checkpoint_path=checkpoint_path,
+                          fingerprint={"data": data.version, "init": t.init_from_small_base}, on_log=on_log)
+    h = result["history"]
+    return model, {"final_loss": h["loss"][-1], "final_kl": h["kl"][-1], "final_ce": h["ce"][-1],
+                   "train_time_s": result["train_time_s"], "params": sum(p.numel() for p in model.parameters())}
 
 
 def build_datastore(cfg: MemoryDecoderConfig, data: MemDecData, model_dir: str | Path, device,
