@@ -168,3 +168,34 @@ def test_dirichlet_split_covers_every_window_once_and_skews_with_small_alpha():
     assert skew(dirichlet_split(families, 5, 0.05, 0)) > skew(dirichlet_split(families, 5, 100.0, 0)) + 0.2
     w = cut_windows(np.arange(21, dtype=np.uint16), 5)
     assert len(w) == 4 and w.x[1].tolist() == [5, 6, 7, 8, 9] and w.y[1].tolist() == [6, 7, 8, 9, 10]
+
+
+def test_proxy_set_is_the_other_corpus_and_the_test_set_the_whole_validation_stream(tmp_path):
+    """The importance scores' and distillation's proxy windows are the proxy text's (the King James
+    slice), in the corpus's tokenizer, never the corpus's validation stream the test set is cut from."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from paperline.data.text_corpus import CorpusError, encode, load_corpus, prepare_corpus, read_slice
+    from paperline.methods.leff.data import federated_data, proxy_set
+    from tests.conftest import CHECKOUT
+
+    corpus = tmp_path / "corpus"
+    prepare_corpus(read_slice(CHECKOUT / "data" / "raw" / "shakespeare"), corpus, kind="byte", vocab_size=256,
+                   val_fraction=0.1, seed=0, source={})
+    kjv = tmp_path / "kjv"
+    shutil.copytree(CHECKOUT / "data" / "raw" / "kjv", kjv)
+    data = federated_data(str(corpus), 16, 3, 0.5, 3, 0, 5, 7, str(kjv))
+    stream = cut_windows(encode(Tokenizer.from_file(str(corpus / "tokenizer.json")), read_slice(kjv, 1)), 16)
+    assert len(data.proxy) == 5 and data.proxy.x[0].tolist() == stream.x[0].tolist()
+    assert data.proxy.x[-1].tolist() == stream.x[-1].tolist()  # spread over the whole text
+    val = cut_windows(load_corpus(corpus, 16).val, 16)
+    val_rows = {tuple(r) for r in val.x.tolist()}
+    assert len(data.test) == 7 and all(tuple(r) in val_rows for r in data.test.x.tolist())
+    assert data.test.x[0].tolist() == val.x[0].tolist() and data.test.x[-1].tolist() == val.x[-1].tolist()
+    assert not any(tuple(r) in val_rows for r in data.proxy.x.tolist())
+    proxy_set.cache_clear()
+    (kjv / "ruth.txt").write_text("edited\n")
+    with pytest.raises(CorpusError, match="ruth.txt: sha256"):
+        federated_data(str(corpus), 16, 3, 0.5, 3, 1, 5, 7, str(kjv))

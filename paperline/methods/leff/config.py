@@ -19,6 +19,10 @@ LEFF_METHODS = ("leff_importance", "leff_random", "leff_round_robin")
 class LEFFConfig(MethodConfig):
     model: ProjectPath = "data/lm_base"  # a transformers causal-LM folder (paperline CausalLM, GQA-family attention)
     corpus: ProjectPath = "data/text/shakespeare"
+    # the server's public proxy set (importance, context distillation): another domain than the
+    # clients' and the test set's, *.txt hash-checked by SHA256SUMS, encoded with the corpus's
+    # tokenizer (the paper: WebNLG, a public set apart from the task's); the committed King James slice
+    proxy_text: ProjectPath = "data/raw/kjv"
     block_size: PositiveInt = 64
     methods: list[Method] = Field(default=["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random",
                                            "leff_round_robin"], min_length=1)
@@ -44,8 +48,8 @@ class LEFFConfig(MethodConfig):
     distill_steps: Annotated[int, Field(ge=0)] = 50
     distill_lr: float = Field(1e-3, gt=0)
     attention_kl_weight: float = Field(1.0, ge=0)  # α of E = MSE(H_s, H_t) + α·KL(A_t‖A_s)
-    proxy_windows: PositiveInt = 32  # public proxy set: unlabeled windows of the validation stream's first half
-    eval_windows: PositiveInt = 64  # the global test windows: the validation stream's second half
+    proxy_windows: PositiveInt = 32  # public proxy set: unlabeled windows spread over `proxy_text`
+    eval_windows: PositiveInt = 64  # the global test windows, spread over the corpus's validation stream
     # baselines
     lora_rank: PositiveInt = 4
     lora_alpha: float = Field(8.0, gt=0)

@@ -77,7 +77,7 @@ def evaluate(model: CausalLM, windows: Windows, batch_size: int = 32) -> tuple[f
 
 def client_shard(cfg: LEFFConfig, alpha: float, partition: int) -> Windows:
     data = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families, cfg.seed,
-                          cfg.proxy_windows, cfg.eval_windows)
+                          cfg.proxy_windows, cfg.eval_windows, cfg.proxy_text)
     return data.clients[partition]
 
 
@@ -389,7 +389,7 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
                 run_cfg = cfg.model_copy(update={"seed": seed})  # the clients read the seed from it
                 if (alpha, seed) not in data:
                     data[(alpha, seed)] = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families,
-                                                         seed, cfg.proxy_windows, cfg.eval_windows)
+                                                         seed, cfg.proxy_windows, cfg.eval_windows, cfg.proxy_text)
                 strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log)
                 try:
                     strategy.query_clients(grid, cfg.round_timeout_s)
