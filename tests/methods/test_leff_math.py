@@ -199,3 +199,42 @@ def test_proxy_set_is_the_other_corpus_and_the_test_set_the_whole_validation_str
     (kjv / "ruth.txt").write_text("edited\n")
     with pytest.raises(CorpusError, match="ruth.txt: sha256"):
         federated_data(str(corpus), 16, 3, 0.5, 3, 1, 5, 7, str(kjv))
+
+
+def test_a_local_epoch_passes_over_the_shard_once_and_fixed_steps_draw_with_replacement():
+    from paperline.methods.leff.fed import local_batches
+
+    g = torch.Generator().manual_seed(0)
+    epoch = local_batches(21, 8, steps=99, epochs=1, generator=g)
+    assert [len(b) for b in epoch] == [8, 8, 5] and sorted(torch.cat(epoch).tolist()) == list(range(21))
+    two = local_batches(21, 8, steps=99, epochs=2, generator=g)
+    assert len(two) == 6 and sorted(torch.cat(two).tolist()) == sorted(list(range(21)) * 2)
+    assert torch.cat(two[:3]).tolist() != torch.cat(two[3:]).tolist()  # each pass in a fresh order
+    fixed = local_batches(21, 8, steps=5, epochs=None, generator=torch.Generator().manual_seed(0))
+    assert [len(b) for b in fixed] == [8] * 5 and all(0 <= i < 21 for b in fixed for i in b.tolist())
+    assert local_batches(3, 8, steps=2, epochs=None, generator=g)[0].numel() == 3  # a shard under a batch
+
+
+def test_local_train_counts_flops_per_window_of_every_batch():
+    from paperline.methods.leff.data import Windows
+    from paperline.methods.leff.fed import local_train
+
+    x, y = batch(n=6, T=8)
+    shard = Windows(x, y)
+    keys = [n for n, _ in tiny_lm().named_parameters()]
+    one = local_train(tiny_lm(), keys, shard, [torch.arange(4)], lr=1e-3)
+    ragged = local_train(tiny_lm(), keys, shard, [torch.arange(4), torch.arange(4, 6)], lr=1e-3)
+    assert one["steps"] == 1 and ragged["steps"] == 2
+    assert ragged["flops"] == pytest.approx(one["flops"] * 6 / 4)
+
+
+def test_subsampled_shards_keep_their_proportions_and_every_client():
+    from paperline.methods.leff.data import subsample_shards
+
+    shards = dirichlet_split(np.repeat(np.arange(4), 250), 5, 0.1, seed=0)
+    kept = subsample_shards(shards, 0.05, seed=0)
+    for full, part in zip(shards, kept):
+        assert len(part) == max(1, round(0.05 * len(full))) and set(part.tolist()) <= set(full.tolist())
+        assert part.tolist() == sorted(part.tolist())
+    assert [p.tolist() for p in subsample_shards(shards, 0.05, seed=0)] == [p.tolist() for p in kept]
+    assert [p.tolist() for p in subsample_shards(shards, 0.05, seed=1)] != [p.tolist() for p in kept]

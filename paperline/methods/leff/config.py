@@ -40,7 +40,14 @@ class LEFFConfig(MethodConfig):
     families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
     rounds: PositiveInt = 10
-    local_steps: PositiveInt = 8  # AdamW steps per client per round (the paper: one local epoch)
+    local_steps: PositiveInt = 8  # AdamW steps per client per round, batches drawn with replacement (no `local_epochs`)
+    # the paper's local work: this many passes over the client's shard per round, each in a fresh
+    # seeded order, ⌈shard windows / batch_size⌉ steps a pass (a client's work grows with its data);
+    # None: `local_steps` for every client whatever its shard
+    local_epochs: PositiveInt | None = None
+    # each client keeps this seeded share of its shard's windows (at least one): with `local_epochs`,
+    # the smoke's local work within its step budget; 1: the whole shard
+    shard_fraction: float = Field(1.0, gt=0, le=1)
     batch_size: PositiveInt = 8
     lr: float = Field(1e-3, gt=0)  # the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
     # LEFF's server side

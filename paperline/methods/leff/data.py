@@ -51,6 +51,13 @@ def dirichlet_split(families: np.ndarray, clients: int, alpha: float, seed: int)
     return [np.sort(np.asarray(s, dtype=np.int64)) for s in shards]
 
 
+def subsample_shards(shards: list[np.ndarray], fraction: float, seed: int) -> list[np.ndarray]:
+    """Each shard's seeded share `fraction` of its indices (rounded, at least one), sorted: the
+    shards' sizes keep their proportions, so their skew and weights D_i stay the split's."""
+    rng = np.random.default_rng([seed, 41])
+    return [np.sort(rng.choice(s, size=max(1, round(fraction * len(s))), replace=False)) for s in shards]
+
+
 @dataclass(frozen=True)
 class FederatedData:
     clients: list[Windows]
@@ -74,7 +81,7 @@ def proxy_set(folder: str, tokenizer_path: str, block_size: int, windows: int) -
 
 @lru_cache(maxsize=4)  # a ClientApp process reads its shard once per (corpus, split), not per message
 def federated_data(corpus: str, block_size: int, clients: int, alpha: float, families: int, seed: int,
-                   proxy_windows: int, eval_windows: int, proxy_text: str) -> FederatedData:
+                   proxy_windows: int, eval_windows: int, proxy_text: str, shard_fraction: float = 1.0) -> FederatedData:
     c = load_corpus(corpus, block_size)
     train = cut_windows(c.train, block_size)
     if len(train) < clients:
@@ -83,6 +90,8 @@ def federated_data(corpus: str, block_size: int, clients: int, alpha: float, fam
     # so equal contiguous segments of the stream are mostly one play each: the non-IID "families".
     family = (np.arange(len(train)) * families) // len(train)
     shards = dirichlet_split(family, clients, alpha, seed)
+    if shard_fraction < 1:
+        shards = subsample_shards(shards, shard_fraction, seed)
     val = cut_windows(c.val, block_size)
     proxy = proxy_set(proxy_text, str(c.tokenizer_path), block_size, proxy_windows)
     test_idx = np.unique(np.linspace(0, len(val) - 1, num=min(eval_windows, len(val))).astype(np.int64))

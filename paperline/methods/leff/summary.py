@@ -29,12 +29,13 @@ def _mean(values) -> float | None:
 
 
 def row(run: MethodRun) -> dict:
-    """Final test loss/accuracy; per round and client (means over rounds): FLOPs, trained
+    """Final test loss/accuracy; per round and client (means over rounds): FLOPs, local steps, trained
     parameters, the straggler's wall time and FLOPs, bytes down + up; the dropped clients."""
     clients = [c for r in run.rounds for c in r["clients"]]
     return {"alpha": run.alpha, "clients": run.clients, "test_loss": run.final["test_loss"], "test_accuracy": run.final["test_accuracy"],
             "initial_test_loss": run.initial["test_loss"],
             "client_gflops": _mean(c["flops"] / 1e9 for c in clients),
+            "client_steps": _mean(c.get("steps") for c in clients),  # local AdamW steps (a record before them: None)
             "max_client_gflops": _mean(max(c["flops"] for c in r["clients"]) / 1e9 for r in run.rounds if r["clients"]),
             "trained_params": _mean(c["trained_params"] for c in clients),
             "held_params": _mean(c["held_params"] for c in clients),
