@@ -238,3 +238,35 @@ def test_subsampled_shards_keep_their_proportions_and_every_client():
         assert part.tolist() == sorted(part.tolist())
     assert [p.tolist() for p in subsample_shards(shards, 0.05, seed=0)] == [p.tolist() for p in kept]
     assert [p.tolist() for p in subsample_shards(shards, 0.05, seed=1)] != [p.tolist() for p in kept]
+
+
+def test_a_round_lasts_as_long_as_its_slowest_client_at_its_compute_rate():
+    """simulated_round_s = max over the round's clients of FLOPs / (rate · 1e9), rates cycled over
+    the partitions; a dropped client does not count."""
+    from types import SimpleNamespace
+
+    from flwr.app import ArrayRecord, MetricRecord
+
+    from paperline.methods.leff.config import LEFFConfig
+    from paperline.methods.leff.data import FederatedData, Windows
+    from paperline.methods.leff.fed import FederatedFineTuning, model_state
+
+    x, y = batch(n=2, T=8)
+    data = FederatedData(clients=[], families=[], proxy=Windows(x, y), test=Windows(x, y), vocab_size=64)
+    cfg = LEFFConfig(clients=3, capacities=[1], client_rates=[1.0, 4.0])
+    strategy = FederatedFineTuning(cfg, "fedavg", 0.1, tiny_lm(), data, log=lambda _: None)
+    strategy.nodes = {10 + p: {"partition": p, "capacity": 1, "num-examples": 4} for p in range(3)}
+    strategy.plans, strategy.scores = {10 + p: {"bytes_down": 0} for p in range(3)}, None
+
+    def reply(partition: int, gflops: float, error: bool = False):
+        metrics = MetricRecord({"partition": partition, "num-examples": 4, "train_loss": 1.0, "flops": gflops * 1e9,
+                                "steps": 1, "trained_params": 1, "held_params": 1, "wall_s": 0.1, "bytes_up": 0})
+        return SimpleNamespace(metadata=SimpleNamespace(src_node_id=10 + partition), has_error=lambda: error,
+                               error=SimpleNamespace(reason="died"),
+                               content={"arrays": ArrayRecord(model_state(strategy.model)), "metrics": metrics})
+
+    # partition 0 at 1 GFLOP/s: 3 s; partition 1 at 4: 2 s; partition 2 (rate 1 again) dropped
+    strategy.aggregate_train(1, [reply(1, 8.0), reply(0, 3.0), reply(2, 50.0, error=True)])
+    record = strategy.run.rounds[-1]
+    assert [c["simulated_s"] for c in record["clients"]] == pytest.approx([3.0, 2.0])
+    assert record["simulated_round_s"] == pytest.approx(3.0) and len(record["dropped"]) == 1

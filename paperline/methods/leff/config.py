@@ -39,6 +39,10 @@ class LEFFConfig(MethodConfig):
     # methods seed by seed.
     families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
+    # each client's compute rate (GFLOP/s), cycled over the clients like `capacities` (so a list
+    # of the same length pairs a rate with a capacity): a round's simulated time is the slowest
+    # participating client's measured FLOPs / its rate, the straggler every method waits for
+    client_rates: list[Annotated[float, Field(gt=0)]] = Field(default=[1.0], min_length=1)
     rounds: PositiveInt = 10
     local_steps: PositiveInt = 8  # AdamW steps per client per round, batches drawn with replacement (no `local_epochs`)
     # the paper's local work: this many passes over the client's shard per round, each in a fresh
@@ -105,3 +109,8 @@ def runs_planned(cfg: LEFFConfig) -> list[tuple[str, float, int]]:
 
 def client_capacity(cfg: LEFFConfig, partition: int) -> int:
     return cfg.capacities[partition % len(cfg.capacities)]
+
+
+def client_rate(cfg: LEFFConfig, partition: int) -> float:
+    """The client's compute rate, GFLOP/s."""
+    return cfg.client_rates[partition % len(cfg.client_rates)]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, runs_planned
+from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, client_rate, runs_planned
 from paperline.methods.leff.data import FederatedData, Windows, federated_data
 from paperline.methods.leff.leff import (
     LAYER_KEY,
@@ -343,6 +343,7 @@ class FederatedFineTuning(Strategy):
                             "flops": float(m["flops"]), "steps": int(m["steps"]),
                             "trained_params": int(m["trained_params"]),
                             "held_params": int(m["held_params"]), "wall_s": float(m["wall_s"]),
+                            "simulated_s": float(m["flops"]) / (client_rate(self.cfg, int(m["partition"])) * 1e9),
                             "bytes_up": int(m["bytes_up"])} | plan)
         if updates:
             self.model.load_state_dict(aggregate(model_state(self.model), updates), strict=False)
@@ -350,6 +351,8 @@ class FederatedFineTuning(Strategy):
         clients.sort(key=lambda c: c["partition"])
         record = {"round": server_round, "test_loss": loss, "test_accuracy": acc,
                   "straggler_s": max((c["wall_s"] for c in clients), default=math.nan),
+                  # the round's time with each client at its compute rate: the slowest one's
+                  "simulated_round_s": max((c["simulated_s"] for c in clients), default=math.nan),
                   "bytes_down": sum(p["bytes_down"] for p in self.plans.values()),
                   "bytes_up": sum(c["bytes_up"] for c in clients),
                   "server_s": self.server_s + time.perf_counter() - started,
