@@ -24,13 +24,15 @@ from tasks.unit import unit
 
 
 def data_version(cfg: LEFFConfig) -> str:
-    """The corpus's and base model's digest; a missing or malformed corpus file or model folder fails
-    here, before any work (the weights' shapes are load_causal_lm's check, at the first task)."""
-    from paperline.data.text_corpus import load_corpus
+    """The corpus's, proxy text's and base model's digest; a missing or malformed corpus file, proxy
+    text (or one whose hash differs from its SHA256SUMS) or model folder fails here, before any work
+    (the weights' shapes are load_causal_lm's check, at the first task)."""
+    from paperline.data.text_corpus import load_corpus, read_slice
 
     check_causal_lm(cfg.model)
     load_corpus(cfg.corpus, cfg.block_size)
-    return track.data_version([cfg.corpus, cfg.model])
+    read_slice(cfg.proxy_text)
+    return track.data_version([cfg.corpus, cfg.model, cfg.proxy_text])
 
 
 def run_path(cfg: LEFFConfig, method: str, alpha: float, seed: int):

@@ -136,7 +136,8 @@ def test_later_alphas_and_seeds_run_the_named_methods_and_report_per_alpha():
                   "wall_s": 1.0, "bytes_up": 8}
         runs[(m, a, s)] = MethodRun(m, a, {"round": 0, "test_loss": 3.5, "test_accuracy": 0.1},
                                     [{"round": 1, "test_loss": loss[(m, a)] + step.get(m, 0.01) * s, "test_accuracy": 0.2,
-                                      "straggler_s": 1.0, "bytes_down": 8, "bytes_up": 8, "server_s": 0.1,
+                                      "straggler_s": 1.0, "simulated_round_s": 4.0 if m == "fedavg" else 1.0,
+                                      "bytes_down": 8, "bytes_up": 8, "server_s": 0.1,
                                       "clients": [client], "dropped": []}], clients=1, seed=s)
     metrics = method_metrics(cfg, runs, "smoke")
     assert list(metrics.rows) == ["pretrained@a0.1", "fedavg@a0.1", "fedlora@a0.1", "leff_importance@a0.1",
@@ -148,9 +149,11 @@ def test_later_alphas_and_seeds_run_the_named_methods_and_report_per_alpha():
     head = metrics.headline
     assert not any("claim" in k for k in head)
     assert head["leff_flops_ratio_vs_fedavg_a50"] == pytest.approx(0.5)
+    assert head["leff_simulated_round_time_ratio_vs_fedavg_a0.1"] == pytest.approx(0.25)
     claims = {c.name: c for c in metrics.claims}  # at the first α; fedbitfit and round-robin did not run
     assert set(claims) == {"leff_below_pretrained", "leff_not_above_fedavg", "leff_below_fedlora",
-                           "importance_below_random", "leff_client_flops_below_fedavg", "leff_bytes_below_fedavg"}
+                           "importance_below_random", "leff_client_flops_below_fedavg", "leff_bytes_below_fedavg",
+                           "leff_round_time_below_fedavg"}
     assert claims["leff_below_pretrained"].verdict == "shown" and claims["leff_below_pretrained"].trivial
     assert claims["leff_below_pretrained"].effect == pytest.approx(3.112 - 3.5)
     assert claims["leff_below_fedlora"].verdict == "shown" and claims["importance_below_random"].verdict == "shown"

@@ -12,7 +12,8 @@ VARIANTS = ("fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", 
 
 def seed_rows(loss: dict[str, list[float]], flops: dict[str, float] | None = None) -> dict:
     flops = flops or {}
-    return {s: {v: {"test_loss": values[s], "client_gflops": flops.get(v, 1.0), "mb_per_round": flops.get(v, 1.0)}
+    return {s: {v: {"test_loss": values[s], "client_gflops": flops.get(v, 1.0), "mb_per_round": flops.get(v, 1.0),
+                    "simulated_round_s": flops.get(v, 1.0)}
                 for v, values in loss.items()} for s in range(len(next(iter(loss.values()))))}
 
 
@@ -46,7 +47,8 @@ def test_one_seed_is_never_a_verdict_and_missing_variants_are_left_out():
     loss = {PRETRAINED: [3.37], "fedavg": [3.35], "leff_importance": [3.30]}
     claims = evaluate(seed_rows(loss))
     assert {c.name for c in claims} == {"leff_below_pretrained", "leff_not_above_fedavg",
-                                        "leff_client_flops_below_fedavg", "leff_bytes_below_fedavg"}
+                                        "leff_client_flops_below_fedavg", "leff_bytes_below_fedavg",
+                                        "leff_round_time_below_fedavg"}
     assert all(c.verdict == "inconclusive" and c.seeds == 1 for c in claims)
 
 

@@ -168,3 +168,105 @@ def test_dirichlet_split_covers_every_window_once_and_skews_with_small_alpha():
     assert skew(dirichlet_split(families, 5, 0.05, 0)) > skew(dirichlet_split(families, 5, 100.0, 0)) + 0.2
     w = cut_windows(np.arange(21, dtype=np.uint16), 5)
     assert len(w) == 4 and w.x[1].tolist() == [5, 6, 7, 8, 9] and w.y[1].tolist() == [6, 7, 8, 9, 10]
+
+
+def test_proxy_set_is_the_other_corpus_and_the_test_set_the_whole_validation_stream(tmp_path):
+    """The importance scores' and distillation's proxy windows are the proxy text's (the King James
+    slice), in the corpus's tokenizer, never the corpus's validation stream the test set is cut from."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from paperline.data.text_corpus import CorpusError, encode, load_corpus, prepare_corpus, read_slice
+    from paperline.methods.leff.data import federated_data, proxy_set
+    from tests.conftest import CHECKOUT
+
+    corpus = tmp_path / "corpus"
+    prepare_corpus(read_slice(CHECKOUT / "data" / "raw" / "shakespeare"), corpus, kind="byte", vocab_size=256,
+                   val_fraction=0.1, seed=0, source={})
+    kjv = tmp_path / "kjv"
+    shutil.copytree(CHECKOUT / "data" / "raw" / "kjv", kjv)
+    data = federated_data(str(corpus), 16, 3, 0.5, 3, 0, 5, 7, str(kjv))
+    stream = cut_windows(encode(Tokenizer.from_file(str(corpus / "tokenizer.json")), read_slice(kjv, 1)), 16)
+    assert len(data.proxy) == 5 and data.proxy.x[0].tolist() == stream.x[0].tolist()
+    assert data.proxy.x[-1].tolist() == stream.x[-1].tolist()  # spread over the whole text
+    val = cut_windows(load_corpus(corpus, 16).val, 16)
+    val_rows = {tuple(r) for r in val.x.tolist()}
+    assert len(data.test) == 7 and all(tuple(r) in val_rows for r in data.test.x.tolist())
+    assert data.test.x[0].tolist() == val.x[0].tolist() and data.test.x[-1].tolist() == val.x[-1].tolist()
+    assert not any(tuple(r) in val_rows for r in data.proxy.x.tolist())
+    proxy_set.cache_clear()
+    (kjv / "ruth.txt").write_text("edited\n")
+    with pytest.raises(CorpusError, match="ruth.txt: sha256"):
+        federated_data(str(corpus), 16, 3, 0.5, 3, 1, 5, 7, str(kjv))
+
+
+def test_a_local_epoch_passes_over_the_shard_once_and_fixed_steps_draw_with_replacement():
+    from paperline.methods.leff.fed import local_batches
+
+    g = torch.Generator().manual_seed(0)
+    epoch = local_batches(21, 8, steps=99, epochs=1, generator=g)
+    assert [len(b) for b in epoch] == [8, 8, 5] and sorted(torch.cat(epoch).tolist()) == list(range(21))
+    two = local_batches(21, 8, steps=99, epochs=2, generator=g)
+    assert len(two) == 6 and sorted(torch.cat(two).tolist()) == sorted(list(range(21)) * 2)
+    assert torch.cat(two[:3]).tolist() != torch.cat(two[3:]).tolist()  # each pass in a fresh order
+    fixed = local_batches(21, 8, steps=5, epochs=None, generator=torch.Generator().manual_seed(0))
+    assert [len(b) for b in fixed] == [8] * 5 and all(0 <= i < 21 for b in fixed for i in b.tolist())
+    assert local_batches(3, 8, steps=2, epochs=None, generator=g)[0].numel() == 3  # a shard under a batch
+
+
+def test_local_train_counts_flops_per_window_of_every_batch():
+    from paperline.methods.leff.data import Windows
+    from paperline.methods.leff.fed import local_train
+
+    x, y = batch(n=6, T=8)
+    shard = Windows(x, y)
+    keys = [n for n, _ in tiny_lm().named_parameters()]
+    one = local_train(tiny_lm(), keys, shard, [torch.arange(4)], lr=1e-3)
+    ragged = local_train(tiny_lm(), keys, shard, [torch.arange(4), torch.arange(4, 6)], lr=1e-3)
+    assert one["steps"] == 1 and ragged["steps"] == 2
+    assert ragged["flops"] == pytest.approx(one["flops"] * 6 / 4)
+
+
+def test_subsampled_shards_keep_their_proportions_and_every_client():
+    from paperline.methods.leff.data import subsample_shards
+
+    shards = dirichlet_split(np.repeat(np.arange(4), 250), 5, 0.1, seed=0)
+    kept = subsample_shards(shards, 0.05, seed=0)
+    for full, part in zip(shards, kept):
+        assert len(part) == max(1, round(0.05 * len(full))) and set(part.tolist()) <= set(full.tolist())
+        assert part.tolist() == sorted(part.tolist())
+    assert [p.tolist() for p in subsample_shards(shards, 0.05, seed=0)] == [p.tolist() for p in kept]
+    assert [p.tolist() for p in subsample_shards(shards, 0.05, seed=1)] != [p.tolist() for p in kept]
+
+
+def test_a_round_lasts_as_long_as_its_slowest_client_at_its_compute_rate():
+    """simulated_round_s = max over the round's clients of FLOPs / (rate · 1e9), rates cycled over
+    the partitions; a dropped client does not count."""
+    from types import SimpleNamespace
+
+    from flwr.app import ArrayRecord, MetricRecord
+
+    from paperline.methods.leff.config import LEFFConfig
+    from paperline.methods.leff.data import FederatedData, Windows
+    from paperline.methods.leff.fed import FederatedFineTuning, model_state
+
+    x, y = batch(n=2, T=8)
+    data = FederatedData(clients=[], families=[], proxy=Windows(x, y), test=Windows(x, y), vocab_size=64)
+    cfg = LEFFConfig(clients=3, capacities=[1], client_rates=[1.0, 4.0])
+    strategy = FederatedFineTuning(cfg, "fedavg", 0.1, tiny_lm(), data, log=lambda _: None)
+    strategy.nodes = {10 + p: {"partition": p, "capacity": 1, "num-examples": 4} for p in range(3)}
+    strategy.plans, strategy.scores = {10 + p: {"bytes_down": 0} for p in range(3)}, None
+
+    def reply(partition: int, gflops: float, error: bool = False):
+        metrics = MetricRecord({"partition": partition, "num-examples": 4, "train_loss": 1.0, "flops": gflops * 1e9,
+                                "steps": 1, "trained_params": 1, "held_params": 1, "wall_s": 0.1, "bytes_up": 0})
+        return SimpleNamespace(metadata=SimpleNamespace(src_node_id=10 + partition), has_error=lambda: error,
+                               error=SimpleNamespace(reason="died"),
+                               content={"arrays": ArrayRecord(model_state(strategy.model)), "metrics": metrics})
+
+    # partition 0 at 1 GFLOP/s: 3 s; partition 1 at 4: 2 s; partition 2 (rate 1 again) dropped
+    strategy.aggregate_train(1, [reply(1, 8.0), reply(0, 3.0), reply(2, 50.0, error=True)])
+    record = strategy.run.rounds[-1]
+    assert [c["simulated_s"] for c in record["clients"]] == pytest.approx([3.0, 2.0])
+    assert record["simulated_round_s"] == pytest.approx(3.0) and len(record["dropped"]) == 1

@@ -19,6 +19,10 @@ LEFF_METHODS = ("leff_importance", "leff_random", "leff_round_robin")
 class LEFFConfig(MethodConfig):
     model: ProjectPath = "data/lm_base"  # a transformers causal-LM folder (paperline CausalLM, GQA-family attention)
     corpus: ProjectPath = "data/text/shakespeare"
+    # the server's public proxy set (importance, context distillation): another domain than the
+    # clients' and the test set's, *.txt hash-checked by SHA256SUMS, encoded with the corpus's
+    # tokenizer (the paper: WebNLG, a public set apart from the task's); the committed King James slice
+    proxy_text: ProjectPath = "data/raw/kjv"
     block_size: PositiveInt = 64
     methods: list[Method] = Field(default=["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random",
                                            "leff_round_robin"], min_length=1)
@@ -35,8 +39,19 @@ class LEFFConfig(MethodConfig):
     # methods seed by seed.
     families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
+    # each client's compute rate (GFLOP/s), cycled over the clients like `capacities` (so a list
+    # of the same length pairs a rate with a capacity): a round's simulated time is the slowest
+    # participating client's measured FLOPs / its rate, the straggler every method waits for
+    client_rates: list[Annotated[float, Field(gt=0)]] = Field(default=[1.0], min_length=1)
     rounds: PositiveInt = 10
-    local_steps: PositiveInt = 8  # AdamW steps per client per round (the paper: one local epoch)
+    local_steps: PositiveInt = 8  # AdamW steps per client per round, batches drawn with replacement (no `local_epochs`)
+    # the paper's local work: this many passes over the client's shard per round, each in a fresh
+    # seeded order, ⌈shard windows / batch_size⌉ steps a pass (a client's work grows with its data);
+    # None: `local_steps` for every client whatever its shard
+    local_epochs: PositiveInt | None = None
+    # each client keeps this seeded share of its shard's windows (at least one): with `local_epochs`,
+    # the smoke's local work within its step budget; 1: the whole shard
+    shard_fraction: float = Field(1.0, gt=0, le=1)
     batch_size: PositiveInt = 8
     lr: float = Field(1e-3, gt=0)  # the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
     # LEFF's server side
@@ -44,8 +59,8 @@ class LEFFConfig(MethodConfig):
     distill_steps: Annotated[int, Field(ge=0)] = 50
     distill_lr: float = Field(1e-3, gt=0)
     attention_kl_weight: float = Field(1.0, ge=0)  # α of E = MSE(H_s, H_t) + α·KL(A_t‖A_s)
-    proxy_windows: PositiveInt = 32  # public proxy set: unlabeled windows of the validation stream's first half
-    eval_windows: PositiveInt = 64  # the global test windows: the validation stream's second half
+    proxy_windows: PositiveInt = 32  # public proxy set: unlabeled windows spread over `proxy_text`
+    eval_windows: PositiveInt = 64  # the global test windows, spread over the corpus's validation stream
     # baselines
     lora_rank: PositiveInt = 4
     lora_alpha: float = Field(8.0, gt=0)
@@ -94,3 +109,8 @@ def runs_planned(cfg: LEFFConfig) -> list[tuple[str, float, int]]:
 
 def client_capacity(cfg: LEFFConfig, partition: int) -> int:
     return cfg.capacities[partition % len(cfg.capacities)]
+
+
+def client_rate(cfg: LEFFConfig, partition: int) -> float:
+    """The client's compute rate, GFLOP/s."""
+    return cfg.client_rates[partition % len(cfg.client_rates)]

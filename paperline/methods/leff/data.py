@@ -1,5 +1,8 @@
-"""The federated data: non-IID client shards of the corpus's training stream, the server's public
-proxy set and the global test windows (both from the validation stream, never seen by a client)."""
+"""The federated data: non-IID client shards of the corpus's training stream, the global test
+windows (the validation stream, never seen by a client) and the server's public proxy set, from
+another corpus (`proxy_text`, a hash-checked folder of *.txt: the King James slice by default) in
+the corpus's own tokenizer, so the importance scores and the distilled contexts never see the test
+distribution (the paper's proxy is a separate public data set, WebNLG)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from paperline.data.text_corpus import load_corpus
+from paperline.data.text_corpus import encode, load_corpus, read_slice
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,13 @@ def dirichlet_split(families: np.ndarray, clients: int, alpha: float, seed: int)
     return [np.sort(np.asarray(s, dtype=np.int64)) for s in shards]
 
 
+def subsample_shards(shards: list[np.ndarray], fraction: float, seed: int) -> list[np.ndarray]:
+    """Each shard's seeded share `fraction` of its indices (rounded, at least one), sorted: the
+    shards' sizes keep their proportions, so their skew and weights D_i stay the split's."""
+    rng = np.random.default_rng([seed, 41])
+    return [np.sort(rng.choice(s, size=max(1, round(fraction * len(s))), replace=False)) for s in shards]
+
+
 @dataclass(frozen=True)
 class FederatedData:
     clients: list[Windows]
@@ -57,9 +67,21 @@ class FederatedData:
     vocab_size: int
 
 
+@lru_cache(maxsize=2)  # every seed's and α's data share it; a ClientApp process encodes it once
+def proxy_set(folder: str, tokenizer_path: str, block_size: int, windows: int) -> Windows:
+    """`windows` windows spread evenly over the whole text of `folder` (read_slice: every file its
+    SHA256SUMS lists, hash-checked), encoded with the tokenizer file; the same for every seed."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    stream = cut_windows(encode(tokenizer, read_slice(folder, speeches_per_document=1)), block_size)
+    idx = np.unique(np.linspace(0, len(stream) - 1, num=min(windows, len(stream))).astype(np.int64))
+    return Windows(stream.x[idx], stream.y[idx])
+
+
 @lru_cache(maxsize=4)  # a ClientApp process reads its shard once per (corpus, split), not per message
 def federated_data(corpus: str, block_size: int, clients: int, alpha: float, families: int, seed: int,
-                   proxy_windows: int, eval_windows: int) -> FederatedData:
+                   proxy_windows: int, eval_windows: int, proxy_text: str, shard_fraction: float = 1.0) -> FederatedData:
     c = load_corpus(corpus, block_size)
     train = cut_windows(c.train, block_size)
     if len(train) < clients:
@@ -68,15 +90,14 @@ def federated_data(corpus: str, block_size: int, clients: int, alpha: float, fam
     # so equal contiguous segments of the stream are mostly one play each: the non-IID "families".
     family = (np.arange(len(train)) * families) // len(train)
     shards = dirichlet_split(family, clients, alpha, seed)
+    if shard_fraction < 1:
+        shards = subsample_shards(shards, shard_fraction, seed)
     val = cut_windows(c.val, block_size)
-    half = len(val) // 2
-    if half < 1:
-        raise ValueError(f"{corpus}: the validation stream holds {len(val)} window(s); the proxy and test sets need 2")
-    proxy_idx = np.linspace(0, half - 1, num=min(proxy_windows, half)).astype(np.int64)
-    test_idx = half + np.linspace(0, len(val) - half - 1, num=min(eval_windows, len(val) - half)).astype(np.int64)
+    proxy = proxy_set(proxy_text, str(c.tokenizer_path), block_size, proxy_windows)
+    test_idx = np.unique(np.linspace(0, len(val) - 1, num=min(eval_windows, len(val))).astype(np.int64))
     return FederatedData(
         clients=[Windows(train.x[s], train.y[s]) for s in shards],
         families=[np.bincount(family[s], minlength=families) for s in shards],
-        proxy=Windows(val.x[np.unique(proxy_idx)], val.y[np.unique(proxy_idx)]),
-        test=Windows(val.x[np.unique(test_idx)], val.y[np.unique(test_idx)]),
+        proxy=proxy,
+        test=Windows(val.x[test_idx], val.y[test_idx]),
         vocab_size=c.vocab_size)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, runs_planned
+from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, client_rate, runs_planned
 from paperline.methods.leff.data import FederatedData, Windows, federated_data
 from paperline.methods.leff.leff import (
     LAYER_KEY,
@@ -77,15 +77,24 @@ def evaluate(model: CausalLM, windows: Windows, batch_size: int = 32) -> tuple[f
 
 def client_shard(cfg: LEFFConfig, alpha: float, partition: int) -> Windows:
     data = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families, cfg.seed,
-                          cfg.proxy_windows, cfg.eval_windows)
+                          cfg.proxy_windows, cfg.eval_windows, cfg.proxy_text, cfg.shard_fraction)
     return data.clients[partition]
 
 
-def local_train(model: CausalLM, keys: list[str], shard: Windows, steps: int, batch_size: int, lr: float,
-                generator: torch.Generator) -> dict:
-    """AdamW on the parameters named `keys` only, `steps` batches drawn from the shard; the FLOPs of
+def local_batches(windows: int, batch_size: int, steps: int, epochs: int | None,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+    """A round's batches of shard indices: `epochs` passes over the shard, each a fresh permutation
+    cut into ⌈windows / batch_size⌉ batches (the last one shorter); without epochs, `steps` batches
+    drawn with replacement."""
+    if epochs is None:
+        return [torch.randint(windows, (min(batch_size, windows),), generator=generator) for _ in range(steps)]
+    return [batch for _ in range(epochs) for batch in torch.randperm(windows, generator=generator).split(batch_size)]
+
+
+def local_train(model: CausalLM, keys: list[str], shard: Windows, batches: list[torch.Tensor], lr: float) -> dict:
+    """AdamW on the parameters named `keys` only, a step per batch of shard indices; the FLOPs of
     the first step counted by torch's FlopCounterMode (forward + backward, every matmul incl.
-    attention), times `steps`."""
+    attention), per window, times the windows of every batch (the count is linear in the batch)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     names = set(keys)
@@ -93,19 +102,18 @@ def local_train(model: CausalLM, keys: list[str], shard: Windows, steps: int, ba
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    losses, flops = [], 0
-    for step in range(steps):
-        idx = torch.randint(len(shard), (min(batch_size, len(shard)),), generator=generator)
+    losses, flops = [], 0.0
+    for step, idx in enumerate(batches):
         counter = FlopCounterMode(display=False) if step == 0 else None
         with counter if counter is not None else contextlib.nullcontext():
             loss = model(shard.x[idx], labels=shard.y[idx]).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
         if counter is not None:
-            flops = counter.get_total_flops() * steps
+            flops = counter.get_total_flops() / len(idx) * sum(len(b) for b in batches)
         opt.step()
         losses.append(loss.item())
-    return {"train_loss": sum(losses) / len(losses), "flops": float(flops),
+    return {"train_loss": sum(losses) / len(losses), "flops": float(flops), "steps": float(len(batches)),
             "trained_params": float(sum(p.numel() for p in params)),
             "held_params": float(sum(p.numel() for p in model.parameters()))}
 
@@ -201,7 +209,8 @@ def train(msg: Message, context: Context) -> Message:
     keys = trainable_keys(method, [n for n, _ in model.named_parameters()], block)
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
     shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
-    metrics = local_train(model, keys, shard, cfg.local_steps, cfg.batch_size, cfg.lr, generator)
+    batches = local_batches(len(shard), cfg.batch_size, cfg.local_steps, cfg.local_epochs, generator)
+    metrics = local_train(model, keys, shard, batches, cfg.lr)
     state = model.state_dict()
     sent = {k: state[k].detach().clone() for k in keys}
     metrics |= {"partition": partition, "num-examples": len(shard), "wall_s": time.perf_counter() - start,
@@ -331,8 +340,10 @@ class FederatedFineTuning(Strategy):
             updates.append((float(m["num-examples"]), sent))
             clients.append({"partition": int(m["partition"]), "capacity": self.nodes[node]["capacity"],
                             "num_examples": int(m["num-examples"]), "train_loss": float(m["train_loss"]),
-                            "flops": float(m["flops"]), "trained_params": int(m["trained_params"]),
+                            "flops": float(m["flops"]), "steps": int(m["steps"]),
+                            "trained_params": int(m["trained_params"]),
                             "held_params": int(m["held_params"]), "wall_s": float(m["wall_s"]),
+                            "simulated_s": float(m["flops"]) / (client_rate(self.cfg, int(m["partition"])) * 1e9),
                             "bytes_up": int(m["bytes_up"])} | plan)
         if updates:
             self.model.load_state_dict(aggregate(model_state(self.model), updates), strict=False)
@@ -340,6 +351,8 @@ class FederatedFineTuning(Strategy):
         clients.sort(key=lambda c: c["partition"])
         record = {"round": server_round, "test_loss": loss, "test_accuracy": acc,
                   "straggler_s": max((c["wall_s"] for c in clients), default=math.nan),
+                  # the round's time with each client at its compute rate: the slowest one's
+                  "simulated_round_s": max((c["simulated_s"] for c in clients), default=math.nan),
                   "bytes_down": sum(p["bytes_down"] for p in self.plans.values()),
                   "bytes_up": sum(c["bytes_up"] for c in clients),
                   "server_s": self.server_s + time.perf_counter() - started,
@@ -389,7 +402,8 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
                 run_cfg = cfg.model_copy(update={"seed": seed})  # the clients read the seed from it
                 if (alpha, seed) not in data:
                     data[(alpha, seed)] = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families,
-                                                         seed, cfg.proxy_windows, cfg.eval_windows)
+                                                         seed, cfg.proxy_windows, cfg.eval_windows, cfg.proxy_text,
+                                                         cfg.shard_fraction)
                 strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log)
                 try:
                     strategy.query_clients(grid, cfg.round_timeout_s)

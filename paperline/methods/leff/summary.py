@@ -29,16 +29,19 @@ def _mean(values) -> float | None:
 
 
 def row(run: MethodRun) -> dict:
-    """Final test loss/accuracy; per round and client (means over rounds): FLOPs, trained
-    parameters, the straggler's wall time and FLOPs, bytes down + up; the dropped clients."""
+    """Final test loss/accuracy; per round and client (means over rounds): FLOPs, local steps, trained
+    parameters, the straggler's wall time and FLOPs, the simulated round time (the slowest client's
+    FLOPs / its rate), bytes down + up; the dropped clients."""
     clients = [c for r in run.rounds for c in r["clients"]]
     return {"alpha": run.alpha, "clients": run.clients, "test_loss": run.final["test_loss"], "test_accuracy": run.final["test_accuracy"],
             "initial_test_loss": run.initial["test_loss"],
             "client_gflops": _mean(c["flops"] / 1e9 for c in clients),
+            "client_steps": _mean(c.get("steps") for c in clients),  # local AdamW steps (a record before them: None)
             "max_client_gflops": _mean(max(c["flops"] for c in r["clients"]) / 1e9 for r in run.rounds if r["clients"]),
             "trained_params": _mean(c["trained_params"] for c in clients),
             "held_params": _mean(c["held_params"] for c in clients),
             "straggler_s": _mean(r["straggler_s"] for r in run.rounds),
+            "simulated_round_s": _mean(r.get("simulated_round_s") for r in run.rounds),  # a record before it: None
             "client_s": _mean(c["wall_s"] for c in clients),
             "server_s": _mean(r["server_s"] for r in run.rounds),
             "mb_per_round": _mean((r["bytes_down"] + r["bytes_up"]) / 1e6 for r in run.rounds),
@@ -86,7 +89,8 @@ def headline(cfg: LEFFConfig, table: dict[str, dict], runs: Runs) -> dict:
         if leff is None or fedavg is None:
             continue
         for key, name in (("client_gflops", "flops"), ("max_client_gflops", "straggler_flops"),
-                          ("straggler_s", "straggler_time"), ("mb_per_round", "bytes"),
+                          ("straggler_s", "straggler_time"), ("simulated_round_s", "simulated_round_time"),
+                          ("mb_per_round", "bytes"),
                           ("trained_params", "trained_params")):
             if fedavg[key]:
                 head[f"leff_{name}_ratio_vs_fedavg{sfx}"] = leff[key] / fedavg[key]
