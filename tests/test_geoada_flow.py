@@ -94,7 +94,9 @@ def test_tiny_dag_outputs(dag):
     assert (dag / "plots" / "geoada" / "ade.csv").read_text().startswith("row,ade,fde")
     assert json.loads((dag / "models" / "geoada" / "run.json").read_text())["complete"]
     assert (dag / "models" / "geoada" / "base.pt").is_file()
-    assert all((dag / "models" / "geoada" / "frame_geoada" / f"seed{s}" / "train.pt").is_file() for s in SEEDS)
+    frame = dag / "models" / "geoada" / "frame_geoada"  # the first seed sweeps the rates: a checkpoint a rate
+    assert sorted(p.parent.name for p in (frame / f"seed{SEEDS[0]}").glob("lr*/train.pt")) == ["lr0.001", "lr0.003"]
+    assert all((frame / f"seed{s}" / "train.pt").is_file() for s in SEEDS[1:])
 
 
 @pytest.mark.dag_stage("geoada")
