@@ -147,8 +147,8 @@ def test_the_papers_score_is_the_success_rate_where_the_env_reports_one_else_the
     from paperline.methods.star.evaluate import rollout
     from paperline.methods.star.summary import paper_score, ratio_to_oracle
 
-    assert ratio_to_oracle(50.0, 200.0) == 0.25 and ratio_to_oracle(-400.0, -200.0) == 0.5
-    assert np.isnan(ratio_to_oracle(10.0, -200.0))
+    assert ratio_to_oracle(50.0, 200.0) == 0.25
+    assert np.isnan(ratio_to_oracle(-400.0, -200.0)) and np.isnan(ratio_to_oracle(10.0, -1.2))  # a cost task
     # a success flag wins over the return, whatever the oracle's (Meta-World is scored by it)
     assert paper_score({"return": 10.0, "success": 0.4}, {"return": 900.0, "success": 1.0}) == 0.4
 
@@ -278,16 +278,11 @@ def test_summary_normalises_by_the_same_seed_oracle_and_computes_the_claims():
     assert rows["pendulum-star-4"]["normalized_return"] == pytest.approx(np.mean(star))
     assert rows["pendulum-star-4"]["normalized_return_std"] == pytest.approx(np.std(star, ddof=1))  # sample std
     assert rows["pendulum-oracle"]["normalized_return"] == 1.0 and rows["pendulum-oracle"]["pref_accuracy"] is None
-    # the paper's score: no random floor; Pendulum's returns are costs, so the oracle's over the variant's
-    star_paper = [200 / 300, 1.0, 200 / 290]
-    assert rows["pendulum-star-4"]["paper_score"] == pytest.approx(np.mean(star_paper))
-    assert rows["pendulum-star-4"]["paper_score_std"] == pytest.approx(np.std(star_paper, ddof=1))
-    assert rows["pendulum-star-4"]["paper_score_min"] == pytest.approx(200 / 300)
-    assert rows["pendulum-oracle"]["paper_score"] == 1.0
+    # the paper's score (R / R_oracle, no random floor) is undefined on a cost task: Pendulum has none
+    assert rows["pendulum-star-4"]["paper_score"] is None and rows["pendulum-oracle"]["paper_score"] is None
     metrics = method_metrics(cfg, results, "tiny")
     assert metrics.primary_metric == "paper_score"
-    assert metrics.headline["pendulum_4_star_minus_pebble_paper_score"] == pytest.approx(
-        np.mean(star_paper) - np.mean([200 / 600, 400 / 700, 200 / 610]))
+    assert metrics.headline["pendulum_4_star_minus_pebble_paper_score"] is None
     assert not any("claim" in k or "above" in k for k in metrics.headline)
     assert metrics.headline["pendulum_4_star_minus_pebble"] == pytest.approx(np.mean(star) - np.mean(pebble))
     got = {c.name: c for c in metrics.claims}
