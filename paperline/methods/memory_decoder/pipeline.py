@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from paperline.io import atomic_dir, atomic_path
-from paperline.methods.memory_decoder.config import MemoryDecoderConfig, ShapeConfig, TrainConfig
+from paperline.methods.memory_decoder.config import MemoryDecoderConfig, ShapeConfig
 from paperline.methods.memory_decoder.data import MemDecData
 from paperline.train.distributed import DistributedConfig
 
@@ -46,12 +46,6 @@ def save_lm(model, folder: str | Path, data: MemDecData) -> Path:
     return folder
 
 
-def settings(t: TrainConfig, block_size: int, seed: int):
-    from paperline.train.lm import LMTrainSettings
-
-    return LMTrainSettings.from_config(t, block_size, seed)
-
-
 def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, distributed: DistributedConfig, device,
                device_indices: list, checkpoint_path: Path, on_log: Callable[[int, dict], None],
                progress: bool = False) -> tuple[torch.nn.Module, dict, dict]:
@@ -60,7 +54,7 @@ def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, distribute
     from paperline.data.tokens import open_tokens
     from paperline.nn.causal_lm import CausalLM
     from paperline.seeds import seeded_init
-    from paperline.train.lm import train_lm_spread
+    from paperline.train.lm import LMTrainSettings, train_lm_spread
 
     shape = cfg.base_small if size == "small" else cfg.base_large
     with seeded_init(cfg.seed):
@@ -68,7 +62,7 @@ def train_base(cfg: MemoryDecoderConfig, size: str, data: MemDecData, distribute
     general = Path(data.general_dir)
     train = open_tokens(general / "train.bin", data.vocab_size, cfg.block_size)
     val = open_tokens(general / "val.bin", data.vocab_size, cfg.block_size)
-    result = train_lm_spread(distributed, model, train, val, settings(cfg.base_train, cfg.block_size, cfg.seed),
+    result = train_lm_spread(distributed, model, train, val, LMTrainSettings.from_config(cfg.base_train, cfg.block_size, cfg.seed),
                              device, device_indices=device_indices, checkpoint_path=checkpoint_path,
                              fingerprint={"data": data.version}, progress=progress, description=f"base_{size}",
                              on_log=on_log)
@@ -86,6 +80,7 @@ def train_memdec_seed(cfg: MemoryDecoderConfig, data: MemDecData, seed: int, sma
     from paperline.methods.memory_decoder.memdec import train_memdec
     from paperline.nn.causal_lm import CausalLM
     from paperline.seeds import seeded_init
+    from paperline.train.lm import LMTrainSettings
 
     t = cfg.memdec_train
     if t.init_from_small_base:
@@ -96,7 +91,7 @@ def train_memdec_seed(cfg: MemoryDecoderConfig, data: MemDecData, seed: int, sma
     train, _ = load_domain(data.domain_dir, data.vocab_size, cfg.block_size)
     targets = np.load(datastore / "knn_targets.npz")
     result = train_memdec(model, train.tokens, targets["values"], targets["weights"],
-                          settings(t, cfg.block_size, seed), t.alpha, device, checkpoint_path=checkpoint_path,
+                          LMTrainSettings.from_config(t, cfg.block_size, seed), t.alpha, device, checkpoint_path=checkpoint_path,
                           fingerprint={"data": data.version, "init": t.init_from_small_base}, on_log=on_log)
     h = result["history"]
     return model, {"final_loss": h["loss"][-1], "final_kl": h["kl"][-1], "final_ce": h["ce"][-1],

@@ -16,19 +16,13 @@ from paperline.methods.tpa.formulas import attention_params, balanced_heads, cac
 from paperline.train.distributed import DistributedConfig
 
 
-def train_settings(cfg: TPAConfig, seed: int):
-    from paperline.train.lm import LMTrainSettings
-
-    return LMTrainSettings.from_config(cfg.train, cfg.train.block_size, seed)
-
-
 def train_variant_seed(cfg: TPAConfig, variant: str, seed: int, data: TokenData, distributed: DistributedConfig,
                        device: Any, device_indices: list, out: Path, on_log: Callable[[int, dict], None],
                        progress: bool = False) -> tuple[dict, dict]:
     """(the seed's row, the training loop's result); the model's HF folder in `out/hf` (with the
     corpus's tokenizer: a complete model), its checkpoint in `out/checkpoint.pt`."""
     from paperline.methods.tpa.models import build_model
-    from paperline.train.lm import evaluate, train_lm_spread, validation_windows
+    from paperline.train.lm import LMTrainSettings, evaluate, train_lm_spread, validation_windows
 
     heads = balanced_heads(variant, cfg.shape)
     model = build_model(variant, cfg.shape, data.vocab_size, cfg.train.block_size, seed)
@@ -37,7 +31,7 @@ def train_variant_seed(cfg: TPAConfig, variant: str, seed: int, data: TokenData,
     windows = validation_windows(val, cfg.train.block_size, cfg.train.eval_windows)
     initial_val_loss = evaluate(model.to(device), windows, cfg.train.batch_size, device)
     model.cpu()  # training (in process or spawned) moves it where it runs
-    result = train_lm_spread(distributed, model, train, val, train_settings(cfg, seed), device,
+    result = train_lm_spread(distributed, model, train, val, LMTrainSettings.from_config(cfg.train, cfg.train.block_size, seed), device,
                              device_indices=device_indices, checkpoint_path=out / "checkpoint.pt",
                              fingerprint={"data": data.version}, progress=progress,
                              description=f"{variant}/seed{seed}", on_log=on_log)
