@@ -85,20 +85,24 @@ def section_file(section: str, folder: str | Path = PARAMS_DIR) -> str:
 # libyaml's parser where PyYAML was built with it (~10x faster: a stage reads the params several
 # times), the same safe schema either way
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_PARSED: dict[str, Any] = {}  # a file's text -> its parsed mapping: each text is parsed once a process
+# a file -> (its text, the parsed mapping): each text is parsed once a process; a file rewritten
+# replaces its entry, so a long session that rewrites params keeps one entry a file
+_PARSED: dict[Path, tuple[str, dict[str, Any]]] = {}
 
 
 def _read_section_file(path: Path) -> dict[str, Any]:
     text = path.read_text()
-    if text not in _PARSED:
+    key = path.resolve()
+    cached = _PARSED.get(key)
+    if cached is None or cached[0] != text:
         try:
             data = yaml.load(text, Loader=_SAFE_LOADER)
         except yaml.YAMLError as err:
             raise ParamsError(f"{path}: not valid YAML: {err}") from err
         if not isinstance(data, dict):
             raise ParamsError(f"{path}: expected a mapping with one top-level key, {path.stem!r}")
-        _PARSED[text] = data
-    return copy.deepcopy(_PARSED[text])  # callers may change what they get
+        cached = _PARSED[key] = (text, data)
+    return copy.deepcopy(cached[1])  # callers may change what they get
 
 
 def read_params(folder: str | Path = PARAMS_DIR) -> dict[str, Any]:

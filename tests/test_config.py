@@ -166,3 +166,14 @@ def test_read_params_parses_each_text_once_but_sees_every_change(tmp_path):
     (params / "dnc.yaml").write_text("dnc: [unclosed\n")
     with pytest.raises(ParamsError, match="dnc.yaml: not valid YAML"):
         read_params(params)
+
+
+def test_read_params_keeps_one_parsed_entry_a_file_however_often_it_is_rewritten(tmp_path):
+    from paperline import config
+
+    params = tmp_path / "params"
+    params.mkdir()
+    for profile in ("smoke", "tiny", "paper", "smoke"):
+        (params / "dnc.yaml").write_text(f"dnc:\n  profile: {profile}\n")
+        assert read_params(params) == {"dnc": {"profile": profile}}
+    assert [key for key in config._PARSED if tmp_path in key.parents] == [(params / "dnc.yaml").resolve()]

@@ -47,9 +47,7 @@ def check_base(lm: LMAdaptConfig) -> dict:
 def lm_data_version(lm: LMAdaptConfig) -> str:
     """Every input checked before training (base, corpus, target text); the version names them."""
     config = check_base(lm)
-    # the texts read and encoded (≥ 2 documents each); lm_texts hands the vocabulary size to readers
-    # that take None (a config without one) as no limit
-    texts = lm_texts(lm, config.get("vocab_size"), 0)  # type: ignore[arg-type]
+    texts = lm_texts(lm, config.get("vocab_size"), 0)  # the texts read and encoded (≥ 2 documents each)
     base = Path(lm.base)
     record = base / "lm_base.json"
     return "sha256:" + json_digest({

@@ -32,9 +32,10 @@ class LMTexts:
     fingerprint: dict  # what the data version hashes
 
 
-def lm_texts(lm: LMAdaptConfig, vocab_size: int, seed: int) -> LMTexts:
+def lm_texts(lm: LMAdaptConfig, vocab_size: int | None, seed: int) -> LMTexts:
     """(target train, target held-out, Shakespeare held-out) in the model's vocabulary; whole
-    chapters / speeches held out, seeded. Errors name the file and the key."""
+    chapters / speeches held out, seeded; `vocab_size` None (a config without one): no limit on the
+    tokenizer. Errors name the file and the key."""
     target_train_docs, target_val_docs = split_documents(
         read_slice(lm.target_text, speeches_per_document=1), lm.val_fraction, seed)
     own = Path(lm.base) / MODEL_TOKENIZER
