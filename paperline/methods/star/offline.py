@@ -22,7 +22,6 @@ files (scripted-teacher labels), then read back through `paperline.rl.offline`'s
 path a real D4RL/Minari file and PT's human labels take."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Callable
@@ -32,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.io import read_json, write_json
 from paperline.methods.star.config import OfflineConfig, StarConfig, TaskConfig
 from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, make_env
@@ -49,6 +47,7 @@ from paperline.rl.offline import (
 )
 from paperline.rl.reward_model import RewardEnsemble
 from paperline.rl.teacher import ScriptedTeacher, rational_labels
+from paperline.train.records import finished_unit
 
 QUALITIES = ("random", "noisy", "expert")
 
@@ -275,10 +274,10 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     reward model once, every variant, each evaluated with the true reward against the expert
     (the oracle's SAC) and a random policy on the same episodes.
 
-    A killed run resumes variant by variant: each finished variant's evaluation is recorded in
-    `out/variants.json` with the settings that produced it; a rerun regenerates the data and
-    refits the reward model (both deterministic in the seed, and cheap beside the extractions)
-    and trains only the variants not recorded, to the same results."""
+    A killed run resumes variant by variant: each finished variant's evaluation is a finished-unit
+    record (`out/variants/<variant>.json`, fingerprinted by the settings that produce it); a rerun
+    regenerates the data and refits the reward models (deterministic in the seed, and cheap beside
+    the extractions) and trains only the variants not recorded, to the same results."""
     off = offline_config(cfg)
     behaviour = None
     if off.dataset is None:
@@ -303,20 +302,16 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     random_return = evaluate(eval_env, lambda obs: rng.uniform(*info.bounds()).astype(np.float32), seeds,
                              task.episode_steps)["return"]
     s = cfg.sac
-    record = Path(out) / "variants.json"
-    fingerprint = json.loads(json.dumps({"seed": seed, "task": task.model_dump(), "offline": off.model_dump(),
-                                         "sac": s.model_dump(), "reward": cfg.reward.model_dump(),
-                                         "star": cfg.star.model_dump(), "teacher": cfg.teacher.model_dump()}))
-    saved = read_json(record) if record.exists() else {}
-    done = saved.get("variants", {}) if saved.get("fingerprint") == fingerprint else {}
-    variants = {}
-    for v in off.variants:
-        if v not in done:
-            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v],
-                                   seed, progress)
-            done[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
-            write_json(record, {"fingerprint": fingerprint, "variants": done})
-        variants[v] = done[v]
+    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(), "sac": s.model_dump(),
+                   "reward": cfg.reward.model_dump(), "star": cfg.star.model_dump(), "teacher": cfg.teacher.model_dump()}
+
+    def extract(v: str) -> dict:
+        policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v], seed,
+                               progress)
+        return evaluate(eval_env, policy.act, seeds, task.episode_steps)
+
+    variants = {v: finished_unit(Path(out) / "variants" / f"{v}.json", fingerprint | {"variant": v},
+                                 lambda: extract(v)) for v in off.variants}
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
             "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "labels": len(labels.y), "transitions": len(data),
