@@ -69,6 +69,8 @@ class PTSettings(StrictModel):
 
 
 class PreferenceTransformer(nn.Module):
+    """Steps 1-3 of the module docstring: per-step rewards r̂ and the segment's score S."""
+
     def __init__(self, obs_dim: int, act_dim: int, segment: int, settings: PTSettings):
         super().__init__()
         d = settings.embed
@@ -171,8 +173,8 @@ def relabel(model: PreferenceTransformer, data: Transitions, segment: int, chunk
     """r̂ of every transition given at most `segment` − 1 preceding steps of its episode (module
     docstring, [R]): [n] float32. Episodes are contiguous rows of the data."""
     n = len(data)
-    _, first = np.unique(data.episode, return_index=True)
-    episode_start = first[np.searchsorted(np.unique(data.episode), data.episode)]
+    episodes, first = np.unique(data.episode, return_index=True)
+    episode_start = first[np.searchsorted(episodes, data.episode)]
     position = np.minimum(np.arange(n) - episode_start, segment - 1)
     # the window of `segment` rows from `start`; rows past the episode (or the data) lie after the
     # step read, which the causal mask hides from it
