@@ -74,7 +74,7 @@ def train_row(cfg: StarConfig, task_name: str, variant: str, budget: int | None,
 def train_offline(cfg: StarConfig, ctx: track.RunContext) -> list[dict]:
     """The offline variant, every seed (after the oracle row of its task: its SAC is the expert
     behaviour policy). A child run per extraction (`offline-<variant>`), a nested run per seed."""
-    from paperline.methods.star.summary import normalised
+    from paperline.methods.star.summary import OWN_REWARD_MODEL, normalised
 
     off = cfg.offline
     t = next(t for t in cfg.tasks if t.name == off.task)
@@ -85,15 +85,15 @@ def train_offline(cfg: StarConfig, ctx: track.RunContext) -> list[dict]:
         for seed in cfg.run_seeds():
             agent, info = load_agent(cfg, t, "oracle", None, seed, u.models / oracle / f"seed{seed}.pt")
             result = run_offline(cfg, t, info, lambda obs: agent.act(obs, deterministic=True), seed,
-                                 u.models / "offline" / f"seed{seed}", progress=sys.stderr.isatty())
+                                 u.models / "offline" / f"seed{seed}", progress=sys.stderr.isatty(), device=u.device)
             for v, res in result["variants"].items():
+                accuracy = result.get(OWN_REWARD_MODEL.get(v, "pref_accuracy"))  # its reward model's
                 with ctx.child(f"offline-{v}/seed{seed}", params={"seed": seed}, parent=runs[f"offline-{v}"]) as run:
                     run.log_metrics({"return": res["return"], "expert_return": result["expert_return"],
                                      "random_return": result["random_return"], "labels": result["labels"],
                                      "normalized_return": normalised(res["return"], result["expert_return"],
                                                                      result["random_return"])}
-                                    | ({"pref_accuracy": result["pref_accuracy"]}
-                                       if result["pref_accuracy"] is not None else {}))
+                                    | ({"pref_accuracy": accuracy} if accuracy is not None else {}))
             seeds.append(result)
     return seeds
 

@@ -53,6 +53,30 @@ def test_offline_claims_and_a_reversed_one():
     assert [c.name for c in claims.offline({"star": [0.1], "iql": [0.2]})] == ["offline_star_above_iql"]
 
 
+def test_the_offline_baselines_with_reward_models_of_their_own_get_their_rows_figures_and_claims():
+    """`mr` and `pt` fit reward models of their own: each row shows its own held-out accuracy, the
+    others STAR's; both get a headline gap and a claim beside the trivial baseline's."""
+    from paperline.methods.star.summary import offline_headline, offline_rows, offline_seed_values
+
+    def seed(star, pt, mr):
+        return {"variants": {"star": {"return": star}, "iql": {"return": -600.0}, "mr": {"return": mr},
+                             "pt": {"return": pt}},
+                "expert_return": -200.0, "random_return": -1200.0, "dataset_return": -700.0, "labels": 100,
+                "pref_accuracy": 0.9, "mr_pref_accuracy": 0.8, "pt_pref_accuracy": 0.7}
+
+    offline = [seed(-500.0, -900.0, -700.0), seed(-450.0, -950.0, -650.0), seed(-480.0, -850.0, -690.0)]
+    rows = offline_rows(offline)
+    assert {v: rows[f"offline-{v}"]["pref_accuracy"] for v in ("star", "iql", "mr", "pt")} == pytest.approx({
+        "star": 0.9, "iql": 0.9, "mr": 0.8, "pt": 0.7})
+    assert rows["offline-pt"]["normalized_return"] == pytest.approx((0.3 + 0.25 + 0.35) / 3)
+    head = offline_headline(rows)
+    assert head["offline_star_minus_pt"] == pytest.approx(rows["offline-star"]["normalized_return"]
+                                                          - rows["offline-pt"]["normalized_return"])
+    got = {c.name: c for c in claims.offline(offline_seed_values(offline))}
+    assert {"offline_star_above_random", "offline_star_above_mr", "offline_star_above_pt"} <= set(got)
+    assert got["offline_star_above_pt"].effect == pytest.approx(head["offline_star_minus_pt"])
+
+
 def test_a_task_may_run_fewer_variants_and_must_keep_the_oracle():
     task = {"env_id": "Pendulum-v1", "kind": "continuous", "episode_steps": 20, "steps": 100, "seed_steps": 10,
             "budgets": [4], "segment": 5}

@@ -14,8 +14,9 @@ The paper's main claims, in our words:
 5. PMR makes the reward model generalise: its held-out preference accuracy (PMR alone) above PEBBLE's.
 6. Offline, with one preference reward model for all: STAR's in-sample value with
    advantage-weighted extraction above IQL's expectile value and plain AWR, above the random policy
-   (trivial) and above the data's own mean episode; and above the paper's MR baseline (IQL on a
-   plain Bradley–Terry reward model of its own) where it runs.
+   (trivial) and above the data's own mean episode; and above the paper's baselines where they run:
+   MR (IQL on a plain Bradley–Terry reward model of its own) and Preference Transformer (IQL on
+   the per-step rewards of a Preference Transformer fitted on the same labels).
 
 The online claims are stated per kind of task (`continuous`: SAC on a gymnasium control task;
 `discrete`: DQN on the grid world), each seed's value the mean over that kind's (task, budget)
@@ -67,6 +68,8 @@ OFFLINE_SPECS: tuple[ClaimSpec, ...] = (
               metric="normalized_return", method="star", versus="awr"),
     ClaimSpec(name="offline_star_above_mr", claim="offline: STAR beats the paper's MR baseline (IQL on a plain "
               "Bradley-Terry reward)", metric="normalized_return", method="star", versus="mr"),
+    ClaimSpec(name="offline_star_above_pt", claim="offline: STAR beats the paper's Preference Transformer baseline "
+              "(IQL on its non-Markovian rewards)", metric="normalized_return", method="star", versus="pt"),
     ClaimSpec(name="offline_star_above_dataset", claim="offline: improves on the data's behaviour (its mean episode)",
               metric="normalized_return", method="star", versus="dataset"),
 )
@@ -106,7 +109,7 @@ def online(values: SeedValues) -> list[Claim]:
 
 
 def offline(per_seed: Mapping[str, Sequence[float]]) -> list[Claim]:
-    """The offline claims from per-seed normalised returns: extraction (`star`, `iql`, `awr`,
-    `dataset`, `random`) -> one value per seed, seeds in one order; absent variants are left out."""
+    """The offline claims from per-seed normalised returns: extraction (`star`, `iql`, `awr`, `mr`,
+    `pt`, `dataset`, `random`) -> one value per seed, seeds in one order; absent variants are left out."""
     return [spec.paired(per_seed[spec.method], per_seed[spec.versus]) for spec in OFFLINE_SPECS
             if spec.method in per_seed and spec.versus in per_seed]

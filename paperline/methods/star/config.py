@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from paperline.config import MethodConfig, StrictModel
 from paperline.methods.star.mrn import MRNSettings
+from paperline.methods.star.preference_transformer import PTSettings
 from paperline.rl.dqn import DQNSettings
 from paperline.rl.reward_model import RewardSettings, SURFSettings
 from paperline.rl.sac import SACSettings
@@ -90,14 +91,16 @@ class STARConfig(StrictModel):
     graph_tol: float = Field(1e-4, gt=0)  # in-sample value iteration's stopping change
 
 
-OfflineVariant = Literal["star", "iql", "awr", "mr"]
+OfflineVariant = Literal["star", "iql", "awr", "mr", "pt"]
 
 
 class OfflineConfig(StrictModel):
     """The offline variant (spec (b)): a reward model fitted once on preference labels over a fixed
     dataset, then STAR's in-sample Q_ξ/V_ξ with advantage-weighted policy extraction, against the
     same reward model with IQL's expectile value and with plain AWR (Monte-Carlo advantages), and
-    the paper's MR baseline (`mr`: IQL on a plain Bradley–Terry reward model, no margin).
+    the paper's MR baseline (`mr`: IQL on a plain Bradley–Terry reward model, no margin) and its
+    Preference Transformer baseline (`pt`: IQL on the per-step rewards of a Preference Transformer
+    fitted on the same labels, `pt` its settings).
 
     The data: `dataset` (a D4RL-style or Minari HDF5 file) with `labels` (a folder of Preference
     Transformer's label files) when given; else generated in the run, per seed, by rolling out
@@ -127,6 +130,7 @@ class OfflineConfig(StrictModel):
     weight_clip: float = Field(100.0, gt=0)
     expectile: float = Field(0.7, gt=0.5, lt=1)  # IQL's τ
     eval_episodes: PositiveInt = 5
+    pt: PTSettings = PTSettings()
 
     @model_validator(mode="after")
     def _files_together(self):

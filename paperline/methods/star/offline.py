@@ -4,7 +4,8 @@ r̂, and the policy extracted by advantage-weighted regression (AWR, Peng et al.
 
     max_π E_{(s,a)∼D}[min(exp(β·A(s, a)), clip) · log π(a|s)].
 
-The value, per variant (the data and the extraction are the same in all; the reward model too but for `mr`):
+The value, per variant (the data and the extraction are the same in all; the reward model too but
+for `mr` and `pt`):
 - `star`: STAR's Q_ξ/V_ξ (`ConservativeQ`: V_ξ by Gumbel regression, the soft in-sample max
   β log E_{a∼D} exp(Q_ξ/β), Q_ξ onto r̂ + γV_ξ(s′)); A = Q̄_ξ(s,a) − V_ξ(s). [I] The paper's
   offline recipe is one sentence ("the same Q_ξ/PR machinery, advantage-weighted extraction");
@@ -15,6 +16,8 @@ The value, per variant (the data and the extraction are the same in all; the rew
 - `mr`: the paper's offline MR baseline: IQL as `iql`, on a reward model of its own fitted on the
   same labels with the plain Bradley–Terry loss (hard targets, no margin regularisation): the one
   variant whose reward is not STAR's.
+- `pt`: the paper's Preference Transformer baseline: IQL as `iql`, on the per-step rewards of a
+  Preference Transformer fitted on the same labels (`preference_transformer.py`).
 
 The embedded data (`generate`): rollouts of a random, a noisy-expert and the expert policy (the
 oracle's true-reward SAC), written as a D4RL-style HDF5 file and Preference Transformer label
@@ -22,7 +25,6 @@ files (scripted-teacher labels), then read back through `paperline.rl.offline`'s
 path a real D4RL/Minari file and PT's human labels take."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Callable
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paperline.io import read_json, write_json
+from paperline.methods.star import preference_transformer
 from paperline.methods.star.config import OfflineConfig, StarConfig, TaskConfig
 from paperline.methods.star.conservative import ConservativeQ
 from paperline.methods.star.envs import EnvInfo, make_env
@@ -49,6 +51,7 @@ from paperline.rl.offline import (
 )
 from paperline.rl.reward_model import RewardEnsemble
 from paperline.rl.teacher import ScriptedTeacher, rational_labels
+from paperline.train.records import finished_unit
 
 QUALITIES = ("random", "noisy", "expert")
 
@@ -270,15 +273,16 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
 
 
 def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray],
-                seed: int, out: Path, progress: bool = False) -> dict:
+                seed: int, out: Path, progress: bool = False, device: torch.device | str = "cpu") -> dict:
     """One seed of the offline comparison: the data (generated or the configured files), the
     reward model once, every variant, each evaluated with the true reward against the expert
     (the oracle's SAC) and a random policy on the same episodes.
 
-    A killed run resumes variant by variant: each finished variant's evaluation is recorded in
-    `out/variants.json` with the settings that produced it; a rerun regenerates the data and
-    refits the reward model (both deterministic in the seed, and cheap beside the extractions)
-    and trains only the variants not recorded, to the same results."""
+    A killed run resumes variant by variant: each finished variant's evaluation is a finished-unit
+    record (`out/variants/<variant>.json`, fingerprinted by the settings that produce it); a rerun
+    regenerates the data and refits the reward models (deterministic in the seed, and cheap beside
+    the extractions) and trains only the variants not recorded, to the same results. `device`:
+    where the Preference Transformer (`pt`) is fitted; the rest runs on the CPU."""
     off = offline_config(cfg)
     behaviour = None
     if off.dataset is None:
@@ -291,11 +295,18 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     generator = torch.Generator().manual_seed(seed)
     model, accuracy = fit_reward(cfg, info, data, labels, seed, generator)
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
-    rewards: dict[str, np.ndarray] = {v: reward for v in off.variants if v != "mr"}
-    mr_accuracy = None
+    rewards: dict[str, np.ndarray] = {v: reward for v in off.variants if v not in ("mr", "pt")}
+    mr_accuracy: float | None = None
+    pt_accuracy: float | None = None
     if "mr" in off.variants:  # its own generator: the other variants' results do not depend on it
         plain, mr_accuracy = fit_reward(cfg, info, data, labels, seed, torch.Generator().manual_seed(seed), pmr=False)
         rewards["mr"] = plain.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
+    if "pt" in off.variants:  # every draw of its own from the seed, as `mr`'s
+        pt = preference_transformer.fit(data, labels, off.segment, off.pt, seed, device)
+        held = np.random.default_rng([seed, 16]).choice(data.segment_starts(off.segment), size=(off.held_out_pairs, 2))
+        pt_held = preference_transformer.accuracy(pt, data, held[:, 0], held[:, 1], off.segment)
+        pt_accuracy = None if math.isnan(pt_held) else pt_held
+        rewards["pt"] = preference_transformer.relabel(pt, data, off.segment)
     eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
     seeds = [20_000 + 97 * i for i in range(off.eval_episodes)]
     rng = np.random.default_rng([seed, 14])
@@ -303,21 +314,19 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     random_return = evaluate(eval_env, lambda obs: rng.uniform(*info.bounds()).astype(np.float32), seeds,
                              task.episode_steps)["return"]
     s = cfg.sac
-    record = Path(out) / "variants.json"
-    fingerprint = json.loads(json.dumps({"seed": seed, "task": task.model_dump(), "offline": off.model_dump(),
-                                         "sac": s.model_dump(), "reward": cfg.reward.model_dump(),
-                                         "star": cfg.star.model_dump(), "teacher": cfg.teacher.model_dump()}))
-    saved = read_json(record) if record.exists() else {}
-    done = saved.get("variants", {}) if saved.get("fingerprint") == fingerprint else {}
-    variants = {}
-    for v in off.variants:
-        if v not in done:
-            policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v],
-                                   seed, progress)
-            done[v] = evaluate(eval_env, policy.act, seeds, task.episode_steps)
-            write_json(record, {"fingerprint": fingerprint, "variants": done})
-        variants[v] = done[v]
+    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(), "sac": s.model_dump(),
+                   "reward": cfg.reward.model_dump(), "star": cfg.star.model_dump(),
+                   "teacher": cfg.teacher.model_dump()}
+
+    def extract(v: str) -> dict:
+        policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v], seed,
+                               progress)
+        return evaluate(eval_env, policy.act, seeds, task.episode_steps)
+
+    variants = {v: finished_unit(Path(out) / "variants" / f"{v}.json", fingerprint | {"variant": v},
+                                 lambda: extract(v)) for v in off.variants}
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
-            "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "labels": len(labels.y), "transitions": len(data),
+            "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "pt_pref_accuracy": pt_accuracy,
+            "labels": len(labels.y), "transitions": len(data),
             "behaviour_returns": behaviour, "dataset_return": float(data.episode_returns().mean())}

@@ -165,6 +165,11 @@ def mean_curves(results: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+# the offline variants with a reward model of their own: the key of its held-out accuracy in a seed's
+# result (the others share STAR's, `pref_accuracy`)
+OWN_REWARD_MODEL = {"mr": "mr_pref_accuracy", "pt": "pt_pref_accuracy"}
+
+
 def offline_seed_values(offline: list[dict]) -> dict[str, list[float]]:
     """extraction (and `dataset`, `random`) -> its normalised return per seed, against the expert (the
     oracle's SAC) and a random policy of the same seed (the random policy's is 0 by definition)."""
@@ -178,8 +183,8 @@ def offline_seed_values(offline: list[dict]) -> dict[str, list[float]]:
 def offline_rows(offline: list[dict]) -> dict[str, dict]:
     """The offline table: a row per extraction (`offline-<variant>`), the mean over seeds (sample
     std), as a ratio to the expert's return (the paper's way) and normalised by the expert and a
-    random policy of the same seed, with the shared reward
-    model's held-out preference accuracy; and a row for the dataset itself (its mean episode return)."""
+    random policy of the same seed, with its reward model's held-out preference accuracy (STAR's,
+    shared, but for `mr`'s and `pt`'s own); and a row for the dataset itself (its mean episode return)."""
     norm = offline_seed_values(offline)
     fixed = {"seeds": len(offline), "labels": offline[0]["labels"]}
     rows = {}
@@ -187,7 +192,7 @@ def offline_rows(offline: list[dict]) -> dict[str, dict]:
         per_seed = [{"paper_score": ratio_to_oracle(s["variants"][v]["return"], s["expert_return"]),
                      "normalized_return": n, "return": s["variants"][v]["return"], "expert_return": s["expert_return"],
                      "random_return": s["random_return"],
-                     "pref_accuracy": s.get("mr_pref_accuracy") if v == "mr" else s["pref_accuracy"]}
+                     "pref_accuracy": s.get(OWN_REWARD_MODEL.get(v, "pref_accuracy"))}
                     for n, s in zip(norm[v], offline)]
         rows[f"offline-{v}"] = {"variant": v, **fixed} | mean_over_seeds(
             [{k: x for k, x in d.items() if _known(x)} for d in per_seed])
@@ -199,11 +204,11 @@ def offline_rows(offline: list[dict]) -> dict[str, dict]:
 
 def offline_headline(rows: dict[str, dict]) -> dict:
     """STAR's offline mean normalised return minus each baseline's (the same reward model but for
-    `mr`'s, a plain Bradley–Terry one)."""
+    `mr`'s, a plain Bradley–Terry one, and `pt`'s, a Preference Transformer)."""
     if "offline-star" not in rows:
         return {}
     return {f"offline_star_minus_{base}": rows["offline-star"]["normalized_return"]
-            - rows[f"offline-{base}"]["normalized_return"] for base in ("iql", "awr", "mr", "dataset")
+            - rows[f"offline-{base}"]["normalized_return"] for base in ("iql", "awr", "mr", "pt", "dataset")
             if f"offline-{base}" in rows}
 
 
