@@ -1,7 +1,8 @@
 """The GeoAda experiment's steps as plain functions (tasks/geoada.py wraps them): read the nbody
 stage's splits as the tasks' windows, pretrain the base on frame-conditioned forecasting, then
 fine-tune one variant on one control type at one seed and measure it (new task, original task,
-trainable parameters, equivariance error, training time)."""
+trainable parameters, equivariance error, training time) from the saved base, at the rate the first
+seed's sweep chose."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -12,7 +13,7 @@ import torch
 
 from paperline.data.nbody import FINETUNE_SPLIT, SUFFIXES, NBodyError, load_split
 from paperline.methods.geoada.adapters import Variant, build_variant, equivariance_error
-from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, Control, GeoAdaConfig
+from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, Control, GeoAdaConfig, fits
 from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import (
     TrainResult,
@@ -106,6 +107,29 @@ class VariantResult:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def final_metrics(self) -> dict[str, float]:
+        """The seed's figures as its run records them: new task, equivariance error, training time,
+        validation loss, the chosen rate and each swept rate's validation loss, both original-task
+        scores where they differ from the base's."""
+        return ({**self.new_task, "equivariance_error": self.equivariance_error, "train_seconds": self.train_seconds,
+                 "validation_loss": self.validation_loss}
+                | ({"lr": self.lr} if self.lr is not None else {})
+                | {f"sweep/lr{lr}": v for lr, v in self.sweep.items()}
+                | {f"original_{k}": v for k, v in (self.original_task or {}).items()}
+                | {f"original_on_{k}": v for k, v in (self.original_task_on or {}).items()})
+
+
+def control_variants(cfg: GeoAdaConfig, control: str) -> list[str]:
+    """cfg.variants that fit `control` (config.fits), in their order."""
+    return [v for v in cfg.variants if fits(v, control)]
+
+
+def swept_rates(swept: list[dict] | None, variant: str) -> list[float] | None:
+    """The rate `variant` trains at on a later seed: the one the first seed's sweep (`swept`, its
+    results on this control) chose; None where there is none (the sweep itself, or the frozen base)."""
+    chosen = {r["variant"]: r["lr"] for r in swept or [] if r["lr"] is not None}
+    return [chosen[variant]] if variant in chosen else None
+
 
 def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, data: dict[str, Windows],
                      checkpoint: Path | None, fingerprint: str, seed: int | None = None, progress: bool = False,
@@ -164,6 +188,17 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     sweep = {f"{lr:g}": v[0] for lr, v in tried.items() if lr is not None} if len(tried) > 1 else {}
     return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds,
                          error, chosen, score, sweep, result.steps, result.loss, result.validation_loss, moved)
+
+
+def finetune_from_base(cfg: GeoAdaConfig, base_path: str | Path, control: str, variant: str,
+                       data: dict[str, Windows], checkpoint: Path | None, fingerprint: str, seed: int,
+                       swept: list[dict] | None = None, progress: bool = False, device="cpu") -> VariantResult:
+    """finetune_variant on a fresh copy of the saved base (pretrain's state dict at `base_path`): at
+    the rate the first seed's sweep `swept` chose for `variant`, or, None, sweeping."""
+    model = make_base(cfg)
+    model.load_state_dict(torch.load(base_path, map_location="cpu", weights_only=True))
+    return finetune_variant(cfg, model, control, variant, data, checkpoint, fingerprint, seed, progress=progress,
+                            device=device, lrs=swept_rates(swept, variant))
 
 
 def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], seed: int | None = None,
