@@ -100,8 +100,8 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
     the new and the original task; its figures on the MLflow run `<control>_<variant>/seed<seed>`
     nested under the row's run, the training and validation losses as histories. `swept`: the
     first seed's results on this control, each variant then training at the rate its sweep chose;
-    None: this is the sweep (cfg.learning_rates, each variant keeping its best on the validation
-    set)."""
+    None: this is the sweep (cfg.learning_rates, extended past an edge by the same rule for every
+    variant, each variant keeping its best on the validation set)."""
     from paperline.methods.geoada.experiment import control_variants, finetune_from_base, task_windows
 
     results = []
