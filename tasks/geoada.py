@@ -15,7 +15,7 @@ from paperline.config import read_params
 from paperline.data.nbody import RECORD_FILE, NBodyConfig, NBodyError
 from paperline.io import atomic_path, json_digest, read_json
 from paperline.methods.geoada import plots
-from paperline.methods.geoada.config import GeoAdaConfig, fits
+from paperline.methods.geoada.config import GeoAdaConfig
 from paperline.methods.geoada.summary import method_metrics, row_name
 from tasks import nbody_prep, track
 from tasks.paths import params_path, plots_dir
@@ -100,37 +100,26 @@ def finetune(cfg: GeoAdaConfig, control: str, seed: int, source: NBodyData, base
     the new and the original task; its figures on the MLflow run `<control>_<variant>/seed<seed>`
     nested under the row's run, the training and validation losses as histories. `swept`: the
     first seed's results on this control, each variant then training at the rate its sweep chose;
-    None: this is the sweep (cfg.learning_rates, each variant keeping its best on the validation
-    set)."""
-    import torch
+    None: this is the sweep (cfg.learning_rates, extended past an edge by the same rule for every
+    variant, each variant keeping its best on the validation set)."""
+    from paperline.methods.geoada.experiment import control_variants, finetune_from_base, task_windows
 
-    from paperline.methods.geoada.experiment import finetune_variant, make_base, task_windows
-
-    lrs = {r["variant"]: r["lr"] for r in swept or [] if r["lr"] is not None}
     results = []
     with unit(ctx, threads=cfg.threads) as u:  # one slot for all the variants; a run per variant below
         windows = task_windows(source.folder, cfg)
-        for variant in (v for v in cfg.variants if fits(v, control)):
+        for variant in control_variants(cfg, control):
             name = row_name(control, variant)
             with ctx.child(f"{name}/seed{seed}", params={"control": control, "variant": variant, "seed": seed,
                                                          "device": str(u.device)}, parent=runs[name]) as run:
-                model = make_base(cfg)
-                model.load_state_dict(torch.load(base["path"], map_location="cpu", weights_only=True))
-                result = finetune_variant(cfg, model, control, variant, windows,
-                                          u.models / name / f"seed{seed}" / "train.pt",
-                                          _fingerprint(cfg, source, control, variant, str(seed)), seed,
-                                          progress=sys.stderr.isatty(), device=u.device,
-                                          lrs=[lrs[variant]] if variant in lrs else None)
+                result = finetune_from_base(cfg, base["path"], control, variant, windows,
+                                            u.models / name / f"seed{seed}" / "train.pt",
+                                            _fingerprint(cfg, source, control, variant, str(seed)), seed, swept,
+                                            progress=sys.stderr.isatty(), device=u.device)
                 if result.steps:
                     run.log_history("loss", result.steps, result.loss)
                 if result.validation_curve:
                     run.log_history("validation_loss", result.steps, result.validation_curve)
-                run.log_final({**result.new_task, "equivariance_error": result.equivariance_error,
-                               "train_seconds": result.train_seconds, "validation_loss": result.validation_loss}
-                              | ({"lr": result.lr} if result.lr is not None else {})
-                              | {f"sweep/lr{lr}": v for lr, v in result.sweep.items()}
-                              | {f"original_{k}": v for k, v in (result.original_task or {}).items()}
-                              | {f"original_on_{k}": v for k, v in (result.original_task_on or {}).items()})
+                run.log_final(result.final_metrics())
             results.append(result.as_dict())
     return results
 

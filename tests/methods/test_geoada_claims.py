@@ -5,7 +5,7 @@ import pytest
 
 from paperline.methods.geoada import claims
 from paperline.methods.geoada.config import GeoAdaConfig
-from paperline.methods.geoada.summary import method_metrics
+from paperline.methods.geoada.summary import lr_sweeps, method_metrics
 
 
 def _row(ade: float, original_ade: float = 0.35, equivariance: float = 1e-14, original_on_ade: float | None = None
@@ -90,3 +90,16 @@ def test_rows_are_means_over_seeds_and_the_original_task_is_the_base_where_addit
     got = {c.name: c.verdict for c in metrics.claims}
     assert got["geoada_below_frozen_ade_frame"] == "shown" and got["geoada_forgets_less_than_full_ft_frame"] == "shown"
     assert metrics.details["loss_curves"]["frame_geoada"]["loss"] == [1.0, 1.5]
+
+
+def test_the_sweep_record_says_which_chosen_rate_is_still_on_an_edge():
+    results = [_result("frame", "geoada", 0, 0.3) | {"lr": 0.032, "sweep": {"0.002": 0.5, "0.008": 0.4, "0.032": 0.3}},
+               _result("frame", "full_ft", 0, 0.3) | {"lr": 0.0005, "sweep": {"0.000125": 0.6, "0.0005": 0.4,
+                                                                              "0.002": 0.5}},
+               _result("frame", "full_ft", 1, 0.3) | {"lr": 0.0005, "sweep": {}},  # a later seed: no sweep
+               _result("global", "geoada", 0, 0.3) | {"lr": 0.0005, "sweep": {"0.0005": 0.3, "0.002": 0.5}}]
+    sweeps = lr_sweeps(results)
+    assert {row: s["edge"] for row, s in sweeps.items()} == {"frame_geoada": "highest", "frame_full_ft": None,
+                                                              "global_geoada": "lowest"}
+    assert sweeps["frame_full_ft"] == {"chosen": 0.0005, "edge": None,
+                                       "validation_loss": {"0.000125": 0.6, "0.0005": 0.4, "0.002": 0.5}}

@@ -1,9 +1,11 @@
 """The GeoAda experiment's steps as plain functions (tasks/geoada.py wraps them): read the nbody
 stage's splits as the tasks' windows, pretrain the base on frame-conditioned forecasting, then
 fine-tune one variant on one control type at one seed and measure it (new task, original task,
-trainable parameters, equivariance error, training time)."""
+trainable parameters, equivariance error, training time) from the saved base, at the rate the first
+seed's sweep chose."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
@@ -12,7 +14,7 @@ import torch
 
 from paperline.data.nbody import FINETUNE_SPLIT, SUFFIXES, NBodyError, load_split
 from paperline.methods.geoada.adapters import Variant, build_variant, equivariance_error
-from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, Control, GeoAdaConfig
+from paperline.methods.geoada.config import ACTS_ON_ORIGINAL, CHANGES_BASE, Control, GeoAdaConfig, fits
 from paperline.methods.geoada.egtn import EGTN, Schedule
 from paperline.methods.geoada.train import (
     TrainResult,
@@ -106,15 +108,58 @@ class VariantResult:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def final_metrics(self) -> dict[str, float]:
+        """The seed's figures as its run records them: new task, equivariance error, training time,
+        validation loss, the chosen rate and each swept rate's validation loss, both original-task
+        scores where they differ from the base's."""
+        return ({**self.new_task, "equivariance_error": self.equivariance_error, "train_seconds": self.train_seconds,
+                 "validation_loss": self.validation_loss}
+                | ({"lr": self.lr} if self.lr is not None else {})
+                | {f"sweep/lr{lr}": v for lr, v in self.sweep.items()}
+                | {f"original_{k}": v for k, v in (self.original_task or {}).items()}
+                | {f"original_on_{k}": v for k, v in (self.original_task_on or {}).items()})
+
+
+def _rank(validation_loss: float) -> float:
+    """A rate's validation loss as the sweep ranks it: a diverged (NaN or infinite) one last."""
+    return validation_loss if math.isfinite(validation_loss) else math.inf
+
+
+def next_rate(validation: dict[float, float], ratio: float) -> float | None:
+    """The sweep's extension rule, the same for every variant: where the rate with the lowest
+    validation loss is the highest tried, the next one up (× ratio); the lowest, the next one down;
+    None where it is interior (its optimum bracketed) or one rate alone was tried."""
+    if len(validation) < 2:
+        return None
+    best = min(validation, key=lambda lr: _rank(validation[lr]))
+    if best == max(validation):
+        return best * ratio
+    if best == min(validation):
+        return best / ratio
+    return None
+
+
+def control_variants(cfg: GeoAdaConfig, control: str) -> list[str]:
+    """cfg.variants that fit `control` (config.fits), in their order."""
+    return [v for v in cfg.variants if fits(v, control)]
+
+
+def swept_rates(swept: list[dict] | None, variant: str) -> list[float] | None:
+    """The rate `variant` trains at on a later seed: the one the first seed's sweep (`swept`, its
+    results on this control) chose; None where there is none (the sweep itself, or the frozen base)."""
+    chosen = {r["variant"]: r["lr"] for r in swept or [] if r["lr"] is not None}
+    return [chosen[variant]] if variant in chosen else None
+
 
 def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, data: dict[str, Windows],
                      checkpoint: Path | None, fingerprint: str, seed: int | None = None, progress: bool = False,
                      device="cpu", lrs: list[float] | None = None) -> VariantResult:
     """Fine-tune `variant` on `control`'s training set (less its validation windows) at fine-tuning
     seed `seed` (default cfg.seed: its new modules' init from seed + 1, batches and diffusion noise
-    from seed + 1) at each rate of `lrs` (default cfg.learning_rates), keeping the one whose
-    ε-prediction loss on the validation set is lowest (the same draws for every rate and variant at
-    that seed); its new-task ADE/FDE with sampling seed seed + 2, the same for every variant at that
+    from seed + 1) at each rate of `lrs` (default cfg.learning_rates, extended past an edge by
+    next_rate up to cfg.lr_sweep_extend times; given `lrs` are tried as they are), keeping the one
+    whose ε-prediction loss on the validation set is lowest (the same draws for every rate and
+    variant at that seed); its new-task ADE/FDE with sampling seed seed + 2, the same for every variant at that
     seed (the same noise, so rows differ by the model only). The original task is scored the same
     two ways for every variant: with its additions off (config.CHANGES_BASE: only full fine-tuning
     and PARTIAL-k differ from the base there; every other variant is then the base exactly and
@@ -125,8 +170,8 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     schedule = Schedule.linear(cfg.diffusion_steps)
     train_set, validation = split_validation(data[f"{control}_train"].to(device), cfg.validation_trajectories)
     test_set = data[f"{control}_test"].to(device)
-    tried: dict[float | None, tuple[float, Variant, TrainResult, float | None]] = {}
-    for lr in ([None] if variant == "frozen" else rates):
+
+    def fit(lr: float | None) -> tuple[float, Variant, TrainResult, float | None]:
         with seeded_init(seed + 1):
             model = build_variant(variant, base, cast(Control, control), cfg.cond_frames, cfg.adapter_every,
                                   cfg.partial_k, cfg.head_blocks, cfg.adapter_x, cfg.gpf_plus_basis,
@@ -140,8 +185,20 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
         score = validation_loss(model, validation, schedule, seed + 3, scale=cfg.displacement_scale) \
             if validation is not None else float("nan")
         moved = max((float(p.detach().abs().max()) for p in zeros), default=None)
-        tried[lr] = (score, model, result, moved)  # None: the frozen base's one entry
-    chosen = min(tried, key=lambda lr: tried[lr][0]) if len(tried) > 1 else next(iter(tried))
+        return score, model, result, moved
+
+    tried: dict[float | None, tuple[float, Variant, TrainResult, float | None]] = {}
+    if variant == "frozen":
+        tried[None] = fit(None)  # the frozen base's one entry
+    else:
+        tried = {lr: fit(lr) for lr in rates}
+        extensions = cfg.lr_sweep_extend if lrs is None else 0  # a later seed trains at the chosen rate only
+        for _ in range(extensions):
+            step = next_rate({lr: v[0] for lr, v in tried.items() if lr is not None}, cfg.lr_sweep_ratio)
+            if step is None:
+                break
+            tried[step] = fit(step)
+    chosen = min(tried, key=lambda lr: _rank(tried[lr][0])) if len(tried) > 1 else next(iter(tried))
     score, model, result, moved = tried[chosen]
     # subgraph control: scored on the generated particles only (the given ones are the control)
     new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,
@@ -164,6 +221,17 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     sweep = {f"{lr:g}": v[0] for lr, v in tried.items() if lr is not None} if len(tried) > 1 else {}
     return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds,
                          error, chosen, score, sweep, result.steps, result.loss, result.validation_loss, moved)
+
+
+def finetune_from_base(cfg: GeoAdaConfig, base_path: str | Path, control: str, variant: str,
+                       data: dict[str, Windows], checkpoint: Path | None, fingerprint: str, seed: int,
+                       swept: list[dict] | None = None, progress: bool = False, device="cpu") -> VariantResult:
+    """finetune_variant on a fresh copy of the saved base (pretrain's state dict at `base_path`): at
+    the rate the first seed's sweep `swept` chose for `variant`, or, None, sweeping."""
+    model = make_base(cfg)
+    model.load_state_dict(torch.load(base_path, map_location="cpu", weights_only=True))
+    return finetune_variant(cfg, model, control, variant, data, checkpoint, fingerprint, seed, progress=progress,
+                            device=device, lrs=swept_rates(swept, variant))
 
 
 def evaluate_base(cfg: GeoAdaConfig, base: EGTN, data: dict[str, Windows], seed: int | None = None,

@@ -113,9 +113,17 @@ def mean_loss_curves(results: list[dict]) -> dict[str, dict]:
 
 def lr_sweeps(results: list[dict]) -> dict[str, dict]:
     """row -> {"chosen": the rate every seed trained at, "validation_loss": {rate: its validation
-    loss}} from the seed that swept the rates."""
-    return {row_name(r["control"], r["variant"]): {"chosen": r["lr"], "validation_loss": r["sweep"]}
-            for r in results if r.get("sweep")}
+    loss}, "edge": "highest" or "lowest" where the chosen rate is still the sweep's edge after its
+    extensions (its optimum not bracketed), else None} from the seed that swept the rates."""
+    out = {}
+    for r in results:
+        if r.get("sweep"):
+            rates = sorted(r["sweep"], key=float)  # the sweep's keys, each rate as f"{lr:g}"
+            chosen = f"{r['lr']:g}"
+            edge = "highest" if chosen == rates[-1] else "lowest" if chosen == rates[0] else None
+            out[row_name(r["control"], r["variant"])] = {"chosen": r["lr"], "validation_loss": r["sweep"],
+                                                         "edge": edge}
+    return out
 
 
 def method_metrics(cfg: GeoAdaConfig, results: list[dict], base: dict, profile: str,
