@@ -72,10 +72,11 @@ def quantize_and_recover(cfg: LotaQafConfig, name: str, bits: int, source: LotaD
     """One (task, bit width): the quantised model and each method's recovery and merge at every
     seed, each variant on its own MLflow child run and each seed's recovery nested under it
     (`<variant>/seed<s>`, its per-step loss). A group's result is written to
-    models/lota_qaf/<task>_w<bits>.json: a killed run resumes with the groups it had finished
-    (each group is a minute or less of work: no finer checkpoint)."""
-    from paperline.io import read_json, write_json
+    models/lota_qaf/<task>_w<bits>.json, a finished-unit record fingerprinted by the config, the
+    data's version and the group: a killed run resumes with the groups it had finished, their
+    child runs logged again from it (each group is a minute or less of work: no finer checkpoint)."""
     from paperline.methods.lota_qaf.pipeline import run_group
+    from paperline.train.records import read_unit, write_unit
 
     variant_runs: dict[str, track.Run] = {}  # the row's run, made at its first seed
 
@@ -88,15 +89,16 @@ def quantize_and_recover(cfg: LotaQafConfig, name: str, bits: int, source: LotaD
             run.log_history("train_loss", range(len(history)), history)
 
     done = models_dir(METHOD) / f"{name}_w{bits}.json"
-    if done.is_file():
-        result = read_json(done)
+    settings = {"config": cfg.model_dump(mode="json"), "data": source.version, "task": name, "bits": bits}
+    result = read_unit(done, settings)
+    if result is not None:
         for variant, per_seed in result["seed_rows"].items():
             for s in range(len(per_seed)):
                 on_method(variant, s, result["histories"][variant if s == 0 else f"{variant}/seed{s}"])
     else:
         with unit(ctx, threads=cfg.threads):
             result = run_group(cfg, name, bits, source, _digits_checkpoint(), on_method=on_method)
-        write_json(done, result)
+        write_unit(done, settings, result)
     with ctx.child(f"{name}_w{bits}_quantized", params={"task": name, "bits": bits, "quantizer": cfg.quantizer}):
         pass  # its row lands on it when the flow publishes
     return result

@@ -18,12 +18,11 @@ from paperline.methods.ztsurv.summary import generator_truth, mean_rows, method_
 from paperline.methods.ztsurv.train import (
     FoldResult,
     composition_cox_fold,
-    load_fold,
     make_folds,
     random_risk_fold,
-    save_fold,
     train_neural_fold,
 )
+from paperline.train.records import finished_unit
 from tasks import track
 from tasks.paths import models_dir, params_path, plots_dir
 from tasks.publish import Report
@@ -54,14 +53,17 @@ def graphs_path() -> Path:
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="ztsurv-graphs", cache_policy=NO_CACHE)
 def build_graphs(cfg: ZTSurvConfig) -> Path:
-    """Segment every slide zero-shot and build its graph; kept in models/ztsurv/graphs.pt (a
-    resumed run reuses it)."""
-    from paperline.methods.ztsurv.pipeline import build_cohort_graphs, save_cohort_graphs
+    """Segment every slide zero-shot and build its graph; a finished-unit record in
+    models/ztsurv/graphs.pt, fingerprinted by the config and the data's version (a resumed run
+    reuses it)."""
+    from paperline.methods.ztsurv.pipeline import build_cohort_graphs
+
+    def build() -> dict:
+        set_threads(cfg.threads)  # CPU work, no slot, no run of its own
+        return build_cohort_graphs(data_dir(), cfg, progress=sys.stderr.isatty()).__dict__
 
     path = graphs_path()
-    if not path.exists():
-        set_threads(cfg.threads)  # CPU work, no slot, no run of its own
-        save_cohort_graphs(path, build_cohort_graphs(data_dir(), cfg, progress=sys.stderr.isatty()))
+    finished_unit(path, {"config": cfg.model_dump(mode="json", exclude={"seeds"}), "data": data_version(cfg)}, build)
     return path
 
 
@@ -77,18 +79,20 @@ def compute_accounting(cfg: ZTSurvConfig, wsi: WSIPrepConfig) -> dict | None:
 
 def _seed_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext, run: track.Run,
                   train_one) -> dict[int, list[FoldResult]]:
-    """Each seed (its own folds) on a run nested under the method's; each fold: resume its saved
-    result or train it (`train_one(train, test, fold, seed)`), then log it to a run nested under the seed's."""
+    """Each seed (its own folds) on a run nested under the method's; each fold: its finished-unit
+    record read back (fingerprinted by the config, the data's version, the method, seed and fold) or
+    trained (`train_one(train, test, fold, seed)`) and recorded, then logged to a run nested under
+    the seed's."""
+    settings = {"config": cfg.model_dump(mode="json", exclude={"seeds", "seed"}), "data": ctx.data_version,
+                "method": method}
     out = {}
     for seed in cfg.run_seeds():
         results = []
         with ctx.child(f"{method}/seed{seed}", params={"seed": seed}, parent=run) as seed_run:
             for k, (tr, te) in enumerate(make_folds(cohort.event, cfg.folds, seed)):
                 path = models_dir(METHOD) / method / f"seed{seed}" / f"fold{k}.pt"
-                result = load_fold(path)
-                if result is None:
-                    result = train_one(tr, te, k, seed)
-                    save_fold(path, result)
+                unit_settings = settings | {"seed": seed, "fold": k}
+                result = FoldResult(**finished_unit(path, unit_settings, lambda: train_one(tr, te, k, seed).__dict__))
                 with ctx.child(f"{method}/seed{seed}/fold{k}", params={"fold": k, "train": len(tr), "test": len(te)},
                                parent=seed_run) as fold_run:
                     fold_run.log_metrics({"c_index": result.c_index})

@@ -20,20 +20,33 @@ def read_unit(path: str | os.PathLike, fingerprint: Any) -> Any | None:
     path = Path(path)
     if not path.is_file():
         return None
-    saved = read_json(path) if path.suffix == ".json" else pickle.loads(path.read_bytes())
+    if path.suffix == ".json":
+        saved = read_json(path)
+    elif path.suffix == ".pt":
+        import torch
+
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+    else:
+        saved = pickle.loads(path.read_bytes())
     return saved["result"] if isinstance(saved, dict) and saved.get("fingerprint") == json_digest(fingerprint) else None
 
 
 def write_unit(path: str | os.PathLike, fingerprint: Any, result: Any) -> None:
-    """Record `result` at `path` for `fingerprint`, atomically: JSON for `.json` paths, else a pickle
-    (a result with arrays in it)."""
+    """Record `result` at `path` for `fingerprint`, atomically: JSON for `.json` paths, torch's
+    format for `.pt` (a result with tensors in it: weights, read back onto the CPU; the file is a
+    checkpoint a run may log), else a pickle (a result with arrays in it)."""
     path = Path(path)
     record = {"fingerprint": json_digest(fingerprint), "result": result}
     if path.suffix == ".json":
         write_json(path, record)
         return
     with atomic_path(path) as tmp:
-        tmp.write_bytes(pickle.dumps(record))
+        if path.suffix == ".pt":
+            import torch
+
+            torch.save(record, tmp)
+        else:
+            tmp.write_bytes(pickle.dumps(record))
 
 
 def finished_unit(path: str | os.PathLike, fingerprint: Any, compute: Callable[[], T]) -> T:

@@ -139,3 +139,19 @@ def test_a_llama_folder_with_its_own_tokenizer_reads_the_slice_in_its_vocabulary
     assert str(folder / "tokenizer.json") in data.inputs
     rows = run_group(cfg, "lm", 2, data, tmp_path / "unused.pt")["rows"]
     assert rows["lm_w2_lota"]["bit_identical"] and np.isfinite(rows["lm_w2_quantized"]["perplexity_rtn"])
+
+
+def test_the_float_mlp_is_a_record_read_back_for_its_settings_only(tmp_path):
+    from paperline.methods.lota_qaf.pipeline import float_model
+
+    cfg = validate(LotaQafConfig, {"tasks": ["digits"], "bits": [3], "quantizer": "rtn",
+                                   "digits": {"hidden": 16, "epochs": 1}}, "lota_qaf")
+    data, path = open_data(cfg, None), tmp_path / "mlp.pt"
+    trained, record = float_model(cfg, "digits", data, path)
+    assert record["epoch_loss"] and path.is_file()
+    read, again = float_model(cfg, "digits", data, path)
+    assert again == {}  # read back, not trained: the flow logs the training once
+    assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), read.state_dict().values()))
+    retrained, record = float_model(cfg.model_copy(update={"seed": 1}), "digits", data, path)
+    assert record  # another seed trains anew over the record
+    assert not torch.equal(retrained.state_dict()["0.weight"], trained.state_dict()["0.weight"])

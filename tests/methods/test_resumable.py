@@ -98,7 +98,7 @@ def test_without_a_path_nothing_is_saved_or_resumed(tmp_path):
     assert [s for s in range(1, 11) if Resumable(None, {}, 4).due(s, 10)] == [4, 8, 10]
 
 
-@pytest.mark.parametrize("suffix", [".json", ".pkl"])
+@pytest.mark.parametrize("suffix", [".json", ".pkl", ".pt"])
 def test_a_finished_unit_is_read_back_for_its_fingerprint_only(tmp_path, suffix):
     from paperline.train.records import finished_unit
 
@@ -114,6 +114,20 @@ def test_a_finished_unit_is_read_back_for_its_fingerprint_only(tmp_path, suffix)
     assert finished_unit(path, {"lr": 0.1}, compute(2.0)) == {"metric": 1.0, "curve": [1.0, 0.5]}  # read back
     assert finished_unit(path, {"lr": 0.2}, compute(3.0))["metric"] == 3.0  # another unit's settings: recomputed
     assert calls == [1.0, 3.0]
+
+
+def test_a_pt_unit_is_a_torch_checkpoint_read_back_onto_the_cpu(tmp_path):
+    import torch
+
+    from paperline.train.records import finished_unit
+
+    path = tmp_path / "model.pt"
+    weights = {"w": torch.arange(3.0)}
+    assert finished_unit(path, {"lr": 0.1}, lambda: weights) is weights
+    saved = torch.load(path, weights_only=False)  # what a logged artifact's reader sees
+    assert saved["result"]["w"].tolist() == [0.0, 1.0, 2.0] and isinstance(saved["fingerprint"], str)
+    back = finished_unit(path, {"lr": 0.1}, lambda: {"w": torch.zeros(3)})
+    assert back["w"].tolist() == [0.0, 1.0, 2.0] and back["w"].device.type == "cpu"
 
 
 def test_a_unit_that_fails_leaves_no_record(tmp_path):

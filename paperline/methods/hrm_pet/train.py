@@ -24,7 +24,7 @@ from paperline.methods.hrm_pet.evaluate import evaluate_task, evaluations
 from paperline.methods.hrm_pet.model import ClassStats, LoraViT, TiiHead
 from paperline.nn.vit import ViT
 from paperline.seeds import seeded_init
-from paperline.train.checkpoint import load_resumable, save_checkpoint
+from paperline.train.checkpoint import Resumable
 
 NEG = float("-inf")
 
@@ -164,14 +164,10 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
         frozen_test = model.features(x_test, None)
     rules = evaluations(cfg, learner)
     state: dict[str, Any] = {"task": 0, "evaluations": {name: [] for name in rules}, "history": [], "seconds": 0.0}
-    ckpt = load_resumable(checkpoint, fingerprint) if checkpoint else None
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        tii.load_state_dict(ckpt["tii"])
-        tii_stats.load_state_dict(ckpt["tii_stats"])
-        lora_stats.load_state_dict(ckpt["lora_stats"])
-        gen.set_state(ckpt["generator"])
-        state = ckpt["progress"]
+    # a checkpoint after every task (a task is the loop's step)
+    run = Resumable(checkpoint or None, fingerprint, 1, model=model, tii=tii, tii_stats=tii_stats,
+                    lora_stats=lora_stats, generator=gen)
+    state = run.resume() or state
     bar = tqdm(total=n_tasks, initial=state["task"], desc=f"hrm_pet {learner} {seq.name} s{seed}", disable=not progress)
     while state["task"] < n_tasks:
         started = time.perf_counter()
@@ -243,11 +239,8 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
                                  "lora_loss_curve": lora_loss_history})
         state["seconds"] += time.perf_counter() - started
         state["task"] += 1
-        if checkpoint:
-            save_checkpoint(checkpoint, {"fingerprint": fingerprint, "model": model.state_dict(),
-                                         "tii": tii.state_dict(), "tii_stats": tii_stats.state_dict(),
-                                         "lora_stats": lora_stats.state_dict(), "generator": gen.get_state(),
-                                         "progress": state})
+        if run.due(state["task"], n_tasks):
+            run.save(state)
         if on_task:
             on_task(t, state)
         bar.update()

@@ -32,6 +32,7 @@ from paperline.methods.influence_distillation.finetune import epoch_batches, eva
 from paperline.methods.influence_distillation.influence import GradientFeaturizer, adam_coefficients
 from paperline.methods.influence_distillation.model import InfluenceLM, TokenizedSet, build_model, tokenize
 from paperline.methods.influence_distillation.selection import round_robin
+from paperline.seeds import seeded_init
 
 SELECTION_FILE = "selection.json"  # written last: the selection directory is complete and current
 WARMUP_CHECKPOINT = "warmup.pt"
@@ -325,10 +326,15 @@ def prepare_selection(cfg: InfluenceDistillationConfig, out_dir: Path, device: s
                       ) -> tuple[Prepared, torch.optim.Optimizer, dict]:
     """The tokenized pool and targets with the warmed-up model on `device`: AdamW on random pool
     samples, checkpointed to out_dir/warmup.pt (a killed run resumes it; a finished one is loaded),
-    which the fine-tuning of the method's flow also starts from. (prep, optimizer, history)."""
-    torch.manual_seed(cfg.seed)
-    prep = prepare(cfg, cfg.pool_dir).to(device)
-    optimizer, history = warm_up(cfg, prep, Path(out_dir) / WARMUP_CHECKPOINT)
+    which the fine-tuning of the method's flow also starts from. (prep, optimizer, history).
+
+    The global RNG is read only by a loaded model's dropout in the warm-up (`cfg.model: hf`; our
+    CausalLM has none): seeded with `cfg.seed` for it, on CPU and CUDA, under `seeded_init` so that
+    the draws are this warm-up's alone (a thread beside it neither takes them nor is moved by them)
+    and the process's RNG is as it was after."""
+    with seeded_init(cfg.seed, cuda=True):
+        prep = prepare(cfg, cfg.pool_dir).to(device)
+        optimizer, history = warm_up(cfg, prep, Path(out_dir) / WARMUP_CHECKPOINT)
     return prep, optimizer, history
 
 

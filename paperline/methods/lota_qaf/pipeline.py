@@ -121,9 +121,11 @@ def build_task(cfg: LotaQafConfig, name: str, data: LotaData):
 
 
 def float_model(cfg: LotaQafConfig, name: str, data: LotaData, checkpoint: Path) -> tuple[nn.Module, dict]:
-    """The float model (the ceiling) and its training record; the digits MLP is trained once and
-    saved to `checkpoint`, read back by every group (a trained one is reused)."""
+    """The float model (the ceiling) and its training record; the digits MLP is trained once, a
+    finished-unit record at `checkpoint` (its weights, fingerprinted by what trains it) read back by
+    every group and by a resumed run. The record is empty unless the MLP was trained by this call."""
     from paperline.methods.lota_qaf.experiment import train_float_mlp
+    from paperline.train.records import finished_unit
 
     if name == "lm":
         from paperline.train.lm_base import load_causal_lm
@@ -131,20 +133,21 @@ def float_model(cfg: LotaQafConfig, name: str, data: LotaData, checkpoint: Path)
         assert data.lm_dir is not None  # open_data's, for the lm task
         return load_causal_lm(data.lm_dir, dtype=torch.float32).eval(), {}
     model = make_float_mlp(cfg)
-    if checkpoint.is_file():
-        model.load_state_dict(torch.load(checkpoint, weights_only=True))
-        return model.eval(), {}
-    task = build_task(cfg, name, data)
-    assert data.digits is not None  # open_data's, for the digits task
-    started = time.perf_counter()
-    steps_per_epoch = max(1, len(data.digits[0]) // cfg.digits.batch_size)
-    losses = train_float_mlp(model, task, cfg.digits.epochs, steps_per_epoch, cfg.digits.lr,
-                             torch.Generator().manual_seed(cfg.seed))
-    checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    tmp = checkpoint.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(checkpoint)
-    return model.eval(), {"epoch_loss": losses, "train_seconds": time.perf_counter() - started}
+    record: dict = {}
+
+    def train() -> dict[str, torch.Tensor]:
+        task = build_task(cfg, name, data)
+        assert data.digits is not None  # open_data's, for the digits task
+        started = time.perf_counter()
+        steps_per_epoch = max(1, len(data.digits[0]) // cfg.digits.batch_size)
+        losses = train_float_mlp(model, task, cfg.digits.epochs, steps_per_epoch, cfg.digits.lr,
+                                 torch.Generator().manual_seed(cfg.seed))
+        record.update(epoch_loss=losses, train_seconds=time.perf_counter() - started)
+        return model.state_dict()
+
+    settings = {"digits": cfg.digits.model_dump(mode="json"), "seed": cfg.seed, "data": data.version}
+    model.load_state_dict(finished_unit(checkpoint, settings, train))
+    return model.eval(), record
 
 
 def score_row(task, model: nn.Module, bits: int | None = None) -> dict:

@@ -5,7 +5,8 @@ and the parameter / FLOP table at the paper configuration.
 
 Checkpoints: Lightning writes `last.ckpt` every `checkpoint_every` steps beside a fingerprint of
 the settings; a killed run resumes from it, a run of other settings starts afresh. A finished
-stage's weights are saved with `save_checkpoint` and reused on a resume."""
+stage's weights are a finished-unit record (`finished_unit`, fingerprinted the same way), reused on
+a resume."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,8 @@ from paperline.methods.splashnet.lightning_module import CTCModule, session_cer
 from paperline.methods.splashnet.modules import ModelSpec, TDSConvCTC, count_flops, count_parameters
 from paperline.methods.splashnet.transforms import HOP
 from paperline.seeds import seeded_init
-from paperline.train.checkpoint import load_resumable, save_checkpoint
 from paperline.train.distributed import DistributedConfig
+from paperline.train.records import finished_unit
 
 
 def load_split(cfg: SplashNetConfig, features: Path, six_bands: bool):
@@ -248,21 +249,20 @@ def train_and_evaluate(cfg: SplashNetConfig, variant: str, train: list[SessionFe
     frames, left, right = window_frames(cfg, variant)
     augment = augmentation(cfg, variant)
     fp = fingerprint(cfg, variant, f"generic/seed{seed}", data)
-    generic_path = out_dir / "generic.pt"
-    done = load_resumable(generic_path, fp)
     with seeded_init(seed):  # model init reads the global RNG; variants train in threads
         dataset = WindowDataset(train, frames, left, right, augment, seed)
         total, warmup = _steps(cfg, dataset, cfg.epochs, cfg.max_steps)
         module = CTCModule(spec, cfg.lr, warmup, schedule_horizon(cfg, total), cfg.ctc_blank_bias)
-    if done is None:
+
+    def fit() -> dict[str, Any]:
         _fit(module, dataset, cfg, total, device, out_dir / "lightning_generic", fp, seed, val, distributed,
              device_indices)
-        save_checkpoint(generic_path, {"fingerprint": fp, "state_dict": module.model.state_dict(),
-                                       "history": module.history, "val_history": module.val_history})
-        history, val_history = module.history, module.val_history
-    else:
-        module.model.load_state_dict(done["state_dict"])
-        history, val_history = done["history"], done.get("val_history", [])
+        return {"state_dict": module.model.state_dict(), "history": module.history,
+                "val_history": module.val_history}
+
+    done = finished_unit(out_dir / "generic.pt", fp, fit)
+    module.model.load_state_dict(done["state_dict"])
+    history, val_history = done["history"], done["val_history"]
     model = module.model.to(device)
     result: dict[str, Any] = {"variant": variant, "seed": seed, "params": count_parameters(model), "train_steps": total,
                               "train_windows": len(dataset), "history": history}
@@ -307,17 +307,16 @@ def _finetune(cfg: SplashNetConfig, variant: str, generic: TDSConvCTC, sessions:
               user: str, seed: int) -> TDSConvCTC:
     """Personalisation: a copy of the generic model trained on one held-out user's other sessions."""
     fp = fingerprint(cfg, variant, f"finetune/{user}/seed{seed}", data)
-    path = out_dir / "model.pt"
     with seeded_init():  # its init (overwritten by the generic weights) kept off the other threads' draws
         dataset = WindowDataset(sessions, frames, left, right, augment, seed + 1)
         total, warmup = _steps(cfg, dataset, cfg.finetune_epochs, cfg.finetune_max_steps)
         module = CTCModule(generic.spec, cfg.finetune_lr or cfg.lr, warmup, total)
     module.model.load_state_dict(generic.state_dict())
-    done = load_resumable(path, fp)
-    if done is not None:
-        module.model.load_state_dict(done["state_dict"])
-    elif cfg.finetune_epochs > 0:
-        _fit(module, dataset, cfg, total, device, out_dir / "lightning", fp, seed + 1)
-        save_checkpoint(path, {"fingerprint": fp, "state_dict": module.model.state_dict()})
+    if cfg.finetune_epochs > 0:
+        def fit() -> dict[str, torch.Tensor]:
+            _fit(module, dataset, cfg, total, device, out_dir / "lightning", fp, seed + 1)
+            return module.model.state_dict()
+
+        module.model.load_state_dict(finished_unit(out_dir / "model.pt", fp, fit))
     return module.model.to(device)
 

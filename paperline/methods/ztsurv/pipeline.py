@@ -63,17 +63,12 @@ def build_cohort_graphs(data_dir: Path, cfg: ZTSurvConfig, progress: bool = Fals
     return out
 
 
-def save_cohort_graphs(path: Path, cohort: CohortGraphs) -> Path:
-    from paperline.train.checkpoint import save_checkpoint
-
-    save_checkpoint(path, cohort.__dict__)
-    return Path(path)
-
-
 def load_cohort_graphs(path: Path) -> CohortGraphs:
+    """The cohort graphs of the finished-unit record at `path` (`tasks/ztsurv.py: build_graphs` writes
+    it, fingerprinted, and reads it back for its settings before any task loads it here)."""
     from paperline.train.checkpoint import load_checkpoint
 
     saved = load_checkpoint(path)
     if saved is None:
         raise FileNotFoundError(f"{path}: no saved cohort graphs")
-    return CohortGraphs(**saved)
+    return CohortGraphs(**saved["result"])

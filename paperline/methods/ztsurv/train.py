@@ -3,7 +3,6 @@ fold and Harrell's c-index is computed by scikit-survival (spec §b5, pitfall: o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -97,16 +96,3 @@ def out_of_fold(results: list[FoldResult], n: int) -> np.ndarray:
     for r in results:
         risk[r.test_index] = r.test_risk
     return risk
-
-
-def save_fold(path: Path, result: FoldResult) -> None:
-    from paperline.train.checkpoint import save_checkpoint
-
-    save_checkpoint(path, result.__dict__)
-
-
-def load_fold(path: Path) -> FoldResult | None:
-    from paperline.train.checkpoint import load_checkpoint
-
-    state = load_checkpoint(path)
-    return FoldResult(**state) if state else None
