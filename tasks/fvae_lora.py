@@ -7,7 +7,6 @@ stage's, as the backbone; results under models/fvae_lora/text/<variant>/), then 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +14,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from paperline.methods.fvae_lora import plots
-from paperline.methods.fvae_lora.config import TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
+from paperline.methods.fvae_lora.config import FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit
 from paperline.methods.fvae_lora.summary import method_metrics
 from paperline.methods.fvae_lora.text import TextData
-from paperline.train.records import finished_unit
 from tasks import track
 from tasks.paths import models_dir, plots_dir
 from tasks.publish import Report
@@ -71,10 +69,6 @@ def data(cfg: FvaeLoraConfig) -> FvaeLoraData:
     return FvaeLoraData(split, cfg.backbone.model, "sha256:" + digest.hexdigest(), text)
 
 
-def _fingerprint(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="fvae_lora-backbone", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -> dict:
@@ -83,11 +77,12 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
     import torch
 
     from paperline.methods.fvae_lora.train import load_backbone, save_backbone, train_backbone
+    from paperline.methods.fvae_lora.variant import fingerprint as record_fingerprint
 
     if source.model:
         return {"path": source.model, "trained_here": False}
     path = models_dir(METHOD) / BACKBONE_FILE
-    fingerprint = _fingerprint(cfg.backbone.model_dump(), cfg.seed, source.version)
+    fingerprint = record_fingerprint(cfg.backbone.model_dump(), cfg.seed, source.version)
     if path.is_file():
         saved = torch.load(path, map_location="cpu", weights_only=True)
         if saved.get("fingerprint") == fingerprint:
@@ -104,52 +99,25 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
 @task(name="fvae_lora-variant", tags=[GPU_TAG], cache_policy=NO_CACHE)
 def train_variant(cfg: FvaeLoraConfig, variant: str, source: FvaeLoraData, backbone_info: dict,
                   ctx: track.RunContext, parent: track.Run) -> dict[int, dict]:
-    """Every seed of one variant, each on its MLflow run `<variant>/seed<s>` nested under the
-    variant's (its figures and loss curves), each seed's result saved as
-    models/fvae_lora/<variant>/seed<s>.json. Returns seed -> result.
-    A `text_<variant>` trains the text modality's variant on the frozen LM (cfg.text_config())."""
-    from paperline.methods.fvae_lora.data import spurious_task
-    from paperline.methods.fvae_lora.train import adapt, load_backbone
-    from paperline.seeds import seeded_init
+    """Every seed of one variant (`paperline.methods.fvae_lora.variant`), each on its MLflow run
+    `<variant>/seed<s>` nested under the variant's (its figures and loss curves), each seed's result
+    saved as models/fvae_lora/[text/]<variant>/seed<s>.json. Returns seed -> result."""
+    from paperline.methods.fvae_lora.variant import variant_run
 
     set_threads(cfg.threads)  # before the model is built (outside the slot), not by the unit below
-    if variant.startswith(TEXT_PREFIX):
-        from paperline.methods.fvae_lora.text import LMFeatures, text_task
-        from paperline.train.lm_base import load_causal_lm
-
-        t, text, folder = cfg.text, source.text, models_dir(METHOD) / "text"
-        run_cfg, own = cfg.text_config(), variant[len(TEXT_PREFIX):]
-        model = LMFeatures(load_causal_lm(t.base))  # loaded under the init lock (paperline.seeds)
-        fingerprint = _fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version)
-
-        def task_of(seed):
-            return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
-    else:
-        run_cfg, own, folder = cfg, variant, models_dir(METHOD)
-        # building the model draws from the global RNG (its init, then the saved weights): fenced,
-        # or it consumes draws of another variant's seeded init running in a sibling thread
-        with seeded_init():
-            model = load_backbone(backbone_info["path"])
-        fingerprint = _fingerprint(cfg.model_dump(exclude={"variants", "seeds", "text"}), variant,
-                                   source.version, backbone_info.get("clean_test_accuracy"))
-
-        def task_of(seed):
-            return spurious_task(source.split, cfg.task, seed)
+    job = variant_run(cfg, variant, source.split, source.text, backbone_info["path"],
+                      backbone_info.get("clean_test_accuracy"), source.version, models_dir(METHOD))
     out = {}
     with unit(ctx) as u:  # one slot for every seed; a run per seed below
-        for seed in run_cfg.run_seeds():
+        for seed in job.config.run_seeds():
             # the seed's own run, nested under the variant's (a seed a killed run finished is read
             # back, and recorded under this run too)
             with ctx.child(f"{variant}/seed{seed}", params={"seed": seed}, parent=parent) as run:
-                result = finished_unit(folder / own / f"seed{seed}.json", fingerprint,
-                                       lambda: adapt(run_cfg, own, model, task_of(seed), seed, u.device))
-                out[seed] = result
+                out[seed] = result = job.seed_result(seed, u.device)
                 run.log_final(result["metrics"])
                 for name, curve in result["history"].items():
                     run.log_history(name, range(1, len(curve) + 1), curve)
-    parent.log_params({"kind": VARIANT_SPECS[own][0], "device": str(u.device),
-                       "modality": "text" if own != variant else "image",
-                       **{f"fvae.{k}": v for k, v in VARIANT_SPECS[own][1].items()}})
+    parent.log_params(job.params(u.device))
     return out
 
 

@@ -9,15 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from paperline.data.images import check_images, load_images, split_images
 from paperline.data.vit_source import CLASSIFIER_FILE, RECORD_FILE, SPLIT_FILE, TRAIN_STATE_FILE, VitSourceConfig
 from paperline.io import DataError, atomic_path, json_digest, read_json, write_json
 from paperline.nn.vit import ViT, load_classifier, save_classifier
 from paperline.seeds import seeded_init
-from paperline.train.checkpoint import Resumable
+from paperline.train.classifier import train_classifier
 
 
 def source_fingerprint(cfg: VitSourceConfig) -> str:
@@ -34,34 +32,17 @@ def accuracy(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, batch_size: i
 
 
 def _train(cfg: VitSourceConfig, split: dict[str, np.ndarray], state_path: Path, progress: bool) -> tuple[ViT, dict]:
+    """AdamW with a cosine schedule over the epochs (paperline.train.classifier), resumable."""
     with seeded_init(cfg.seed):  # the ViT's initial weights
         model = ViT.from_config(cfg.shape)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.train.epochs)
-    gen = torch.Generator().manual_seed(cfg.seed)  # the batch order
-    run = Resumable(state_path, source_fingerprint(cfg), every=cfg.train.checkpoint_every,
-                    model=model, optimizer=opt, scheduler=sched, generator=gen)
-    state = run.resume() or {"step": 0, "history": []}
-    x, y = torch.as_tensor(split["train_x"]), torch.as_tensor(split["train_y"])
-    bar = tqdm(total=cfg.train.epochs, initial=state["step"], desc="vit-source", disable=not progress)
-    while state["step"] < cfg.train.epochs:
-        model.train()
-        order, losses = torch.randperm(len(x), generator=gen), []
-        for i in range(0, len(x), cfg.train.batch_size):
-            idx = order[i:i + cfg.train.batch_size]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        sched.step()
-        state["step"] += 1
-        state["history"].append(float(np.mean(losses)))
-        bar.update()
-        if run.due(state["step"], cfg.train.epochs):
-            run.save(state)
-    bar.close()
-    return model, {"train_loss": state["history"], "train_seconds": run.elapsed()}
+    trained = train_classifier(model, torch.as_tensor(split["train_x"]), torch.as_tensor(split["train_y"]), opt,
+                               torch.Generator().manual_seed(cfg.seed), epochs=cfg.train.epochs,
+                               batch_size=cfg.train.batch_size, scheduler=sched, checkpoint=state_path,
+                               fingerprint=source_fingerprint(cfg), every=cfg.train.checkpoint_every,
+                               progress=progress, desc="vit-source")
+    return model, trained
 
 
 def build_vit_source(cfg: VitSourceConfig, out: str | Path, checkpoint: str | Path | None = None,

@@ -19,26 +19,25 @@ from paperline.io import atomic_path, one_line
 from paperline.methods.fvae_lora.adapter import fvae_loss, inject, set_generator
 from paperline.methods.fvae_lora.config import VARIANT_SPECS, BackboneConfig, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit, SpuriousTask, group_accuracy
+from paperline.nn.mlp import MLP
 from paperline.seeds import seeded_init
+from paperline.train.classifier import train_classifier
 
 
-class DigitsMLP(nn.Module):
+class DigitsMLP(MLP):
     """images (B, H, W) → flatten → fc1 → ReLU → fc2 → ReLU (`features`) → head."""
 
     def __init__(self, image_size: int, hidden: int, classes: int):
-        super().__init__()
+        super().__init__(image_size * image_size, [hidden, hidden], classes, names=("fc1", "fc2", "head"))
         self.shape = {"kind": "mlp", "image_size": image_size, "hidden": hidden, "classes": classes}
         self.image_size = image_size
-        self.fc1 = nn.Linear(image_size * image_size, hidden)
-        self.fc2 = nn.Linear(hidden, hidden)
-        self.head = nn.Linear(hidden, classes)
         self.dim = hidden
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.fc2(F.relu(self.fc1(images.flatten(1)))))
+        return super().features(images.flatten(1))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(images))
+        return super().forward(images.flatten(1))
 
 
 def load_backbone(path: str | Path) -> nn.Module:
@@ -72,22 +71,16 @@ def image_size_of(model: nn.Module) -> int:
 
 
 def train_backbone(split: CleanSplit, cfg: BackboneConfig, seed: int) -> tuple[DigitsMLP, dict]:
-    """The MLP trained on the clean training images' classes (Adam, cross-entropy); its record."""
-    g = torch.Generator().manual_seed(seed)
+    """The MLP trained on the clean training images' classes (Adam, cross-entropy:
+    paperline.train.classifier); its record."""
     x, y = torch.from_numpy(split.train_x), torch.from_numpy(split.train_y)
     with seeded_init(seed):
         model = DigitsMLP(x.shape[1], cfg.hidden, split.classes)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    start = time.perf_counter()
-    for _ in range(cfg.epochs):
-        for idx in torch.randperm(len(x), generator=g).split(cfg.batch_size):
-            opt.zero_grad()
-            F.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    model.eval()
+    trained = train_classifier(model, x, y, torch.optim.Adam(model.parameters(), lr=cfg.lr),
+                               torch.Generator().manual_seed(seed), epochs=cfg.epochs, batch_size=cfg.batch_size)
     with torch.no_grad():
         acc = float((model(torch.from_numpy(split.test_x)).argmax(1).numpy() == split.test_y).mean())
-    return model, {"clean_test_accuracy": acc, "train_seconds": time.perf_counter() - start}
+    return model, {"clean_test_accuracy": acc, "train_seconds": trained["train_seconds"]}
 
 
 class TaskModel(nn.Module):

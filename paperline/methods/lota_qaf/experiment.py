@@ -20,10 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from paperline.data.digits import CLASSES, FEATURES
 from paperline.methods.lota_qaf.config import AdapterSettings, LotaSettings
 from paperline.methods.lota_qaf.layers import LotaLinear, QALoraLinear, QuantLinear, replace_module, select_targets
 from paperline.methods.lota_qaf.quant import QuantError, quantize_gptq, quantize_rtn, requantize
 from paperline.methods.lota_qaf.tsignsgd import TSignSGD
+from paperline.nn.mlp import MLP
 from paperline.seeds import seeded_init
 
 # ----------------------------------------------------------------------------- tasks
@@ -39,6 +41,9 @@ class Task:
     score: Callable[[nn.Module], dict]  # {metric: ..., "loss": ...}
     probe: Callable[[nn.Module], torch.Tensor]  # outputs on a fixed batch
     calibration: list  # input batches for GPTQ
+    # a classifier's training rows and batch size (the digits task's: the float MLP's training)
+    train_rows: tuple[torch.Tensor, torch.Tensor] | None = None
+    batch_size: int = 0
 
 
 def digits_task(x_train, y_train, x_test, y_test, batch_size: int) -> Task:
@@ -56,7 +61,8 @@ def digits_task(x_train, y_train, x_test, y_test, batch_size: int) -> Task:
                 "loss": float(F.cross_entropy(logits, y_test))}
 
     return Task("digits", "accuracy", True, sample, lambda m, b: F.cross_entropy(m(b[0]), b[1]), score,
-                lambda m: m(x_test), [x_train[i:i + 256] for i in range(0, len(x_train), 256)])
+                lambda m: m(x_test), [x_train[i:i + 256] for i in range(0, len(x_train), 256)],
+                (x_train, y_train), batch_size)
 
 
 def lm_task(train_tokens: np.ndarray, val_tokens: np.ndarray, block_size: int, batch_size: int,
@@ -98,23 +104,27 @@ def global_stream_from(generator: torch.Generator):
 
 
 def make_mlp(hidden: int, generator: torch.Generator) -> nn.Sequential:
+    """64 → hidden → hidden → 10, ReLU."""
     with global_stream_from(generator):
-        return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                             nn.Linear(hidden, 10))
+        return MLP(FEATURES, [hidden, hidden], CLASSES)
 
 
 def train_float_mlp(model: nn.Module, task: Task, epochs: int, steps_per_epoch: int, lr: float,
                     generator: torch.Generator) -> list[float]:
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(epochs):
-        for _ in range(steps_per_epoch):
-            loss = task.loss(model, task.sample_batch(generator))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        losses.append(float(loss.detach()))
-    return losses
+    """Adam on the task's training rows (paperline.train.classifier): each epoch `steps_per_epoch`
+    full batches of a seeded permutation (the rows past the last full batch sit the epoch out).
+    Returns each epoch's mean loss."""
+    from paperline.train.classifier import train_classifier
+
+    if task.train_rows is None:
+        raise ValueError(f"train_float_mlp: the {task.name} task has no classifier training rows")
+    x, y = task.train_rows
+    if steps_per_epoch != max(1, len(x) // task.batch_size):
+        raise ValueError(f"train_float_mlp: {steps_per_epoch} steps an epoch; {len(x)} rows make "
+                         f"{max(1, len(x) // task.batch_size)} full batches of {task.batch_size}")
+    trained = train_classifier(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), generator, epochs=epochs,
+                               batch_size=task.batch_size, drop_last=True)
+    return trained["train_loss"]
 
 
 # ----------------------------------------------------------------------------- quantisation

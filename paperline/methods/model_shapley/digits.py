@@ -15,6 +15,7 @@ from torch import nn
 from paperline.data.digits import CLASSES, FEATURES, split_digits
 from paperline.io import DataError
 from paperline.methods.model_shapley.ranking import keep_masks
+from paperline.nn.mlp import MLP
 from paperline.seeds import seeded_init
 
 
@@ -74,15 +75,9 @@ def load_tasks(val_fraction: float, test_fraction: float, noise_std: float, seed
 
 
 def make_mlp(hidden: int, seed: int) -> nn.Sequential:
+    """64 → hidden → 10, ReLU: `model[0]` the hidden layer, `model[1]` its ReLU, `model[2]` the head."""
     with seeded_init(seed):
-        return nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES))
-
-
-def batches(split: Split, batch_size: int, generator: torch.Generator):
-    order = torch.randperm(len(split.y), generator=generator)
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
-        yield split.x[idx], split.y[idx]
+        return MLP(FEATURES, [hidden], CLASSES)
 
 
 def sample_batches(split: Split, batch_size: int, count: int, generator: torch.Generator) -> list:
@@ -97,35 +92,21 @@ def mean_ce(model, x, y) -> torch.Tensor:
 
 def train_mlp(model: nn.Sequential, train: Split, epochs: int, batch_size: int, lr: float, weight_decay: float,
               seed: int, checkpoint_path=None, progress: bool = False) -> dict:
-    """Adam, one checkpoint per epoch (a killed run resumes from the last one)."""
-    from tqdm.auto import trange
+    """Adam (paperline.train.classifier), one checkpoint per epoch (a killed run resumes from the last one)."""
+    from paperline.train.classifier import train_classifier
 
-    from paperline.train.checkpoint import Resumable
-
+    first = model[0]
+    assert isinstance(first, nn.Linear)  # make_mlp's
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    generator = torch.Generator().manual_seed(seed)
-    run = Resumable(checkpoint_path, {"epochs": epochs, "batch_size": batch_size, "lr": lr,
-                                      "weight_decay": weight_decay, "seed": seed,
-                                      "hidden": model[0].out_features},
-                    every=1, model=model, optimizer=optimizer, generator=generator)
-    record = run.resume() or {"step": 0, "history": {"epoch": [], "train_loss": []}}
-    model.train()
-    for epoch in trange(record["step"], epochs, initial=record["step"], total=epochs, desc="mlp",
-                        disable=not progress, leave=False):
-        total, count = 0.0, 0
-        for x, y in batches(train, batch_size, generator):
-            optimizer.zero_grad(set_to_none=True)
-            loss = mean_ce(model, x, y)
-            loss.backward()
-            optimizer.step()
-            total, count = total + loss.item() * len(y), count + len(y)
-        record["step"] = epoch + 1
-        record["history"]["epoch"].append(epoch + 1)
-        record["history"]["train_loss"].append(total / count)
-        if run.due(record["step"], epochs):
-            run.save(record)
-    model.eval()
-    return {"history": record["history"], "train_time_s": run.elapsed()}
+    trained = train_classifier(model, train.x, train.y, optimizer, torch.Generator().manual_seed(seed), epochs=epochs,
+                               batch_size=batch_size, checkpoint=checkpoint_path,
+                               fingerprint={"epochs": epochs, "batch_size": batch_size, "lr": lr,
+                                            "weight_decay": weight_decay, "seed": seed,
+                                            "hidden": first.out_features, "loop": "train_classifier"},
+                               progress=progress, desc="mlp")
+    losses = trained["train_loss"]
+    return {"history": {"epoch": list(range(1, len(losses) + 1)), "train_loss": losses},
+            "train_time_s": trained["train_seconds"]}
 
 
 def hidden_activations(model: nn.Sequential, x: torch.Tensor) -> torch.Tensor:

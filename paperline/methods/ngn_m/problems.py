@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from paperline.methods.ngn_m.base import EpochBatches, Problem
 from paperline.methods.ngn_m.config import DigitsConfig, LeastSquaresConfig, RosenbrockConfig
+from paperline.nn.mlp import MLP
 
 # The metric each kind of problem's robustness count is taken on, and whether higher is better.
 PRIMARY_METRIC: dict[str, tuple[str, bool]] = {
@@ -114,24 +115,13 @@ class StochasticRosenbrock(Problem):
 
 @functools.lru_cache(maxsize=4)
 def digits_split(test_fraction: float) -> tuple[np.ndarray, ...]:
-    """scikit-learn's 8×8 digits (1,797 real handwritten digits) scaled to [0, 1], a stratified
-    train/test split fixed across runs (seed 0) so every run is scored on the same test set."""
-    from sklearn.model_selection import train_test_split
+    """(X_train, X_test, y_train, y_test): the digits methods' stratified split
+    (`paperline.data.digits.split_digits`), pixels scaled to [0, 1], fixed across runs (seed 0) so
+    every run is scored on the same test set."""
+    from paperline.data.digits import split_digits
 
-    from paperline.data.digits import read_digits
-
-    X, y = read_digits()
-    X = (X / 16.0).astype(np.float32)
-    return tuple(train_test_split(X, y, test_size=test_fraction, stratify=y, random_state=0))
-
-
-def linear_init(fan_in: int, fan_out: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.nn.Linear's default init, U(±1/√fan_in), from an explicit generator (runs in
-    parallel threads must not share the global RNG)."""
-    bound = fan_in ** -0.5
-    W = (torch.rand(fan_out, fan_in, generator=g) * 2 - 1) * bound
-    b = (torch.rand(fan_out, generator=g) * 2 - 1) * bound
-    return W.requires_grad_(), b.requires_grad_()
+    rows = split_digits(0, test_fraction)
+    return rows.x[rows.train], rows.x[rows.test], rows.y[rows.train], rows.y[rows.test]
 
 
 class DigitsMLP(Problem):
@@ -141,18 +131,18 @@ class DigitsMLP(Problem):
         X_train, X_test, y_train, y_test = digits_split(cfg.test_fraction)
         self.X, self.y = torch.from_numpy(X_train), torch.from_numpy(y_train)
         self.X_test, self.y_test = torch.from_numpy(X_test), torch.from_numpy(y_test)
-        g = torch.Generator().manual_seed(seed)
-        self.W1, self.b1 = linear_init(self.X.shape[1], cfg.hidden, g)
-        self.W2, self.b2 = linear_init(cfg.hidden, 10, g)
+        # 64 → hidden → 10, ReLU; nn.Linear's init from the run's own generator (runs in parallel
+        # threads must not share the global RNG)
+        self.model = MLP(self.X.shape[1], [cfg.hidden], 10).reset_parameters(torch.Generator().manual_seed(seed))
         self.batches = EpochBatches(len(self.y), cfg.batch_size, seed)
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total_steps = cfg.epochs * self.steps_per_epoch
 
     def parameters(self):
-        return [self.W1, self.b1, self.W2, self.b2]
+        return list(self.model.parameters())
 
     def logits(self, X):
-        return F.linear(F.relu(F.linear(X, self.W1, self.b1)), self.W2, self.b2)
+        return self.model(X)
 
     def batch(self, step):
         idx = self.batches.indices(step)

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from paperline.data.digits import read_digits
-from paperline.methods.sumo.transforms import Standardizer
+from paperline.data.digits import split_digits
 
 
 @dataclass(frozen=True)
@@ -25,22 +23,11 @@ class DigitsSplit:
 
 
 def load_digits_split(test_fraction: float, split_seed: int = 0) -> DigitsSplit:
-    """A stratified train/test split (the same for a given split_seed on every machine)."""
-    x, y = read_digits()
-    rng = np.random.default_rng(split_seed)
-    test_idx: list[int] = []
-    for label in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == label))
-        test_idx.extend(idx[: round(test_fraction * len(idx))])
-    is_test = np.zeros(len(y), dtype=bool)
-    is_test[test_idx] = True
-    scaler = Standardizer.fit(x[~is_test])
-    return DigitsSplit(
-        x_train=torch.as_tensor(scaler(x[~is_test]), dtype=torch.float32),
-        y_train=torch.as_tensor(y[~is_test], dtype=torch.int64),
-        x_test=torch.as_tensor(scaler(x[is_test]), dtype=torch.float32),
-        y_test=torch.as_tensor(y[is_test], dtype=torch.int64),
-    )
+    """The digits methods' stratified split (`paperline.data.digits.split_digits`), standardized
+    with the training statistics (the same for a given split_seed on every machine)."""
+    rows = split_digits(split_seed, test_fraction, scaling="standard")
+    return DigitsSplit(*(torch.as_tensor(a) for a in (rows.x[rows.train], rows.y[rows.train],
+                                                      rows.x[rows.test], rows.y[rows.test])))
 
 
 def c4_version(c4_dir: str | Path, tokenizer: str | Path) -> str:

@@ -64,12 +64,6 @@ def next_token_pairs(tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, t
     return tokens[:, :-1], targets
 
 
-def pad_id_of(tokenizer: C4Tokenizer) -> int:
-    """The tokenizer's pad id (typed optional: C4Tokenizer refuses a tokenizer without one)."""
-    assert tokenizer.pad_id is not None
-    return tokenizer.pad_id
-
-
 class C4Batches:
     """`sample_batch` of the shared loop: the next micro-batch of the seeded C4 stream (the loop's
     generator is not used: every run reads the same order). Its state, the batches read and the
@@ -86,8 +80,8 @@ class C4Batches:
                                         self.lm.shuffle_seed, self.lm.shuffle_buffer, skip_batches=self.batches)
         tokens = next(self.stream)
         self.batches += 1
-        self.tokens += int((tokens != pad_id_of(self.tokenizer)).sum())
-        return next_token_pairs(tokens, pad_id_of(self.tokenizer))
+        self.tokens += int((tokens != self.tokenizer.pad_id).sum())
+        return next_token_pairs(tokens, self.tokenizer.pad_id)
 
     def state_dict(self) -> dict:
         return {"batches": self.batches, "tokens": self.tokens}
@@ -98,7 +92,7 @@ class C4Batches:
 
 def validation_set(cfg: SumoConfig, tokenizer: C4Tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
     lm = c4_config(cfg)
-    pairs = [next_token_pairs(tokens, pad_id_of(tokenizer)) for tokens in
+    pairs = [next_token_pairs(tokens, tokenizer.pad_id) for tokens in
              validation_batches(lm.c4_dir, tokenizer, lm.micro_batch_size, lm.eval_tokens)]
     if not any(bool((targets != -100).any()) for _, targets in pairs):
         raise ValueError(f"{lm.c4_dir}: the validation shards gave no tokens to evaluate on")

@@ -18,7 +18,7 @@ import torch
 
 from paperline.io import write_json
 from paperline.methods.sumo.config import SumoConfig
-from paperline.methods.sumo.mlp import MLP
+from paperline.methods.sumo.mlp import MatrixMLP
 from paperline.nn.causal_lm import CausalLM
 from paperline.optim.galore import GaLoreAdamW
 from paperline.optim.muon import Muon
@@ -29,7 +29,7 @@ LABELS = {"adamw": "AdamW", "galore_adamw": "GaLore-AdamW", "muon": "Muon (NS5)"
           "sumo_ns": "SUMO with NS5"}
 
 
-def build_optimizer(name: str, model: MLP | CausalLM, lr: float, cfg: SumoConfig, seed: int = 0) -> torch.optim.Optimizer:
+def build_optimizer(name: str, model: MatrixMLP | CausalLM, lr: float, cfg: SumoConfig, seed: int = 0) -> torch.optim.Optimizer:
     """`model` tells its matrices (matrix_parameters) from the rest (other_parameters)."""
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
@@ -57,7 +57,7 @@ def matrix_state_formula(name: str, shape: tuple[int, ...], rank: int) -> int:
             "sumo": l * rank + s * rank, "sumo_ns": l * rank + s * rank}[name]
 
 
-def state_formula(name: str, model: MLP | CausalLM, rank: int) -> int:
+def state_formula(name: str, model: MatrixMLP | CausalLM, rank: int) -> int:
     """Floats of the whole optimizer state: the formula for each matrix, 2 per entry (AdamW) for the rest."""
     if name == "adamw":
         return sum(2 * p.numel() for p in model.parameters())
@@ -89,7 +89,7 @@ class OptimizerFactory:
         self.optimizer: torch.optim.Optimizer | None = None
         self.record: dict[str, Any] | None = None
 
-    def __call__(self, model: MLP | CausalLM) -> torch.optim.Optimizer:
+    def __call__(self, model: MatrixMLP | CausalLM) -> torch.optim.Optimizer:
         optimizer = self.optimizer = build_optimizer(self.name, model, self.lr, self.cfg, seed=self.seed)
         self.matrices = model.matrix_parameters()
         self.record = {"step": 0, "condition": {"step": [], "median": [], "max": [], "per_matrix": []}}

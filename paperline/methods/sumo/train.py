@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from paperline.methods.sumo.config import DIGITS_FEATURES, OptimizerName, SumoConfig
 from paperline.methods.sumo.data import DigitsSplit
-from paperline.methods.sumo.mlp import MLP, init_mlp
+from paperline.methods.sumo.mlp import MatrixMLP
 from paperline.methods.sumo.optimizers import build_optimizer, state_formula
 from paperline.optim.hybrid import state_bytes, state_numel
 from paperline.train.checkpoint import Resumable
@@ -33,8 +33,8 @@ def run_seed(cfg: SumoConfig, seed_index: int) -> int:
     return int(np.random.SeedSequence([cfg.seed, seed_index]).generate_state(1)[0] % 2**31)
 
 
-def make_model(cfg: SumoConfig, seed: int, device: torch.device) -> MLP:
-    model = init_mlp(MLP(DIGITS_FEATURES, list(cfg.hidden_sizes), CLASSES), torch.Generator().manual_seed(seed))
+def make_model(cfg: SumoConfig, seed: int, device: torch.device) -> MatrixMLP:
+    model = MatrixMLP(DIGITS_FEATURES, cfg.hidden_sizes, CLASSES).reset_parameters(torch.Generator().manual_seed(seed))
     return model.to(device)
 
 
@@ -67,7 +67,7 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor
 
 
 @torch.no_grad()
-def evaluate(model: MLP, data: DigitsSplit) -> dict[str, float]:
+def evaluate(model: MatrixMLP, data: DigitsSplit) -> dict[str, float]:
     train_loss = F.cross_entropy(model(data.x_train), data.y_train).item()
     logits = model(data.x_test)
     return {"train_loss": train_loss, "test_loss": F.cross_entropy(logits, data.y_test).item(),
