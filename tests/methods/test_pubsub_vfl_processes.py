@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 
 def test_pubsub_run_with_ports_from_params_leaves_nothing_behind():
-    from paperline.methods.pubsub_vfl.train import run_variant
+    from paperline.methods.pubsub_vfl.train import party_cores, run_variant
 
     port_a, port_p = _free_port(), _free_port()
     cfg = _cfg(channels={"deadline_s": 1.0, "active_port": port_a, "passive_port": port_p})
@@ -49,6 +49,10 @@ def test_pubsub_run_with_ports_from_params_leaves_nothing_behind():
     assert result.metric > 0.9 and result.dropped == 0 and len(result.curve) == 2
     assert result.dead_workers == {"active": [], "passive": []}
     assert set(result.worker_stats["passive"]) == {"0", "1"}
+    # every worker pinned to its party's share of the cores (C_a + C_p, split by the workers)
+    share = party_cores(cfg, (2, 2))
+    for party in ("active", "passive"):
+        assert [s["cores"] for s in result.worker_stats[party].values()] == [share[party]] * 2
     assert all(0 <= f <= 1 for f in result.idle_fraction.values())
     assert not _children()
     for port in (port_a, port_p):  # nothing listens on the parameter servers' ports any more

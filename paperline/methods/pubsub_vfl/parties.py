@@ -15,7 +15,7 @@ import time
 import numpy as np
 import zmq
 
-from paperline.methods.pubsub_vfl import model
+from paperline.methods.pubsub_vfl import cores, model
 from paperline.methods.pubsub_vfl.channels import (
     DROP,
     EMBEDDING,
@@ -279,8 +279,8 @@ class _Worker:
     def compute(self, fn, rows: int):
         t = time.time()
         out = fn()
-        # heterogeneity emulation (spec e): a sleep ∝ the batch's FLOPs, times the party's slowdown
-        time.sleep(self.run["delay_per_sample_ms"] * 1e-3 * rows * self.slowdown)
+        if self.run["delay_per_sample_ms"]:  # heterogeneity emulation (spec e), off by default
+            time.sleep(self.run["delay_per_sample_ms"] * 1e-3 * rows * self.slowdown)
         self.busy_s += time.time() - t
         return out
 
@@ -308,6 +308,7 @@ class _Worker:
         self.ps.send(_dump(("bye", self.wid, {
             "wall_s": wall, "wait_s": self.wait_s, "busy_s": self.busy_s,
             "cpu_s": time.process_time() - self.cpu0, "steps": self.steps, "dropped": self.dropped,
+            "cores": cores.available(),
             "overflow": self.sub.overflow})))
         time.sleep(0.05)
         self.ctx.destroy(linger=1000)
@@ -406,6 +407,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(open(argv[0]).read())
     spec["init"] = _load(open(spec["init_path"], "rb").read()) if spec.get("init_path") else None
     _exit_with_parent(spec["parent"])
+    cores.pin(spec["cores"])  # the party's share of the cores (C_a or C_p); BLAS threads: the env
     try:
         if spec["role"] == "ps":
             run_ps(spec)
