@@ -14,6 +14,7 @@ from paperline.metrics import MethodMetrics
 from paperline.seeds import mean_over_seeds
 
 METHOD = "pubsub_vfl"
+COUNTS = ("dropped_batches", "reassigned_batches", "retrained_batches")  # summed over seeds, not averaged
 
 
 def metric_name(task: str) -> str:
@@ -26,6 +27,7 @@ def seed_row(r: RunResult, name: str) -> dict:
             "idle_fraction": (r.idle_fraction["active"] + r.idle_fraction["passive"]) / 2,
             "idle_fraction_active": r.idle_fraction["active"], "idle_fraction_passive": r.idle_fraction["passive"],
             "cpu_utilisation": r.cpu_utilisation, "busy_fraction": r.busy_fraction, "dropped_batches": r.dropped,
+            "reassigned_batches": r.reassigned, "retrained_batches": r.retrained,
             "workers_active": r.workers_active, "workers_passive": r.workers_passive, "batch_size": r.batch_size}
 
 
@@ -46,13 +48,13 @@ def seed_rows(exp: Experiment, task: str) -> dict[int, dict[str, dict]]:
 
 def _mean_row(rows: list[dict], name: str) -> dict:
     """The mean over seeds (spread of the metric, wall time and waiting); time to target only when
-    every seed reached it; dropped batches summed."""
+    every seed reached it; dropped, reassigned and retrained batches summed."""
     reached = [r["time_to_target_s"] for r in rows if r.get("time_to_target_s") is not None]
-    timed = [{k: v for k, v in r.items() if k not in ("time_to_target_s", "dropped_batches")} for r in rows]
+    timed = [{k: v for k, v in r.items() if k not in ("time_to_target_s", *COUNTS)} for r in rows]
     out = mean_over_seeds(timed, spread=lambda k: k in (name, "wall_s", "idle_fraction"), keep_shared=True)
     if "wall_s" in out:
         out |= {"time_to_target_s": float(np.mean(reached)) if len(reached) == len(rows) else None,
-                "reached_target": len(reached), "dropped_batches": sum(r["dropped_batches"] for r in rows)}
+                "reached_target": len(reached)} | {k: sum(r.get(k, 0) for r in rows) for k in COUNTS}
     return out | {"seeds": len(rows)}
 
 

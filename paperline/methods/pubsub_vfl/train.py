@@ -41,6 +41,8 @@ class RunResult:
     cpu_utilisation: float  # process CPU seconds of all workers over their wall seconds
     busy_fraction: float  # compute (incl. the emulated part) over wall, all workers
     dropped: int  # batches dropped at the deadline
+    reassigned: int = 0  # dropped batches put back in the queue (once each)
+    retrained: int = 0  # reassigned batches the active party then trained
     dead_workers: dict[str, list[int]] = field(default_factory=dict)
     worker_stats: dict[str, dict] = field(default_factory=dict)
     params: dict | None = None  # the final model: {"active": {...}, "passive": {...}}
@@ -303,6 +305,7 @@ def _evaluate(cfg, data: VFLData, variant, seed, workers, B, dp_mu, results) -> 
         busy_fraction=sum(s["busy_s"] for s in every) / max(sum(s["wall_s"] for s in every), 1e-9),
         dropped=sum(s["dropped"] for s in stats["active"].values()) + act["barrier_dropped"] + pas["barrier_dropped"]
         + act["lost"] + pas["lost"],
+        reassigned=act["reassigned"], retrained=sum(s["retrained"] for s in stats["active"].values()),
         dead_workers={party: results[party]["dead_workers"] for party in ("active", "passive")},
         worker_stats={party: {str(k): v for k, v in st.items()} for party, st in stats.items()},
         params={"active": act["params"], "passive": pas["params"]})
