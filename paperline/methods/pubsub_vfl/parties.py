@@ -131,7 +131,7 @@ def run_ps(spec: dict) -> None:
     data = np.load(spec["data"])
     n, B, epochs = len(data["x"]), run["batch_size"], run["epochs"]
     n_batches = math.ceil(n / B)
-    paired = MODES[run["variant"]]["paired"]
+    paired = bool(MODES[run["variant"]]["paired"])
     queues = BatchQueues([(e, b) for e in range(epochs) for b in range(n_batches)], w, paired)
     params = spec["init"]
     latest: dict[int, dict] = {}
