@@ -156,3 +156,18 @@ def test_a_dropped_batch_goes_back_once_to_the_worker_that_reports_it():
     assert paired.next(1) == (0, 1, False) and paired.requeue(1, (0, 1))
     assert [paired.next(1) for _ in range(3)] == [(1, 1, False), (0, 1, True), None]
     assert paired.next(0) == (0, 0, False) and not paired.empty()
+
+
+def test_two_active_workers_aggregate_every_delta_t_epochs():
+    """The semi-asynchronous active party: with ΔT₀ = 1 (ΔT_t = 2 epochs near the target) each of
+    two active workers meets the PS mid-run; with ΔT₀ = 5 (ΔT_t ≥ 5) not within 4 epochs."""
+    from paperline.methods.pubsub_vfl.train import run_variant
+
+    data = load(_cfg().data)
+    syncs = {}
+    for delta_t0 in (1, 5):
+        cfg = _cfg(epochs=4, delta_t0=delta_t0, delay_per_sample_ms=0.0)
+        result = run_variant(cfg, data, "pubsub_vfl", 0, workers=(2, 1))
+        syncs[delta_t0] = [s["syncs"] for s in result.worker_stats["active"].values()]
+        assert result.metric > 0.9
+    assert min(syncs[1]) >= 1 and syncs[5] == [0, 0]

@@ -62,6 +62,8 @@ class PubSubVFLConfig(MethodConfig):
     embedding: PositiveInt = 8
     top_hidden: PositiveInt = 16  # the top model: a 2-layer MLP (the paper's)
     delta_t0: PositiveInt = 5  # ΔT₀, in epochs (spec update g)
+    # ΔT's effect: pubsub_vfl also runs at these ΔT₀ at the first seed, at the plan's (w_a, w_p, B)
+    delta_t0_sweep: list[PositiveInt] = []
     target_metric: float = 0.9  # AUC to reach (or RMSE to get under): wall time to target
     # heterogeneity emulation, off by default (the parties' compute is their real forward and
     # backward passes on their cores): a worker also sleeps this long per sample and pass, times

@@ -345,7 +345,7 @@ class _Worker:
         self.ps.send(_dump(("bye", self.wid, {
             "wall_s": wall, "wait_s": self.wait_s, "busy_s": self.busy_s,
             "cpu_s": time.process_time() - self.cpu0, "steps": self.steps, "dropped": self.dropped,
-            "retrained": self.retrained,
+            "retrained": self.retrained, "syncs": getattr(self, "syncs", 0),
             "cores": cores.available(),
             "overflow": self.sub.overflow})))
         time.sleep(0.05)
@@ -366,12 +366,14 @@ class ActiveWorker(_Worker):
     def __init__(self, spec):
         super().__init__(spec)
         self.acc = 0.0
+        self.syncs = 0  # ΔT aggregations with the PS before the last one
 
     def new_epoch(self, e: int) -> None:
         super().new_epoch(e)
         if self.mode == "interval" and e > 0 and e % delta_t(self.run["delta_t0"], self.acc,
                                                              self.run["target_accuracy"]) == 0:
             self.params = self._request(("sync", self.wid, self.params), waiting=True)[1]
+            self.syncs += 1
 
     def loop(self) -> None:
         task, labels = self.run["task"], self.y

@@ -120,10 +120,14 @@ def grid_table(grid: list[dict]) -> dict[str, dict]:
 def method_metrics(cfg: PubSubVFLConfig, exp: Experiment, task: str, profile: str) -> MethodMetrics:
     table = rows(exp, task)
     details = {"plan": exp.plan, "grid": exp.grid, "active_alone": exp.alone,
+               "delta_t": exp.delta_t,
                "dp": [{"mu": r.dp_mu, "seed": r.seed, "metric": r.metric, "wall_s": r.wall_s} for r in exp.dp],
                "fault": None if exp.fault is None else {k: v for k, v in asdict(exp.fault).items() if k not in ("curve", "params")},
                "curves": {v: [r.curve for r in runs] for v, runs in exp.runs.items()}}
     tables = {"planner_grid": grid_table(exp.grid)} if exp.grid else {}
+    if exp.delta_t:  # ΔT's effect: one row per ΔT₀ (the first seed)
+        tables["delta_t_sweep"] = {f"delta_t0_{d['delta_t0']}": {(metric_name(task) if k == "metric" else k): v
+                                                                 for k, v in d.items()} for d in exp.delta_t}
     return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, exp, task),
                          baseline=cfg.baseline if cfg.baseline in table else None, primary_metric=metric_name(task),
                          higher_is_better=task == "classification", rows=table, tables=tables, details=details,
