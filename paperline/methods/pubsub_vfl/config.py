@@ -19,6 +19,10 @@ class DataConfig(MethodConfig):
     n_features: Annotated[int, Field(ge=2)] = 40  # synthetic only
     passive_fraction: float = Field(0.6, gt=0, lt=1)  # share of the columns at the passive party
     path: ProjectPath | None = None  # file only
+    # file only: the paper's tables as their sources ship them (data.py LAYOUTS: Bank's
+    # bank-full.csv, Credit's default-of-credit-card-clients CSV, Energy's energydata_complete.csv,
+    # Blog's blogData_train.csv), their label, id and task set by the layout; "table": as configured
+    layout: Literal["table", "bank", "credit", "energy", "blog"] = "table"
     id_column: str | None = None  # file only: ids that must align between the parties
     label_column: str = "y"
     task: Literal["classification", "regression"] = "classification"
