@@ -2,6 +2,8 @@
 column names, and bad input refused with an error naming it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,5 +114,6 @@ def test_the_papers_tables_load_as_their_sources_ship_them(tmp_path, layout, n_f
 def test_the_paper_profile_reads_the_bank_file_by_path():
     from paperline.config import load_method_config, read_params
 
-    _, cfg = load_method_config(PubSubVFLConfig, read_params("params"), "pubsub_vfl", "paper", [], source="params")
+    params = Path(__file__).resolve().parents[2] / "params"
+    _, cfg = load_method_config(PubSubVFLConfig, read_params(params), "pubsub_vfl", "paper", [], source=str(params))
     assert (cfg.data.name, cfg.data.layout, cfg.bottom_layers) == ("file", "bank", 10)
