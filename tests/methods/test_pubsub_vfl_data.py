@@ -2,6 +2,8 @@
 column names, and bad input refused with an error naming it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -67,3 +69,51 @@ def test_a_table_that_cannot_be_trained_on_is_named_with_its_file_and_line(tmp_p
     path.write_bytes(content)
     with pytest.raises(VFLDataError, match=message):
         load(DataConfig(name="file", path=str(path), label_column="y", task="classification"))
+
+
+def _write_paper_file(tmp_path, layout: str, rng):
+    """A few rows shaped as the paper's source file of `layout` ships."""
+    n = 40
+    if layout == "bank":
+        frame = pd.DataFrame({"age": rng.integers(20, 70, n), "job": rng.choice(["admin.", "services"], n),
+                              "balance": rng.normal(size=n), "loan": rng.choice(["yes", "no"], n),
+                              "y": np.where(np.arange(n) % 2, "yes", "no")})
+        path = tmp_path / "bank-full.csv"
+        frame.to_csv(path, sep=";", index=False)
+    elif layout == "credit":  # the sheet's two header rows: X1 … Y, then the names
+        path = tmp_path / "credit.csv"
+        names = ["ID", "LIMIT_BAL", "AGE", "PAY_0", "default payment next month"]
+        rows = [[i + 1, rng.integers(1, 9) * 1e4, rng.integers(20, 70), rng.integers(-2, 3), i % 2] for i in range(n)]
+        path.write_text("\n".join([",X1,X2,X3,Y", ",".join(names)] + [",".join(map(str, r)) for r in rows]) + "\n")
+    elif layout == "energy":
+        frame = pd.DataFrame({"date": pd.date_range("2016-01-11", periods=n, freq="10min").astype(str),
+                              "Appliances": rng.normal(100, 10, n), "T1": rng.normal(size=n),
+                              "RH_1": rng.normal(size=n), "rv1": rng.normal(size=n)})
+        path = tmp_path / "energydata_complete.csv"
+        frame.to_csv(path, index=False)
+    else:  # blog: no header, the target last
+        path = tmp_path / "blogData_train.csv"
+        pd.DataFrame(rng.normal(size=(n, 6))).to_csv(path, header=False, index=False)
+    return path
+
+
+@pytest.mark.parametrize("layout, n_features, task", [("bank", 6, "classification"), ("credit", 3, "classification"),
+                                                      ("energy", 3, "regression"), ("blog", 5, "regression")])
+def test_the_papers_tables_load_as_their_sources_ship_them(tmp_path, layout, n_features, task):
+    rng = np.random.default_rng(1)
+    path = _write_paper_file(tmp_path, layout, rng)
+    data = load(DataConfig(name="file", layout=layout, path=str(path), passive_fraction=0.5))
+    assert data.task == task and len(data.y_train) + len(data.y_test) == 40
+    assert len(data.columns_active) + len(data.columns_passive) == n_features  # no label, id or date among them
+    if layout == "bank":  # yes/no as 1/0, the text columns one-hot
+        assert set(data.y_train) | set(data.y_test) == {0.0, 1.0} and "job_services" in data.columns_active + data.columns_passive
+    if layout == "credit":  # the ids read from the ID column
+        assert set(data.active_train.ids) | set(data.active_test.ids) == set(range(1, 41))
+
+
+def test_the_paper_profile_reads_the_bank_file_by_path():
+    from paperline.config import load_method_config, read_params
+
+    params = Path(__file__).resolve().parents[2] / "params"
+    _, cfg = load_method_config(PubSubVFLConfig, read_params(params), "pubsub_vfl", "paper", [], source=str(params))
+    assert (cfg.data.name, cfg.data.layout, cfg.bottom_layers) == ("file", "bank", 10)

@@ -68,3 +68,24 @@ def test_sgd_and_average_on_nested_parameters():
     stepped = model.sgd(p, g, 0.5)
     np.testing.assert_array_equal(stepped["top"]["a"], [0, 0])
     np.testing.assert_array_equal(model.average([p, stepped])["top"]["a"], [0.5, 0.5])
+
+
+def test_a_deeper_bottom_models_gradients_equal_autograds():
+    """The paper's bottom model is a 10-layer MLP: `layers` linear layers, ReLU between."""
+    rng = np.random.default_rng(3)
+    x, g_z = rng.normal(size=(9, 5)), rng.normal(size=(9, 3))
+    p = model.init_bottom(rng, 5, 6, 3, layers=4)
+    assert sorted(p) == ["W1", "W2", "W3", "W4", "b1", "b2", "b3", "b4"] and p["W4"].shape == (6, 3)
+    z, cache = model.bottom_forward(p, x)
+    grads = model.bottom_backward(p, cache, g_z)
+    tp = _torch(p)
+    h = torch.tensor(x)
+    for i in range(1, 4):
+        h = torch.relu(h @ tp[f"W{i}"] + tp[f"b{i}"])
+    out = h @ tp["W4"] + tp["b4"]
+    (out * torch.tensor(g_z)).sum().backward()
+    np.testing.assert_allclose(z, out.detach().numpy(), rtol=1e-12)
+    for k in grads:
+        np.testing.assert_allclose(grads[k], tp[k].grad.numpy(), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        model.init_bottom(rng, 5, 6, 3, layers=1)

@@ -15,7 +15,7 @@ from paperline.methods.pubsub_vfl.parties import batches, delta_t
 def _cost(**kw):
     base = dict(n=1024, active=planner.PartyCost(1e-3, 1.0), passive=planner.PartyCost(4e-3, 1.0),
                 worker_overhead_s=1e-3, message_s=0.0, bytes_per_row=0.0, bandwidth=1.0,
-                mem_base=0.0, mem_rho=1.0, mem_chi=1.0, mem_cap=1e9)
+                mem_base=0.0, mem_rho=1.0, mem_chi=1.0, mem_cap=1e9, cores=64)
     return planner.CostModel(**(base | kw))
 
 
@@ -60,5 +60,28 @@ def test_a_kept_plans_cost_model_reads_back_as_it_was():
 
     cost = CostModel(n=398, active=PartyCost(2e-5, 0.97), passive=PartyCost(8e-5, 1.0), worker_overhead_s=5e-4,
                      message_s=1e-3, bytes_per_row=128, bandwidth=1e9, mem_base=8704, mem_rho=464, mem_chi=1.0,
-                     mem_cap=2**30)
+                     mem_cap=2**30, cores=2)
     assert from_dict(as_dict(cost)) == cost
+
+
+def test_the_planner_counts_each_partys_cores():
+    """C_a + C_p = total_cores, split by the workers: past its cores a party's extra workers only
+    add coordination, so on 2 cores one worker a party is best and on 64 more pay."""
+    from paperline.methods.pubsub_vfl import cores
+
+    assert cores.counts(64, 8, 8) == (32, 32) and cores.counts(2, 3, 1) == (1, 1) and cores.counts(1, 2, 2) == (1, 1)
+    assert cores.split([0, 1, 2, 3], 1, 3) == {"active": [0], "passive": [1, 2, 3]}
+    few, many = _cost(cores=2), _cost(cores=64)
+    assert few.epoch_time(4, 4, 256) > few.epoch_time(1, 1, 256)
+    assert many.epoch_time(4, 4, 256) < many.epoch_time(1, 1, 256)
+    assert planner.plan(few, [1, 2, 4], [1, 2, 4], [256]) == (1, 1, 256)
+
+
+def test_more_cores_than_the_machine_has_are_refused():
+    from paperline.methods.pubsub_vfl import cores
+    from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
+
+    have = len(cores.available())
+    assert cores.usable(None) == cores.available() and len(cores.usable(1)) == 1
+    with pytest.raises(ValueError, match=f"total_cores: {have + 1}, but this machine lets the run use {have}"):
+        planner.profile(PubSubVFLConfig(total_cores=have + 1, plan_batches=[16, 32]), 100, 3, 4, "classification")

@@ -79,3 +79,21 @@ def test_records_of_another_config_or_data_are_not_mixed_in(tmp_path, monkeypatc
     experiment.run_experiment(CFG.model_copy(update={"lr": 0.2}), data, records=tmp_path, data_version="v1")
     experiment.run_experiment(CFG, data, records=tmp_path, data_version="v2")
     assert len(calls) == 3 * first
+
+
+def test_the_delta_t_sweep_runs_each_delta_t0_once_and_reuses_the_comparisons_run(tmp_path, monkeypatch):
+    calls: list = []
+    deltas: list = []
+    run = fake_run(calls)
+
+    def recording(cfg, data, variant, seed, **kw):
+        deltas.append(cfg.delta_t0)
+        return run(cfg, data, variant, seed, **kw)
+
+    monkeypatch.setattr(experiment, "run_variant", recording)
+    monkeypatch.setattr(experiment, "choose", fake_plan([(2, 2, 32)]))
+    cfg = CFG.model_copy(update={"seeds": [0], "dp_mu": [], "kill_worker": False, "delta_t0_sweep": [1, 2]})
+    exp = experiment.run_experiment(cfg, load(cfg.data), records=tmp_path)
+    assert [d["delta_t0"] for d in exp.delta_t] == [1, 2, 5] and deltas == [5, 5, 1, 2]  # vfl, pubsub_vfl, then 1, 2
+    assert exp.delta_t[2]["metric"] == exp.runs["pubsub_vfl"][0].metric  # ΔT₀ = 5: the comparison's run
+    assert len({d["metric"] for d in exp.delta_t}) == 3  # each ΔT₀ its own record, none read back for another

@@ -19,6 +19,10 @@ class DataConfig(MethodConfig):
     n_features: Annotated[int, Field(ge=2)] = 40  # synthetic only
     passive_fraction: float = Field(0.6, gt=0, lt=1)  # share of the columns at the passive party
     path: ProjectPath | None = None  # file only
+    # file only: the paper's tables as their sources ship them (data.py LAYOUTS: Bank's
+    # bank-full.csv, Credit's default-of-credit-card-clients CSV, Energy's energydata_complete.csv,
+    # Blog's blogData_train.csv), their label, id and task set by the layout; "table": as configured
+    layout: Literal["table", "bank", "credit", "energy", "blog"] = "table"
     id_column: str | None = None  # file only: ids that must align between the parties
     label_column: str = "y"
     task: Literal["classification", "regression"] = "classification"
@@ -57,14 +61,18 @@ class PubSubVFLConfig(MethodConfig):
     batch_size: PositiveInt = 64
     epochs: PositiveInt = 10
     lr: float = Field(0.05, gt=0)
-    hidden: PositiveInt = 32  # bottom models: one hidden layer, then the embedding
+    hidden: PositiveInt = 32  # the bottom models' hidden width
+    bottom_layers: Annotated[int, Field(ge=2)] = 2  # linear layers of a bottom model (the paper's: 10)
     embedding: PositiveInt = 8
     top_hidden: PositiveInt = 16  # the top model: a 2-layer MLP (the paper's)
     delta_t0: PositiveInt = 5  # ΔT₀, in epochs (spec update g)
+    # ΔT's effect: pubsub_vfl also runs at these ΔT₀ at the first seed, at the plan's (w_a, w_p, B)
+    delta_t0_sweep: list[PositiveInt] = []
     target_metric: float = 0.9  # AUC to reach (or RMSE to get under): wall time to target
-    # heterogeneity emulation (spec e): a worker sleeps this long per sample and batch, times the
-    # party's slowdown, standing in for compute on a machine of its own
-    delay_per_sample_ms: float = Field(0.02, ge=0)
+    # heterogeneity emulation, off by default (the parties' compute is their real forward and
+    # backward passes on their cores): a worker also sleeps this long per sample and pass, times
+    # the party's slowdown, standing in for a slower machine (spec e)
+    delay_per_sample_ms: float = Field(0.0, ge=0)
     passive_slowdown: float = Field(2.0, ge=1)
     active_slowdown: float = Field(1.0, ge=1)
     dp_mu: list[float] = Field(default=[], description="μ of the μ-GDP sweep on pubsub_vfl; 0 means no noise")
@@ -77,7 +85,9 @@ class PubSubVFLConfig(MethodConfig):
     # and per message (the channel's latency)
     worker_overhead_ms: float = Field(0.5, ge=0)
     message_overhead_ms: float = Field(1.0, ge=0)
-    total_cores: PositiveInt = 2  # C_a + C_p
+    # C_a + C_p: the cores the parties' processes are pinned to, split in proportion to their
+    # workers (cores.py); None: every core this process may use; more than that is refused
+    total_cores: PositiveInt | None = None
     memory_cap_mb: float = Field(1024.0, gt=0)  # per worker: gives B_max
     grid_check: bool = False  # also run the grid (at every seed) and compare the planner's pick with its optimum
     grid_epochs: PositiveInt | None = None  # epochs of each grid run (None: `epochs`): it times an epoch

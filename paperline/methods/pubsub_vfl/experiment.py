@@ -29,6 +29,7 @@ class Experiment:
     alone: dict[int, float] = field(default_factory=dict)  # seed -> the active party alone's test metric
     dp: list[RunResult] = field(default_factory=list)  # pubsub_vfl with noise (RunResult.dp_mu, .seed)
     grid: list[dict] = field(default_factory=list)  # measured epoch time per (seed, w_a, w_p, B)
+    delta_t: list[dict] = field(default_factory=list)  # pubsub_vfl at each ΔT₀ of the sweep, first seed
     fault: RunResult | None = None
 
 
@@ -62,6 +63,8 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
         kw.setdefault("workers", workers)
         kw.setdefault("batch_size", chosen["B"])
         unit = {"variant": variant, "seed": seed, "epochs": run_cfg.epochs, **kw}
+        if run_cfg.delta_t0 != cfg.delta_t0:
+            unit["delta_t0"] = run_cfg.delta_t0
         result = kept(f"runs/{variant}-seed{seed}-{json_digest(unit)}.pkl", unit,
                       lambda: run_variant(run_cfg, data, variant, seed, **kw))
         log(f"{variant} seed {seed}: metric {result.metric:.4f}, wall {result.wall_s:.2f} s, "
@@ -77,6 +80,15 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     exp.alone = {seed: active_alone(cfg, data, seed, chosen["B"]) for seed in cfg.run_seeds()}
     exp.dp = [one("pubsub_vfl", seed, dp_mu=mu) for seed in cfg.run_seeds() for mu in cfg.dp_mu
               if seed == cfg.run_seeds()[0] or mu == DP_CLAIM_MU]
+    first = cfg.run_seeds()[0]
+    for delta_t0 in sorted(set(cfg.delta_t0_sweep) | ({cfg.delta_t0} if cfg.delta_t0_sweep else set())):
+        if delta_t0 == cfg.delta_t0 and runs.get("pubsub_vfl"):
+            r = runs["pubsub_vfl"][0]  # the comparison's own run at the first seed
+        else:
+            r = one("pubsub_vfl", first, cfg.model_copy(update={"delta_t0": delta_t0}))
+        exp.delta_t.append({"delta_t0": delta_t0, "seed": first, "workers_active": r.workers_active,
+                            "metric": r.metric, "wall_s": r.wall_s, "time_to_target_s": r.time_to_target_s,
+                            "syncs": sum(s.get("syncs", 0) for s in r.worker_stats.get("active", {}).values())})
     if cfg.grid_check and cfg.plan:
         cost = planner.from_dict(chosen["measured_cost_model"])
         # an epoch's time is what the grid compares: `grid_epochs` of them at every seed

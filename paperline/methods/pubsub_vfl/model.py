@@ -1,5 +1,6 @@
 """The split model in numpy (the party processes import numpy and zmq only): bottom models f_a,
-f_p (one hidden ReLU layer, then the embedding), the top model g (a 2-layer MLP) at the active
+f_p (an MLP of `layers` linear layers, ReLU between, the last one giving the embedding: the
+paper's bottom model has 10), the top model g (a 2-layer MLP) at the active
 party, their forward and backward passes, the metrics, and μ-Gaussian DP on the embeddings."""
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import numpy as np
 Params = dict[str, np.ndarray]
 
 
-def init_bottom(rng: np.random.Generator, d_in: int, hidden: int, emb: int) -> Params:
-    return {"W1": rng.normal(0, np.sqrt(2 / d_in), (d_in, hidden)), "b1": np.zeros(hidden),
-            "W2": rng.normal(0, np.sqrt(1 / hidden), (hidden, emb)), "b2": np.zeros(emb)}
+def init_bottom(rng: np.random.Generator, d_in: int, hidden: int, emb: int, layers: int = 2) -> Params:
+    """W1, b1 … W{layers}, b{layers}: `layers` - 1 hidden layers of `hidden` units, then the embedding."""
+    if layers < 2:
+        raise ValueError(f"a bottom model needs at least 2 layers (a hidden one and the embedding), not {layers}")
+    widths = [d_in] + [hidden] * (layers - 1)
+    p: Params = {}
+    for i in range(1, layers):
+        p[f"W{i}"] = rng.normal(0, np.sqrt(2 / widths[i - 1]), (widths[i - 1], hidden))
+        p[f"b{i}"] = np.zeros(hidden)
+    p[f"W{layers}"], p[f"b{layers}"] = rng.normal(0, np.sqrt(1 / hidden), (hidden, emb)), np.zeros(emb)
+    return p
 
 
 def init_top(rng: np.random.Generator, emb: int, hidden: int) -> Params:
@@ -19,15 +28,27 @@ def init_top(rng: np.random.Generator, emb: int, hidden: int) -> Params:
 
 
 def bottom_forward(p: Params, x: np.ndarray) -> tuple[np.ndarray, tuple]:
-    pre = x @ p["W1"] + p["b1"]
-    h = np.maximum(pre, 0)
-    return h @ p["W2"] + p["b2"], (x, pre, h)
+    """The embedding and the cache for the backward pass: each layer's input and pre-activation."""
+    layers = len(p) // 2
+    inputs, pres, h = [x], [], x
+    for i in range(1, layers):
+        pre = h @ p[f"W{i}"] + p[f"b{i}"]
+        h = np.maximum(pre, 0)
+        pres.append(pre)
+        inputs.append(h)
+    return h @ p[f"W{layers}"] + p[f"b{layers}"], (inputs, pres)
 
 
 def bottom_backward(p: Params, cache: tuple, g_z: np.ndarray) -> Params:
-    x, pre, h = cache
-    g_h = (g_z @ p["W2"].T) * (pre > 0)
-    return {"W1": x.T @ g_h, "b1": g_h.sum(0), "W2": h.T @ g_z, "b2": g_z.sum(0)}
+    inputs, pres = cache
+    layers = len(p) // 2
+    grads: Params = {}
+    g = g_z
+    for i in range(layers, 0, -1):
+        grads[f"W{i}"], grads[f"b{i}"] = inputs[i - 1].T @ g, g.sum(0)
+        if i > 1:
+            g = (g @ p[f"W{i}"].T) * (pres[i - 2] > 0)
+    return grads
 
 
 def top_loss_and_grads(p: Params, z_a: np.ndarray, z_p: np.ndarray, y: np.ndarray, task: str

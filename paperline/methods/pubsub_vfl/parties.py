@@ -15,7 +15,7 @@ import time
 import numpy as np
 import zmq
 
-from paperline.methods.pubsub_vfl import model
+from paperline.methods.pubsub_vfl import cores, model
 from paperline.methods.pubsub_vfl.channels import (
     DROP,
     EMBEDDING,
@@ -70,6 +70,51 @@ def _exit_with_parent(ppid: int) -> None:
 # ---------------------------------------------------------------- parameter server
 
 
+class BatchQueues:
+    """The (epoch, batch id) pairs a party's PS hands out, in order: one queue per worker where
+    batches are paired (worker i takes the batch ids i mod w), else one that any free worker takes
+    from. A batch dropped at its deadline goes back once (the paper reassigns it to a free worker),
+    to the end of the queue of the worker that reports it (it asks next); once, so a batch that
+    cannot be trained does not circle for ever."""
+
+    def __init__(self, plan: list[tuple[int, int]], w: int, paired: bool):
+        self.by_worker = {i: [eb for eb in plan if eb[1] % w == i] for i in range(w)} if paired else None
+        self.shared = [] if paired else list(plan)
+        self.requeued: set[tuple[int, int]] = set()
+
+    def _queue(self, wid: int) -> list[tuple[int, int]]:
+        return self.shared if self.by_worker is None else self.by_worker[wid]
+
+    def next(self, wid: int) -> tuple[int, int, bool] | None:
+        """(epoch, batch, whether it is a reassigned one) for worker wid, None when all are out."""
+        queue = self._queue(wid)
+        if not queue:
+            return None
+        eb = queue.pop(0)
+        return (*eb, eb in self.requeued)
+
+    def requeue(self, wid: int, eb: tuple[int, int]) -> bool:
+        """Put a dropped batch back; False when it had been put back once already."""
+        if eb in self.requeued:
+            return False
+        self.requeued.add(eb)
+        self._queue(wid).append(eb)
+        return True
+
+    def orphan(self, dead: int, alive: set[int]) -> None:
+        """A dead worker's queue goes to the live workers, in turn (the spec's reassignment)."""
+        if self.by_worker is None or not alive:
+            return
+        orphaned, self.by_worker[dead] = self.by_worker[dead], []
+        for n, eb in enumerate(orphaned):
+            self.by_worker[sorted(alive)[n % len(alive)]].append(eb)
+        for q in self.by_worker.values():
+            q.sort()
+
+    def empty(self) -> bool:
+        return not self.shared if self.by_worker is None else all(not q for q in self.by_worker.values())
+
+
 def run_ps(spec: dict) -> None:
     party, run = spec["party"], spec["run"]
     mode, w = MODES[run["variant"]][party], spec["workers"]
@@ -86,12 +131,8 @@ def run_ps(spec: dict) -> None:
     data = np.load(spec["data"])
     n, B, epochs = len(data["x"]), run["batch_size"], run["epochs"]
     n_batches = math.ceil(n / B)
-    plan = [(e, b) for e in range(epochs) for b in range(n_batches)]
-    if MODES[run["variant"]]["paired"]:
-        queues = {i: [eb for eb in plan if eb[1] % w == i] for i in range(w)}
-    else:
-        queues = None
-    shared = list(plan)
+    paired = bool(MODES[run["variant"]]["paired"])
+    queues = BatchQueues([(e, b) for e in range(epochs) for b in range(n_batches)], w, paired)
     params = spec["init"]
     latest: dict[int, dict] = {}
     # The model after each epoch, defined by the updates, not by which worker is first there (a
@@ -114,25 +155,17 @@ def run_ps(spec: dict) -> None:
     deadline = run["deadline_s"]
     barrier_dropped = 0
 
-    def handed_out() -> bool:
-        return not shared if queues is None else all(not q for q in queues.values())
-
     alive, seen = set(range(w)), {i: time.time() for i in range(w)}
     handed, pushed = {i: 0 for i in range(w)}, {i: 0 for i in range(w)}
 
     def expected(r: tuple[int, int]) -> int:  # live workers that take part in barrier round r
-        return sum(1 for i in alive if per_epoch[i] > r[1]) if queues else len(alive)
+        return sum(1 for i in alive if per_epoch[i] > r[1]) if paired else len(alive)
 
     def bury(dead: int) -> None:
         """A worker silent for 2·T_ddl is dead: its batches go to the live workers (the spec's
         reassignment to a free worker), and barrier rounds stop counting it."""
         alive.discard(dead)
-        if queues is not None and alive:
-            orphaned, queues[dead] = queues[dead], []
-            for n_, eb in enumerate(orphaned):
-                queues[sorted(alive)[n_ % len(alive)]].append(eb)
-            for q in queues.values():
-                q.sort()
+        queues.orphan(dead, alive)
 
     def apply(grads: dict, epoch: int, lr: float) -> None:
         nonlocal params
@@ -152,9 +185,9 @@ def run_ps(spec: dict) -> None:
     held: list = []
 
     def hand_out(ident: bytes, wid: int) -> None:
-        queue = shared if queues is None else queues[wid]
-        handed[wid] += bool(queue)
-        router.send_multipart([ident, _dump(("batch", *queue.pop(0)) if queue else ("done",))])
+        got = queues.next(wid)
+        handed[wid] += got is not None
+        router.send_multipart([ident, _dump(("batch", *got) if got else ("done",))])
 
     poller = zmq.Poller()
     poller.register(router, zmq.POLLIN)
@@ -204,6 +237,8 @@ def run_ps(spec: dict) -> None:
                 router.send_multipart([ident, _dump(("params", params))])
             elif kind == "snap" and mode == "interval":
                 worker_snaps.setdefault(msg[2], {})[wid] = (msg[3], msg[4])
+            elif kind == "requeue":  # the requeuing worker asks again: it takes it, or any free one
+                queues.requeue(wid, (msg[2], msg[3]))
             elif kind == "bye":
                 stats[wid] = msg[2]
         for i in [i for i in alive if go_at and i not in stats and now - seen[i] > 2 * deadline]:
@@ -211,7 +246,7 @@ def run_ps(spec: dict) -> None:
         for r in [r for r, t in round_started.items() if now - t > deadline]:  # a dead worker's round
             barrier_dropped += expected(r) - len(pending_round[r])
             close_round(r)
-        if go_at and handed_out() and (len(stats) == w or now - last_msg > 2 * deadline):
+        if go_at and queues.empty() and (len(stats) == w or now - last_msg > 2 * deadline):
             break
     if mode == "interval" and latest:
         params = model.average(list(latest.values()))
@@ -226,6 +261,7 @@ def run_ps(spec: dict) -> None:
     control.send_pyobj(("result", party, {
         "params": params, "snapshots": snapshots, "workers": stats, "go_at": go_at,
         "dead_workers": sorted(set(range(w)) - set(stats)), "barrier_dropped": barrier_dropped,
+        "reassigned": len(queues.requeued),
         # batches a dead worker took and never gave a gradient back for (lost with it)
         "lost": sum(handed[i] - pushed[i] for i in set(range(w)) - set(stats)) if mode != "interval" else 0}))
     time.sleep(0.1)
@@ -261,7 +297,8 @@ class _Worker:
         self.rng = np.random.default_rng([self.run["seed"], self.wid, 0 if self.party == "active" else 1])
         self.slowdown = self.run[f"{self.party}_slowdown"]
         self.wait_s = self.busy_s = 0.0
-        self.steps = self.dropped = 0
+        self.steps = self.dropped = self.retrained = 0
+        self.again = False  # the batch in hand is a reassigned one
         self.epoch = -1
         self.params = self._request(("ready", self.wid))[1]
         self.t0: float | None = None  # from the first batch on (the go)
@@ -279,8 +316,8 @@ class _Worker:
     def compute(self, fn, rows: int):
         t = time.time()
         out = fn()
-        # heterogeneity emulation (spec e): a sleep ∝ the batch's FLOPs, times the party's slowdown
-        time.sleep(self.run["delay_per_sample_ms"] * 1e-3 * rows * self.slowdown)
+        if self.run["delay_per_sample_ms"]:  # heterogeneity emulation (spec e), off by default
+            time.sleep(self.run["delay_per_sample_ms"] * 1e-3 * rows * self.slowdown)
         self.busy_s += time.time() - t
         return out
 
@@ -290,7 +327,7 @@ class _Worker:
             self.t0, self.cpu0 = time.time(), time.process_time()
         if msg[0] == "done":
             return None
-        e, b = msg[1], msg[2]
+        e, b, self.again = msg[1], msg[2], msg[3]
         if e != self.epoch:
             self.new_epoch(e)
         self.epoch = e
@@ -308,6 +345,8 @@ class _Worker:
         self.ps.send(_dump(("bye", self.wid, {
             "wall_s": wall, "wait_s": self.wait_s, "busy_s": self.busy_s,
             "cpu_s": time.process_time() - self.cpu0, "steps": self.steps, "dropped": self.dropped,
+            "retrained": self.retrained, "syncs": getattr(self, "syncs", 0),
+            "cores": cores.available(),
             "overflow": self.sub.overflow})))
         time.sleep(0.05)
         self.ctx.destroy(linger=1000)
@@ -320,18 +359,21 @@ class _Worker:
         else:  # step / barrier: the PS applies it and answers with its parameters
             self.params = self._request(("grad", self.wid, grads, epoch), waiting=True)[1]
         self.steps += 1
+        self.retrained += self.again
 
 
 class ActiveWorker(_Worker):
     def __init__(self, spec):
         super().__init__(spec)
         self.acc = 0.0
+        self.syncs = 0  # ΔT aggregations with the PS before the last one
 
     def new_epoch(self, e: int) -> None:
         super().new_epoch(e)
         if self.mode == "interval" and e > 0 and e % delta_t(self.run["delta_t0"], self.acc,
                                                              self.run["target_accuracy"]) == 0:
             self.params = self._request(("sync", self.wid, self.params), waiting=True)[1]
+            self.syncs += 1
 
     def loop(self) -> None:
         task, labels = self.run["task"], self.y
@@ -342,9 +384,10 @@ class ActiveWorker(_Worker):
             t = time.time()
             got = self.sub.wait_any(EMBEDDING, [key], self.run["deadline_s"])
             self.wait_s += time.time() - t
-            if got is None:  # PubSub's deadline: drop the batch and tell the other party
+            if got is None:  # the deadline: drop the batch, tell the other party, put it back once
                 self.dropped += 1
                 self.pub.publish(DROP, key, None)
+                self.ps.send(_dump(("requeue", self.wid, e, b)))
                 continue
             z_p, y = got[1], labels[rows]
 
@@ -390,7 +433,15 @@ class PassiveWorker(_Worker):
             t = time.time()
             oldest = min(ts for ts, _ in pending.values())
             got = self.sub.wait_any(GRADIENT, list(pending), max(0.0, oldest + self.run["deadline_s"] - t))
-            dropped = [k for k in pending if self.sub.take(DROP, k) is not None]
+            # every drop the active party announces, of a batch held here or not: it goes back to
+            # this party's queue too (the PS keeps the first), and this worker asks for work again
+            dropped = []
+            for kind, key in [k for k in self.sub.buffers if k[0] == DROP]:
+                self.sub.take(kind, key)
+                e, b = (int(part) for part in key.split(":"))
+                self.ps.send(_dump(("requeue", self.wid, e, b)))
+                dropped.append(key)
+                done = False
             self.wait_s += time.time() - t
             if got is not None:
                 key, g_z = got
@@ -406,6 +457,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(open(argv[0]).read())
     spec["init"] = _load(open(spec["init_path"], "rb").read()) if spec.get("init_path") else None
     _exit_with_parent(spec["parent"])
+    cores.pin(spec["cores"])  # the party's share of the cores (C_a or C_p); BLAS threads: the env
     try:
         if spec["role"] == "ps":
             run_ps(spec)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from paperline.methods.pubsub_vfl import model
+from paperline.methods.pubsub_vfl import cores, model
 from paperline.methods.pubsub_vfl.channels import bind
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import PartyData, VFLData, VFLDataError, align
@@ -41,6 +41,8 @@ class RunResult:
     cpu_utilisation: float  # process CPU seconds of all workers over their wall seconds
     busy_fraction: float  # compute (incl. the emulated part) over wall, all workers
     dropped: int  # batches dropped at the deadline
+    reassigned: int = 0  # dropped batches put back in the queue (once each)
+    retrained: int = 0  # reassigned batches the active party then trained
     dead_workers: dict[str, list[int]] = field(default_factory=dict)
     worker_stats: dict[str, dict] = field(default_factory=dict)
     params: dict | None = None  # the final model: {"active": {...}, "passive": {...}}
@@ -53,8 +55,9 @@ class PartyFailure(RuntimeError):
 def _spawn(spec: dict, tmp: Path, name: str) -> subprocess.Popen:
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(spec | {"parent": os.getpid()}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[3]),
-                                                                    os.environ.get("PYTHONPATH")])))
+    # BLAS threads limited before numpy loads in the child: its share of its party's cores
+    env = dict(os.environ, **cores.blas_env(spec["blas_threads"]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[3]), os.environ.get("PYTHONPATH")])))
     return subprocess.Popen([sys.executable, "-m", "paperline.methods.pubsub_vfl.parties", str(path)],
                             env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -86,9 +89,10 @@ def _settings(cfg: PubSubVFLConfig, task: str, variant: str, seed: int, B: int, 
 def _initial(cfg: PubSubVFLConfig, data: VFLData, seed: int) -> dict:
     """Both parties' initial models from the seed: a party on another machine draws the same."""
     rng = np.random.default_rng(seed)
-    init_a = {"bottom": model.init_bottom(rng, data.active_train.x.shape[1], cfg.hidden, cfg.embedding),
+    init_a = {"bottom": model.init_bottom(rng, data.active_train.x.shape[1], cfg.hidden, cfg.embedding, cfg.bottom_layers),
               "top": model.init_top(rng, cfg.embedding, cfg.top_hidden)}
-    return {"active": init_a, "passive": model.init_bottom(rng, data.passive_train.x.shape[1], cfg.hidden, cfg.embedding)}
+    return {"active": init_a, "passive": model.init_bottom(rng, data.passive_train.x.shape[1], cfg.hidden,
+                                                           cfg.embedding, cfg.bottom_layers)}
 
 
 def _default_workers(cfg: PubSubVFLConfig, variant: str) -> tuple[int, int]:
@@ -103,18 +107,28 @@ def _write_party(tmp: Path, party: str, data: VFLData, init) -> None:
     (tmp / f"{party}_init.pkl").write_bytes(pickle.dumps(init))
 
 
-def _spawn_ps(party: str, run: dict, w: int, control: str, cfg: PubSubVFLConfig, tmp: Path) -> subprocess.Popen:
+def party_cores(cfg: PubSubVFLConfig, workers: tuple[int, int]) -> dict[str, list[int]]:
+    """Each party's cores: `total_cores` of this machine's (refused if it has fewer), split C_a + C_p."""
+    return cores.split(cores.usable(cfg.total_cores), *workers)
+
+
+def _spawn_ps(party: str, run: dict, w: int, control: str, cfg: PubSubVFLConfig, tmp: Path,
+              pinned: list[int]) -> subprocess.Popen:
     ch = cfg.channels
     return _spawn({"role": "ps", "party": party, "run": run, "workers": w, "control": control,
+                   "cores": pinned, "blas_threads": 1,
                    "host": ch.party_host(party), "port": getattr(ch, f"{party}_port"),
                    "data": str(tmp / f"{party}.npz"), "init_path": str(tmp / f"{party}_init.pkl")}, tmp, f"ps_{party}")
 
 
-def _spawn_workers(party: str, run: dict, w: int, ports: dict, hosts: dict, tmp: Path) -> list[subprocess.Popen]:
-    """A party's workers: its own PS and broker, and the other party's broker, by address."""
+def _spawn_workers(party: str, run: dict, w: int, ports: dict, hosts: dict, tmp: Path,
+                   pinned: list[int]) -> list[subprocess.Popen]:
+    """A party's workers: its own PS and broker, and the other party's broker, by address; each
+    pinned to the party's cores, its BLAS threads its share of them."""
     other = "passive" if party == "active" else "active"
     addr = {p: f"tcp://{hosts[p]}:" for p in hosts}
     return [_spawn({"role": "worker", "party": party, "index": i, "run": run,
+                    "cores": pinned, "blas_threads": len(pinned) // w,
                     "ps": addr[party] + str(ports[party]["ps"]),
                     "subscribe": addr[party] + str(ports[party]["xpub"]),
                     "publish": addr[other] + str(ports[other]["xsub"]),
@@ -140,6 +154,7 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
         raise ValueError("kill_passive_after_s: the passive workers run on the other party's machine")
     run = _settings(cfg, data.task, variant, seed, B, dp_mu)
     init = _initial(cfg, data, seed)
+    pinned = party_cores(cfg, workers)
     procs: list[subprocess.Popen] = []
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="pubsub_vfl_") as tmpdir:
@@ -156,7 +171,7 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
             joined = None
             w_of = dict(zip(("active", "passive"), workers))
             for party in local:
-                procs.append(_spawn_ps(party, run, w_of[party], control_addr, cfg, tmp))
+                procs.append(_spawn_ps(party, run, w_of[party], control_addr, cfg, tmp, pinned[party]))
             servers = list(procs)
             deadline = time.time() + timeout_s
 
@@ -191,7 +206,7 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
                 control.send_multipart([joined, pickle.dumps(("ports", ports, hosts))])
             worker_procs = {}
             for party in local:
-                for i, p in enumerate(_spawn_workers(party, run, w_of[party], ports, hosts, tmp)):
+                for i, p in enumerate(_spawn_workers(party, run, w_of[party], ports, hosts, tmp, pinned[party])):
                     worker_procs[(party, i)] = p
                     procs.append(p)
             ready: set[str] = set()
@@ -232,6 +247,7 @@ def join(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: 
     workers = workers or _default_workers(cfg, variant)
     run = _settings(cfg, data.task, variant, seed, batch_size or cfg.batch_size, dp_mu)
     control_addr = f"tcp://{ch.party_host('active')}:{ch.control_port}"
+    pinned = party_cores(cfg, workers)["passive"]
     procs: list[subprocess.Popen] = []
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="pubsub_vfl_passive_") as tmpdir:
@@ -241,7 +257,7 @@ def join(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: 
         coordinator.setsockopt(zmq.LINGER, 0)
         coordinator.connect(control_addr)  # zmq connects whenever the active party binds: any start order
         try:
-            procs.append(_spawn_ps("passive", run, workers[1], control_addr, cfg, tmp))
+            procs.append(_spawn_ps("passive", run, workers[1], control_addr, cfg, tmp, pinned))
             coordinator.send_pyobj(("join", "passive", data.passive_train.ids.tolist(), data.passive_test.ids.tolist()))
             deadline = time.time() + timeout_s
             while True:
@@ -252,7 +268,7 @@ def join(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: 
                         raise TimeoutError(f"{variant}: no answer from the active party at {control_addr} within {timeout_s} s")
                 msg = coordinator.recv_pyobj()
                 if msg[0] == "ports":
-                    procs += _spawn_workers("passive", run, workers[1], msg[1], msg[2], tmp)
+                    procs += _spawn_workers("passive", run, workers[1], msg[1], msg[2], tmp, pinned)
                 elif msg[0] == "finished":
                     return float(msg[1])
                 elif msg[0] == "refused":
@@ -289,6 +305,7 @@ def _evaluate(cfg, data: VFLData, variant, seed, workers, B, dp_mu, results) -> 
         busy_fraction=sum(s["busy_s"] for s in every) / max(sum(s["wall_s"] for s in every), 1e-9),
         dropped=sum(s["dropped"] for s in stats["active"].values()) + act["barrier_dropped"] + pas["barrier_dropped"]
         + act["lost"] + pas["lost"],
+        reassigned=act["reassigned"], retrained=sum(s["retrained"] for s in stats["active"].values()),
         dead_workers={party: results[party]["dead_workers"] for party in ("active", "passive")},
         worker_stats={party: {str(k): v for k, v in st.items()} for party, st in stats.items()},
         params={"active": act["params"], "passive": pas["params"]})
