@@ -63,7 +63,9 @@ def pubsub_ratios(seeds: list[int], workers: tuple[int, int], batch: int, epochs
     from paperline.methods.pubsub_vfl.data import load
     from paperline.methods.pubsub_vfl.train import run_variant
 
-    # the smoke profile's data and heterogeneity (params/pubsub_vfl.yaml pubsub_vfl.profiles.smoke)
+    # the smoke profile's data with stop 42's small bottom model and its sleep-based heterogeneity (a passive
+    # party twice as slow): the waiting ratio this benchmark reports needs a slow party; the smoke profile
+    # itself (params/pubsub_vfl.yaml) trains deeper models for real since stop 43, with no sleep
     cfg = PubSubVFLConfig(data={"name": "synthetic", "n_samples": 3000, "n_features": 40, "passive_fraction": 0.6},
                           epochs=epochs, lr=0.2, delay_per_sample_ms=0.1, passive_slowdown=2.0,
                           channels={"deadline_s": 1.0})
