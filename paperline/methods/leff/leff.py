@@ -6,6 +6,12 @@
     → the client trains its block  →  each layer averaged over the clients that trained it (by D_i).
 
 Layer numbering: `model.layers[l]`; a state-dict key `layers.<l>.…` belongs to layer l.
+
+The downstream task is sequence classification: `add_classifier` gives the LM a head on its mean
+final hidden state (`classify`); every method trains the head with what it trains of the body (the
+paper's GLUE heads [I]); `fedhead` trains the head alone (the frozen pretrained model's linear
+probe, the trivial baseline). The server's importance and distillation stay unsupervised, on the
+unlabelled proxy text (importance through the LM head's next-token loss [I]).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.seeds import seeded_init
 
 LAYER_KEY = re.compile(r"^layers\.(\d+)\.")
+HEAD = "classifier"  # the classification head's module name (state-dict keys classifier.weight/.bias)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
@@ -182,9 +189,28 @@ def leff_client_model(model: CausalLM, start: int, size: int, proxy_x: torch.Ten
     layers = list(pre_student) + [copy.deepcopy(model.layers[i]) for i in range(start, start + size)] + list(post_student)
     config = CausalLMConfig.from_dict({**model.config.to_dict(), "num_layers": len(layers)})
     client = CausalLM(config)
+    if hasattr(model, HEAD):
+        add_classifier(client, getattr(model, HEAD).out_features)
     client.load_state_dict({k: v for k, v in model.state_dict().items() if not LAYER_KEY.match(k)}, strict=False)
     client.layers = nn.ModuleList(layers)
     return client, len(pre_student), {"pre": pre_losses, "post": post_losses}
+
+
+# --- the classification head -----------------------------------------------------------------
+
+def add_classifier(model: CausalLM, classes: int) -> CausalLM:
+    """A Linear head from the mean final hidden state to `classes` logits, zero-started (the model
+    predicts uniformly before training, whatever the seed); in place."""
+    head = nn.Linear(model.config.hidden_size, classes)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    model.add_module(HEAD, head)
+    return model
+
+
+def classify(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
+    """(B, classes) logits: the head on the final (normed) hidden states averaged over positions."""
+    return getattr(model, HEAD)(model.hidden_states(x).mean(dim=1))
 
 
 # --- the baselines' models ------------------------------------------------------------------------
@@ -214,25 +240,34 @@ def add_lora(model: CausalLM, rank: int, alpha: float) -> CausalLM:
 
 
 def trainable_keys(method: str, state_keys, block: range | None = None) -> list[str]:
-    """The state-dict keys a client trains (and sends back) under `method`."""
+    """The state-dict keys a client trains (and sends back) under `method`: its part of the body and
+    the classification head (when the model has one)."""
+    state_keys = list(state_keys)
+    head = [k for k in state_keys if k.startswith(f"{HEAD}.")]
+    if method == "fedhead":
+        return head
     if method == "fedavg":
         return [k for k in state_keys if k != "lm_head.weight"]  # tied to embed_tokens: sent once
     if method == "fedlora":
-        return [k for k in state_keys if ".lora_" in k]
+        return [k for k in state_keys if ".lora_" in k] + head
     if method == "fedbitfit":
-        return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")]
+        return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")] + head
     if method.startswith("leff"):
         if block is None:
             raise ValueError(f"method {method!r} trains a block: none given")
-        return [k for k in state_keys if (m := LAYER_KEY.match(k)) and int(m.group(1)) in block]
+        return [k for k in state_keys if (m := LAYER_KEY.match(k)) and int(m.group(1)) in block] + head
     raise ValueError(f"method {method!r}")
 
 
-def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, seed: int = 0) -> CausalLM:
-    """The global model of `method`: the base LM, with LoRA adapters or zero biases where it needs
-    them. LoRA's A is drawn from torch's global RNG: seeded here (and the global state restored),
-    so a run's adapters depend on its seed, not on what ran before it in the process."""
+def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, seed: int = 0,
+                classes: int | None = None) -> CausalLM:
+    """The global model of `method`: the base LM with a zero-started classification head of
+    `classes` (None: none), with LoRA adapters or zero biases where it needs them. LoRA's A is
+    drawn from torch's global RNG: seeded here (and the global state restored), so a run's adapters
+    depend on its seed, not on what ran before it in the process."""
     model = copy.deepcopy(base)
+    if classes is not None:
+        add_classifier(model, classes)
     if method == "fedlora":
         with seeded_init(seed, cuda=True):
             return add_lora(model, lora_rank, lora_alpha)
