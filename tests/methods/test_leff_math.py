@@ -21,6 +21,7 @@ from paperline.methods.leff.leff import (
     context_layers,
     distil_context,
     distillation_loss,
+    head_state_keys,
     layer_importance,
     leff_client_model,
     student_map,
@@ -133,10 +134,12 @@ def test_client_model_without_compression_is_the_global_model():
     assert first == 0 and edge.config.num_layers == 2 + 2  # nothing below; 4 above → 2
     # a classifier rides along: the client's head is the global one
     with_head = build_model("leff_importance", model, 2, 4.0, classes=3)
-    torch.nn.init.normal_(with_head.classifier.weight, generator=g)
+    torch.nn.init.normal_(with_head.classifier[1].weight, generator=g)
+    with_head.classifier[0].mean.fill_(0.5)
     client, _, _ = leff_client_model(with_head, 1, 2, x, ratio=1.0, steps=0, lr=1e-3, kl_weight=1.0, batch_size=2,
                                      generator=g)
-    assert torch.equal(client.classifier.weight, with_head.classifier.weight)
+    assert torch.equal(client.classifier[1].weight, with_head.classifier[1].weight)
+    assert torch.equal(client.classifier[0].mean, with_head.classifier[0].mean)
     assert torch.allclose(classify(client, x), classify(with_head, x), atol=1e-5)
 
 
@@ -168,11 +171,11 @@ def test_baseline_models_start_as_the_base_and_train_their_own_keys():
     # with a classification head every method trains it too; fedhead trains it alone
     for method in ("fedavg", "fedlora", "fedbitfit", "leff_importance", "fedhead"):
         model = build_model(method, base, 2, 4.0, classes=3)
-        assert model.classifier.weight.shape == (3, 16) and not model.classifier.weight.any()
+        assert model.classifier[1].weight.shape == (3, 16) and not model.classifier[1].weight.any()
         keys = trainable_keys(method, [n for n, _ in model.named_parameters()], range(1, 2))
-        assert {"classifier.weight", "classifier.bias"} <= set(keys), method
+        assert {"classifier.1.weight", "classifier.1.bias"} <= set(keys), method
     assert trainable_keys("fedhead", [n for n, _ in build_model("fedavg", base, 2, 4.0, classes=3).named_parameters()]) \
-        == ["classifier.weight", "classifier.bias"]
+        == ["classifier.1.weight", "classifier.1.bias"]
 
 
 def test_dirichlet_split_covers_every_window_once_and_skews_with_small_alpha():
@@ -270,7 +273,10 @@ def test_the_head_learns_a_separable_task_above_chance():
         loss, accuracy = evaluate(model, test)
         assert accuracy >= 0.75 and loss < 0.8 * float(np.log(2)), method  # chance: 0.5, ln 2
         moved = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
-        assert moved <= set(keys) | {"lm_head.weight"} and {"classifier.weight", "classifier.bias"} <= moved, method
+        statistics = set(head_state_keys(model))
+        assert statistics == {"classifier.0.mean", "classifier.0.second_moment", "classifier.0.count"}
+        assert moved <= set(keys) | {"lm_head.weight"} | statistics, method
+        assert {"classifier.1.weight", "classifier.1.bias"} | statistics <= moved, method
 
 
 def test_a_local_epoch_passes_over_the_shard_once_and_fixed_steps_draw_with_replacement():
@@ -350,6 +356,27 @@ def test_a_leff_clients_keys_map_to_the_global_layers_and_the_head_passes_throug
     from paperline.methods.leff.fed import global_layer_key
 
     assert global_layer_key("layers.1.mlp.up_proj.weight", start=2, first=1) == "layers.2.mlp.up_proj.weight"
-    assert global_layer_key("classifier.bias", start=2, first=1) == "classifier.bias"
+    assert global_layer_key("classifier.1.bias", start=2, first=1) == "classifier.1.bias"
+    assert global_layer_key("classifier.0.mean", start=2, first=1) == "classifier.0.mean"
     with pytest.raises(ValueError, match="not a layer's or the head's key"):
         global_layer_key("embed_tokens.weight", start=2, first=1)
+
+
+def test_the_head_standardises_its_input_by_the_running_statistics_of_what_it_trained_on():
+    """Identity before any training; in training mode each batch (one window too) updates the
+    running mean and second moment to those of every window seen so far, and the output is the
+    features standardised by them; evaluation reads the statistics without changing them."""
+    from paperline.methods.leff.leff import FeatureStandardizer
+
+    norm = FeatureStandardizer(3)
+    f = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [5.0, 8.0, 2.0]])
+    norm.eval()
+    assert torch.allclose(norm(f), f / (1 + 1e-5) ** 0.5) and norm.count == 0
+    norm.train()
+    norm(f[:1])
+    norm(f[1:])
+    assert norm.count == 3 and torch.allclose(norm.mean, f.mean(0))
+    assert torch.allclose(norm.second_moment, (f * f).mean(0))
+    norm.eval()
+    out = norm(f)
+    assert torch.allclose(out, (f - f.mean(0)) / torch.sqrt(f.var(0, unbiased=False) + 1e-5)) and norm.count == 3

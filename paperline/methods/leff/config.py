@@ -60,7 +60,7 @@ class LEFFConfig(MethodConfig):
     lr: float = Field(1e-3, gt=0)  # the body's; the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
     # the zero-started classification head's, the same for every method (a fresh head needs a far
     # larger step than the pretrained body)
-    head_lr: float = Field(3e-3, gt=0)
+    head_lr: float = Field(1e-2, gt=0)
     # LEFF's server side
     compression: float = Field(0.5, gt=0, le=1)  # r: a context of n layers is distilled into ⌈n·r⌉
     distill_steps: Annotated[int, Field(ge=0)] = 50

@@ -34,6 +34,7 @@ from paperline.methods.leff.leff import (
     build_model,
     choose_block,
     classify,
+    head_state_keys,
     layer_importance,
     leff_client_model,
     trainable_keys,
@@ -222,12 +223,13 @@ def train(msg: Message, context: Context) -> Message:
     first = int(number_value(conf, "block-first"))
     block = range(first, first + int(number_value(conf, "block-size")))
     keys = trainable_keys(method, [n for n, _ in model.named_parameters()], block)
+    buffers = head_state_keys(model) if any(k.startswith(f"{HEAD}.") for k in keys) else []
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
     shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
     batches = local_batches(len(shard), cfg.batch_size, cfg.local_steps, cfg.local_epochs, generator)
     metrics = local_train(model, keys, shard, batches, cfg.lr, cfg.head_lr)
     state = model.state_dict()
-    sent = {k: state[k].detach().clone() for k in keys}
+    sent = {k: state[k].detach().clone() for k in keys + buffers}
     metrics |= {"partition": partition, "num-examples": len(shard), "wall_s": time.perf_counter() - start,
                 "bytes_up": float(state_bytes(sent))}
     return Message(RecordDict({"arrays": ArrayRecord(sent), "metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -190,7 +190,7 @@ def leff_client_model(model: CausalLM, start: int, size: int, proxy_x: torch.Ten
     config = CausalLMConfig.from_dict({**model.config.to_dict(), "num_layers": len(layers)})
     client = CausalLM(config)
     if hasattr(model, HEAD):
-        add_classifier(client, getattr(model, HEAD).out_features)
+        add_classifier(client, getattr(model, HEAD)[-1].out_features)
     client.load_state_dict({k: v for k, v in model.state_dict().items() if not LAYER_KEY.match(k)}, strict=False)
     client.layers = nn.ModuleList(layers)
     return client, len(pre_student), {"pre": pre_losses, "post": post_losses}
@@ -198,14 +198,50 @@ def leff_client_model(model: CausalLM, start: int, size: int, proxy_x: torch.Ten
 
 # --- the classification head -----------------------------------------------------------------
 
+class FeatureStandardizer(nn.Module):
+    """(f − mean) / std per feature, the mean and second moment a running average over every
+    window it has trained on (no gradient through them; no batch statistics, so a batch of one
+    window works and training and evaluation normalise alike). The pooled features share a large
+    common component that swamps their differences (measured: a zero-started head on the raw mean
+    hidden state learns the label prior, its loss overshooting); the statistics are buffers the
+    clients send and the server averages by D_i, as FedAvg averages a BatchNorm's. Starts as the
+    identity."""
+
+    mean: torch.Tensor
+    second_moment: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, features: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(features))
+        self.register_buffer("second_moment", torch.ones(features))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            with torch.no_grad():
+                total = self.count + len(f)
+                self.mean.mul_(self.count / total).add_(f.sum(0) / total)
+                self.second_moment.mul_(self.count / total).add_((f * f).sum(0) / total)
+                self.count.copy_(total)
+        var = (self.second_moment - self.mean ** 2).clamp_min(0.0)
+        return (f - self.mean) / torch.sqrt(var + self.eps)
+
+
 def add_classifier(model: CausalLM, classes: int) -> CausalLM:
-    """A Linear head from the mean final hidden state to `classes` logits, zero-started (the model
-    predicts uniformly before training, whatever the seed); in place."""
-    head = nn.Linear(model.config.hidden_size, classes)
-    nn.init.zeros_(head.weight)
-    nn.init.zeros_(head.bias)
-    model.add_module(HEAD, head)
+    """The head on the mean final hidden state: a FeatureStandardizer and a Linear to `classes`
+    logits, zero-started (uniform before training, whatever the seed); in place."""
+    linear = nn.Linear(model.config.hidden_size, classes)
+    nn.init.zeros_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    model.add_module(HEAD, nn.Sequential(FeatureStandardizer(model.config.hidden_size), linear))
     return model
+
+
+def head_state_keys(model: nn.Module) -> list[str]:
+    """The head's buffers (the standardiser's statistics): sent and averaged with what a client trains."""
+    return [k for k, _ in model.named_buffers() if k.startswith(f"{HEAD}.")]
 
 
 def classify(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
