@@ -7,13 +7,14 @@ import torch
 from paperline.methods.leff.claims import PRETRAINED, SPECS, evaluate
 from paperline.methods.leff.config import LEFFConfig
 
-VARIANTS = ("fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin")
+VARIANTS = ("fedhead", "fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin")
 
 
-def seed_rows(loss: dict[str, list[float]], flops: dict[str, float] | None = None) -> dict:
-    flops = flops or {}
+def seed_rows(loss: dict[str, list[float]], flops: dict[str, float] | None = None,
+              accuracy: dict[str, list[float]] | None = None) -> dict:
+    flops, accuracy = flops or {}, accuracy or {}
     return {s: {v: {"test_loss": values[s], "client_gflops": flops.get(v, 1.0), "mb_per_round": flops.get(v, 1.0),
-                    "simulated_round_s": flops.get(v, 1.0)}
+                    "simulated_round_s": flops.get(v, 1.0), "test_accuracy": accuracy.get(v, [0.5] * 3)[s]}
                 for v, values in loss.items()} for s in range(len(next(iter(loss.values()))))}
 
 
@@ -29,9 +30,12 @@ def test_shown_reversed_and_inconclusive_from_seed_rows():
     loss = {PRETRAINED: [3.37, 3.37, 3.37], "fedavg": [3.350, 3.351, 3.352], "fedlora": [3.3680, 3.3670, 3.3690],
             "fedbitfit": [3.3675, 3.3650, 3.3700],
             "leff_importance": [3.360, 3.362, 3.361], "leff_random": [3.355, 3.375, 3.361],
-            "leff_round_robin": [3.390, 3.391, 3.389]}
-    claims = {c.name: c for c in evaluate(seed_rows(loss, {"fedavg": 10.0, "leff_importance": 7.0}))}
+            "leff_round_robin": [3.390, 3.391, 3.389], "fedhead": [3.365, 3.366, 3.367]}
+    accuracy = {"fedhead": [0.20, 0.22, 0.21], "leff_importance": [0.30, 0.31, 0.33]}
+    claims = {c.name: c for c in evaluate(seed_rows(loss, {"fedavg": 10.0, "leff_importance": 7.0}, accuracy))}
     assert set(claims) == {s.name for s in SPECS}
+    assert claims["leff_above_fedhead"].verdict == "shown" and claims["leff_above_fedhead"].metric == "test_accuracy"
+    assert claims["leff_above_fedhead"].effect == pytest.approx((0.10 + 0.09 + 0.12) / 3)
     assert claims["leff_below_pretrained"].verdict == "shown" and claims["leff_below_pretrained"].seeds == 3
     assert claims["leff_below_pretrained"].effect == pytest.approx(-0.009)
     assert claims["leff_not_above_fedavg"].verdict == "reversed"  # FedAvg lower at every seed

@@ -17,9 +17,11 @@ from paperline.methods.leff.leff import (
     block_probabilities,
     build_model,
     choose_block,
+    classify,
     context_layers,
     distil_context,
     distillation_loss,
+    head_state_keys,
     layer_importance,
     leff_client_model,
     student_map,
@@ -130,6 +132,15 @@ def test_client_model_without_compression_is_the_global_model():
     edge, first, _ = leff_client_model(tiny_lm(6), 0, 2, x, ratio=0.5, steps=0, lr=1e-3, kl_weight=1.0, batch_size=2,
                                        generator=g)
     assert first == 0 and edge.config.num_layers == 2 + 2  # nothing below; 4 above → 2
+    # a classifier rides along: the client's head is the global one
+    with_head = build_model("leff_importance", model, 2, 4.0, classes=3)
+    torch.nn.init.normal_(with_head.classifier[1].weight, generator=g)
+    with_head.classifier[0].mean.fill_(0.5)
+    client, _, _ = leff_client_model(with_head, 1, 2, x, ratio=1.0, steps=0, lr=1e-3, kl_weight=1.0, batch_size=2,
+                                     generator=g)
+    assert torch.equal(client.classifier[1].weight, with_head.classifier[1].weight)
+    assert torch.equal(client.classifier[0].mean, with_head.classifier[0].mean)
+    assert torch.allclose(classify(client, x), classify(with_head, x), atol=1e-5)
 
 
 def test_aggregation_is_layerwise_weighted_and_keeps_untrained_keys():
@@ -157,6 +168,14 @@ def test_baseline_models_start_as_the_base_and_train_their_own_keys():
     block = trainable_keys("leff_random", names, range(1, 3))
     assert block and {k.split(".")[1] for k in block} == {"1", "2"}
     assert "embed_tokens.weight" in trainable_keys("fedavg", names)
+    # with a classification head every method trains it too; fedhead trains it alone
+    for method in ("fedavg", "fedlora", "fedbitfit", "leff_importance", "fedhead"):
+        model = build_model(method, base, 2, 4.0, classes=3)
+        assert model.classifier[1].weight.shape == (3, 16) and not model.classifier[1].weight.any()
+        keys = trainable_keys(method, [n for n, _ in model.named_parameters()], range(1, 2))
+        assert {"classifier.1.weight", "classifier.1.bias"} <= set(keys), method
+    assert trainable_keys("fedhead", [n for n, _ in build_model("fedavg", base, 2, 4.0, classes=3).named_parameters()]) \
+        == ["classifier.1.weight", "classifier.1.bias"]
 
 
 def test_dirichlet_split_covers_every_window_once_and_skews_with_small_alpha():
@@ -170,35 +189,94 @@ def test_dirichlet_split_covers_every_window_once_and_skews_with_small_alpha():
     assert len(w) == 4 and w.x[1].tolist() == [5, 6, 7, 8, 9] and w.y[1].tolist() == [6, 7, 8, 9, 10]
 
 
-def test_proxy_set_is_the_other_corpus_and_the_test_set_the_whole_validation_stream(tmp_path):
-    """The importance scores' and distillation's proxy windows are the proxy text's (the King James
-    slice), in the corpus's tokenizer, never the corpus's validation stream the test set is cut from."""
+def test_the_task_is_play_attribution_on_held_out_documents_and_the_proxy_the_other_corpus(tmp_path):
+    """Every window is labelled with the play its tokens come from: the training windows from the
+    corpus's training documents, the test windows from its held-out ones; the importance scores' and
+    distillation's proxy windows are the proxy text's (the King James slice), in the corpus's
+    tokenizer, never the task's text."""
     import shutil
 
     from tokenizers import Tokenizer
 
-    from paperline.data.text_corpus import CorpusError, encode, load_corpus, prepare_corpus, read_slice
-    from paperline.methods.leff.data import federated_data, proxy_set
+    from paperline.data.text_corpus import CorpusError, encode, prepare_corpus, read_slice
+    from paperline.methods.leff.data import federated_data, play_windows, proxy_set
     from tests.conftest import CHECKOUT
 
+    raw = CHECKOUT / "data" / "raw" / "shakespeare"
     corpus = tmp_path / "corpus"
-    prepare_corpus(read_slice(CHECKOUT / "data" / "raw" / "shakespeare"), corpus, kind="byte", vocab_size=256,
-                   val_fraction=0.1, seed=0, source={})
+    meta = prepare_corpus(read_slice(raw, 12), corpus, kind="byte", vocab_size=256, val_fraction=0.1, seed=0,
+                          source={})
     kjv = tmp_path / "kjv"
     shutil.copytree(CHECKOUT / "data" / "raw" / "kjv", kjv)
-    data = federated_data(str(corpus), 16, 3, 0.5, 3, 0, 5, 7, str(kjv))
-    stream = cut_windows(encode(Tokenizer.from_file(str(corpus / "tokenizer.json")), read_slice(kjv, 1)), 16)
+    task = play_windows(str(corpus), str(raw), 12, 16)
+    assert task.classes == tuple(sorted(p.stem for p in raw.glob("*.txt")))
+    tokenizer = Tokenizer.from_file(str(corpus / "tokenizer.json"))
+    docs = {d.name: d for d in read_slice(raw, 12)}
+    for windows, split in ((task.train, "train_documents"), (task.test, "val_documents")):
+        for label, play in enumerate(task.classes):
+            tokens = encode(tokenizer, [docs[n] for n in meta[split] if n.startswith(f"{play}#")])
+            mine = windows.x[windows.y == label]
+            assert len(mine) == len(tokens) // 16 and mine.flatten().tolist() == tokens[:len(mine) * 16].tolist()
+    data = federated_data(str(corpus), 16, 3, 0.5, 0, 5, 7, str(kjv), str(raw), 12)
+    stream = cut_windows(encode(tokenizer, read_slice(kjv, 1)), 16)
     assert len(data.proxy) == 5 and data.proxy.x[0].tolist() == stream.x[0].tolist()
     assert data.proxy.x[-1].tolist() == stream.x[-1].tolist()  # spread over the whole text
-    val = cut_windows(load_corpus(corpus, 16).val, 16)
-    val_rows = {tuple(r) for r in val.x.tolist()}
-    assert len(data.test) == 7 and all(tuple(r) in val_rows for r in data.test.x.tolist())
-    assert data.test.x[0].tolist() == val.x[0].tolist() and data.test.x[-1].tolist() == val.x[-1].tolist()
-    assert not any(tuple(r) in val_rows for r in data.proxy.x.tolist())
+    assert data.proxy.y.shape == data.proxy.x.shape  # unlabelled: next-token targets
+    assert len(data.test) == 7 and data.test.y.shape == (7,)
+    assert data.test.x[0].tolist() == task.test.x[0].tolist() and data.test.x[-1].tolist() == task.test.x[-1].tolist()
+    assert data.test.y[0] == 0 and data.test.y[-1] == 7  # spread over the plays, stored play by play
+    task_rows = {tuple(r) for r in torch.cat([task.train.x, task.test.x]).tolist()}
+    assert not any(tuple(r) in task_rows for r in data.proxy.x.tolist())
+    assert sum(len(c) for c in data.clients) == len(task.train)  # every training window, each on one client
+    assert [f.tolist() for f in data.families] == [torch.bincount(c.y, minlength=8).tolist() for c in data.clients]
+    with pytest.raises(CorpusError, match="lacks the corpus's documents"):  # a cut with fewer documents
+        play_windows(str(corpus), str(raw), 24, 16)
+    with pytest.raises(CorpusError, match="not 6 speeches a document"):  # the same names, other texts
+        play_windows(str(corpus), str(raw), 6, 16)
     proxy_set.cache_clear()
     (kjv / "ruth.txt").write_text("edited\n")
     with pytest.raises(CorpusError, match="ruth.txt: sha256"):
-        federated_data(str(corpus), 16, 3, 0.5, 3, 1, 5, 7, str(kjv))
+        federated_data(str(corpus), 16, 3, 0.5, 1, 5, 7, str(kjv), str(raw), 12)
+
+
+def test_the_clients_label_skew_grows_as_alpha_falls():
+    """The non-IID split of the task: at α = 0.1 a client's windows are mostly one or two plays, at
+    α = 100 near the plays' mix."""
+    labels = np.repeat(np.arange(8), 120)
+
+    def top_share(alpha: float) -> float:
+        shards = dirichlet_split(labels, 8, alpha, seed=0)
+        return float(np.mean([np.bincount(labels[s], minlength=8).max() / len(s) for s in shards]))
+
+    assert top_share(0.1) > 0.6 and top_share(100.0) < 0.3
+
+
+def test_the_head_learns_a_separable_task_above_chance():
+    """A tiny LM with a zero-started head predicts uniformly (loss ln 2); trained on windows whose
+    class decides their token range, the head alone and full fine-tuning both classify held-out
+    windows well above chance, and only the keys each trains move."""
+    from paperline.methods.leff.data import Windows
+    from paperline.methods.leff.fed import evaluate, local_train
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(96) % 2
+    x = torch.randint(32, (96, 8), generator=g) + 32 * y[:, None]
+    train, test = Windows(x[:64], y[:64]), Windows(x[64:], y[64:])
+    for method in ("fedhead", "fedavg"):
+        model = build_model(method, tiny_lm(), 2, 4.0, classes=2)
+        loss, _ = evaluate(model, test)
+        assert loss == pytest.approx(float(np.log(2)), abs=1e-6)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        keys = trainable_keys(method, [n for n, _ in model.named_parameters()])
+        batches = [torch.randperm(64, generator=g)[:16] for _ in range(60)]
+        local_train(model, keys, train, batches, lr=1e-3, head_lr=3e-2)
+        loss, accuracy = evaluate(model, test)
+        assert accuracy >= 0.75 and loss < 0.8 * float(np.log(2)), method  # chance: 0.5, ln 2
+        moved = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+        statistics = set(head_state_keys(model))
+        assert statistics == {"classifier.0.mean", "classifier.0.second_moment", "classifier.0.count"}
+        assert moved <= set(keys) | {"lm_head.weight"} | statistics, method
+        assert {"classifier.1.weight", "classifier.1.bias"} | statistics <= moved, method
 
 
 def test_a_local_epoch_passes_over_the_shard_once_and_fixed_steps_draw_with_replacement():
@@ -219,11 +297,12 @@ def test_local_train_counts_flops_per_window_of_every_batch():
     from paperline.methods.leff.data import Windows
     from paperline.methods.leff.fed import local_train
 
-    x, y = batch(n=6, T=8)
-    shard = Windows(x, y)
-    keys = [n for n, _ in tiny_lm().named_parameters()]
-    one = local_train(tiny_lm(), keys, shard, [torch.arange(4)], lr=1e-3)
-    ragged = local_train(tiny_lm(), keys, shard, [torch.arange(4), torch.arange(4, 6)], lr=1e-3)
+    x, _ = batch(n=6, T=8)
+    shard = Windows(x, torch.tensor([0, 1, 2, 0, 1, 2]))
+    keys = [n for n, _ in build_model("fedavg", tiny_lm(), 2, 4.0, classes=3).named_parameters()]
+    one = local_train(build_model("fedavg", tiny_lm(), 2, 4.0, classes=3), keys, shard, [torch.arange(4)], lr=1e-3)
+    ragged = local_train(build_model("fedavg", tiny_lm(), 2, 4.0, classes=3), keys, shard,
+                         [torch.arange(4), torch.arange(4, 6)], lr=1e-3)
     assert one["steps"] == 1 and ragged["steps"] == 2
     assert ragged["flops"] == pytest.approx(one["flops"] * 6 / 4)
 
@@ -252,7 +331,8 @@ def test_a_round_lasts_as_long_as_its_slowest_client_at_its_compute_rate():
     from paperline.methods.leff.fed import FederatedFineTuning, model_state
 
     x, y = batch(n=2, T=8)
-    data = FederatedData(clients=[], families=[], proxy=Windows(x, y), test=Windows(x, y), vocab_size=64)
+    data = FederatedData(clients=[], families=[], proxy=Windows(x, y), test=Windows(x, torch.tensor([0, 1])),
+                         vocab_size=64, classes=("a", "b"))
     cfg = LEFFConfig(clients=3, capacities=[1], client_rates=[1.0, 4.0])
     strategy = FederatedFineTuning(cfg, "fedavg", 0.1, tiny_lm(), data, log=lambda _: None)
     strategy.nodes = {10 + p: {"partition": p, "capacity": 1, "num-examples": 4} for p in range(3)}
@@ -270,3 +350,33 @@ def test_a_round_lasts_as_long_as_its_slowest_client_at_its_compute_rate():
     record = strategy.run.rounds[-1]
     assert [c["simulated_s"] for c in record["clients"]] == pytest.approx([3.0, 2.0])
     assert record["simulated_round_s"] == pytest.approx(3.0) and len(record["dropped"]) == 1
+
+
+def test_a_leff_clients_keys_map_to_the_global_layers_and_the_head_passes_through():
+    from paperline.methods.leff.fed import global_layer_key
+
+    assert global_layer_key("layers.1.mlp.up_proj.weight", start=2, first=1) == "layers.2.mlp.up_proj.weight"
+    assert global_layer_key("classifier.1.bias", start=2, first=1) == "classifier.1.bias"
+    assert global_layer_key("classifier.0.mean", start=2, first=1) == "classifier.0.mean"
+    with pytest.raises(ValueError, match="not a layer's or the head's key"):
+        global_layer_key("embed_tokens.weight", start=2, first=1)
+
+
+def test_the_head_standardises_its_input_by_the_running_statistics_of_what_it_trained_on():
+    """Identity before any training; in training mode each batch (one window too) updates the
+    running mean and second moment to those of every window seen so far, and the output is the
+    features standardised by them; evaluation reads the statistics without changing them."""
+    from paperline.methods.leff.leff import FeatureStandardizer
+
+    norm = FeatureStandardizer(3)
+    f = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [5.0, 8.0, 2.0]])
+    norm.eval()
+    assert torch.allclose(norm(f), f / (1 + 1e-5) ** 0.5) and norm.count == 0
+    norm.train()
+    norm(f[:1])
+    norm(f[1:])
+    assert norm.count == 3 and torch.allclose(norm.mean, f.mean(0))
+    assert torch.allclose(norm.second_moment, (f * f).mean(0))
+    norm.eval()
+    out = norm(f)
+    assert torch.allclose(out, (f - f.mean(0)) / torch.sqrt(f.var(0, unbiased=False) + 1e-5)) and norm.count == 3

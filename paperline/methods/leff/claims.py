@@ -3,7 +3,9 @@ Fine-tuning Approach* (LEFF), in our words, evaluated on this run's per-seed row
 (first) Dirichlet α:
 
 - LEFF fine-tunes: its global test loss is below the pretrained model's before any round (the
-  trivial baseline: doing nothing);
+  trivial baseline: doing nothing, the zero-started head's uniform guess);
+- LEFF adapts the body: its test accuracy is above the frozen pretrained model's with the head
+  trained alone (`fedhead`, a federated linear probe);
 - LEFF comes close to full fine-tuning (FedAvg, the accuracy ceiling the paper compares with):
   declared as "LEFF's loss not above FedAvg's", so an interval above zero says it is worse;
 - LEFF beats the parameter-efficient baselines FedLoRA and FedBitFit on test loss;
@@ -14,8 +16,9 @@ Fine-tuning Approach* (LEFF), in our words, evaluated on this run's per-seed row
   compute rate (`client_rates`), the round as long as its slowest client's FLOPs / rate (LEFF's
   lower-capacity clients train fewer layers; FedAvg's train the whole model).
 
-Every variant is scored the same way: the global model's mean next-token loss on the same test
-windows (the pretrained row is the global model of round 0). A seed changes the client shards,
+Every variant is scored the same way: the global model's classification loss (nats) and accuracy
+on the same test windows of the play-attribution task (the pretrained row is the global model of
+round 0). A seed changes the client shards,
 batch order, block draws, distillation batches and LoRA's initial A.
 """
 from __future__ import annotations
@@ -31,6 +34,8 @@ PRETRAINED = "pretrained"  # the row of the global model before any federated ro
 SPECS: tuple[ClaimSpec, ...] = (
     ClaimSpec(name="leff_below_pretrained", claim="LEFF lowers the pretrained model's test loss",
               metric="test_loss", method=LEFF, versus=PRETRAINED, direction="lower", trivial=True),
+    ClaimSpec(name="leff_above_fedhead", claim="LEFF's accuracy beats the frozen model with a trained head",
+              metric="test_accuracy", method=LEFF, versus="fedhead", direction="higher"),
     ClaimSpec(name="leff_not_above_fedavg", claim="LEFF matches full fine-tuning (FedAvg) on test loss",
               metric="test_loss", method=LEFF, versus="fedavg", direction="lower"),
     *(ClaimSpec(name=f"leff_below_{b}", claim=f"LEFF reaches a lower test loss than {label}",

@@ -9,26 +9,31 @@ from pydantic import Field, model_validator
 from paperline.config import MethodConfig, ProjectPath
 
 PositiveInt = Annotated[int, Field(ge=1)]
-# fedavg: full fine-tuning; fedlora: peft LoRA on q/k/v/o; fedbitfit: zero-started biases on every
-# block Linear (the base LM has none); leff_*: LEFF with its block choice by importance, at random,
-# or round-robin
-Method = Literal["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
+# Every method trains the classification head with its part of the body. fedhead: the head alone
+# on the frozen pretrained model (the trivial baseline); fedavg: full fine-tuning; fedlora: peft
+# LoRA on q/k/v/o; fedbitfit: zero-started biases on every block Linear (the base LM has none);
+# leff_*: LEFF with its block choice by importance, at random, or round-robin
+Method = Literal["fedhead", "fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
 LEFF_METHODS = ("leff_importance", "leff_random", "leff_round_robin")
 
 
 class LEFFConfig(MethodConfig):
     model: ProjectPath = "data/lm_base"  # a transformers causal-LM folder (paperline CausalLM, GQA-family attention)
     corpus: ProjectPath = "data/text/shakespeare"
+    # the downstream task, play attribution: the text the corpus was cut from (its documents
+    # `speeches_per_document` speeches each, as params/text_corpus.yaml cut them), each window
+    # labelled by its play; train from the corpus's training documents, test from its held-out ones
+    task_text: ProjectPath = "data/raw/shakespeare"
+    speeches_per_document: PositiveInt = 6
     # the server's public proxy set (importance, context distillation): another domain than the
     # clients' and the test set's, *.txt hash-checked by SHA256SUMS, encoded with the corpus's
     # tokenizer (the paper: WebNLG, a public set apart from the task's); the committed King James slice
     proxy_text: ProjectPath = "data/raw/kjv"
     block_size: PositiveInt = 64
-    methods: list[Method] = Field(default=["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random",
-                                           "leff_round_robin"], min_length=1)
+    methods: list[Method] = Field(default=["fedhead", "fedavg", "fedlora", "fedbitfit", "leff_importance",
+                                           "leff_random", "leff_round_robin"], min_length=1)
     baseline: Method = "fedavg"
-    # non-IID clients: the play-ordered training stream cut into `families` contiguous segments,
-    # each segment's windows shared among the clients by Dirichlet(α) (a label-skew split over segments)
+    # non-IID clients: each play's training windows shared among the clients by Dirichlet(α) (label skew)
     clients: Annotated[int, Field(ge=2)] = 8
     alphas: list[Annotated[float, Field(gt=0)]] = Field(default=[0.1], min_length=1)
     # the methods run at the α after the first (None: every method): a second α for FedAvg against
@@ -37,7 +42,6 @@ class LEFFConfig(MethodConfig):
     # `seeds` (MethodConfig's): the seeds every (method, α) runs with (client shards, batch order,
     # block draws, distillation batches, LoRA init); empty: `seed` alone. The claims pair the
     # methods seed by seed.
-    families: Annotated[int, Field(ge=2)] = 8
     capacities: list[PositiveInt] = Field(default=[1, 2, 3], min_length=1)  # L_i, cycled over the clients
     # each client's compute rate (GFLOP/s), cycled over the clients like `capacities` (so a list
     # of the same length pairs a rate with a capacity): a round's simulated time is the slowest
@@ -53,14 +57,17 @@ class LEFFConfig(MethodConfig):
     # the smoke's local work within its step budget; 1: the whole shard
     shard_fraction: float = Field(1.0, gt=0, le=1)
     batch_size: PositiveInt = 8
-    lr: float = Field(1e-3, gt=0)  # the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
+    lr: float = Field(1e-3, gt=0)  # the body's; the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
+    # the zero-started classification head's, the same for every method (a fresh head needs a far
+    # larger step than the pretrained body)
+    head_lr: float = Field(1e-2, gt=0)
     # LEFF's server side
     compression: float = Field(0.5, gt=0, le=1)  # r: a context of n layers is distilled into ⌈n·r⌉
     distill_steps: Annotated[int, Field(ge=0)] = 50
     distill_lr: float = Field(1e-3, gt=0)
     attention_kl_weight: float = Field(1.0, ge=0)  # α of E = MSE(H_s, H_t) + α·KL(A_t‖A_s)
     proxy_windows: PositiveInt = 32  # public proxy set: unlabeled windows spread over `proxy_text`
-    eval_windows: PositiveInt = 64  # the global test windows, spread over the corpus's validation stream
+    eval_windows: PositiveInt = 256  # the global test windows, spread over the task's held-out windows
     # baselines
     lora_rank: PositiveInt = 4
     lora_alpha: float = Field(8.0, gt=0)

@@ -20,16 +20,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, client_rate, runs_planned
 from paperline.methods.leff.data import FederatedData, Windows, federated_data
 from paperline.methods.leff.leff import (
+    HEAD,
     LAYER_KEY,
+    add_classifier,
     add_lora,
     add_zero_biases,
     aggregate,
     build_model,
     choose_block,
+    classify,
+    head_state_keys,
     layer_importance,
     leff_client_model,
     trainable_keys,
@@ -61,24 +66,26 @@ def state_bytes(state: dict[str, torch.Tensor]) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: CausalLM, windows: Windows, batch_size: int = 32) -> tuple[float, float]:
-    """Mean next-token cross-entropy (nats) and top-1 accuracy on the windows."""
+def evaluate(model: CausalLM, windows: Windows, batch_size: int = 64) -> tuple[float, float]:
+    """Mean cross-entropy (nats) of the classification head and its accuracy on the labelled windows."""
     model.eval()
-    loss, correct, count = 0.0, 0, 0
+    loss, correct = 0.0, 0
     for i in range(0, len(windows), batch_size):
         x, y = windows.x[i:i + batch_size], windows.y[i:i + batch_size]
-        out = model(x, labels=y)
-        loss += out.loss.item() * y.numel()
-        correct += int((out.logits.argmax(-1) == y).sum())
-        count += y.numel()
+        logits = classify(model, x)
+        loss += F.cross_entropy(logits, y, reduction="sum").item()
+        correct += int((logits.argmax(-1) == y).sum())
     model.train()
-    return loss / count, correct / count
+    return loss / len(windows), correct / len(windows)
 
 
 def client_shard(cfg: LEFFConfig, alpha: float, partition: int) -> Windows:
-    data = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families, cfg.seed,
-                          cfg.proxy_windows, cfg.eval_windows, cfg.proxy_text, cfg.shard_fraction)
-    return data.clients[partition]
+    return run_data(cfg, alpha, cfg.seed).clients[partition]
+
+
+def run_data(cfg: LEFFConfig, alpha: float, seed: int) -> FederatedData:
+    return federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, seed, cfg.proxy_windows, cfg.eval_windows,
+                          cfg.proxy_text, cfg.task_text, cfg.speeches_per_document, cfg.shard_fraction)
 
 
 def local_batches(windows: int, batch_size: int, steps: int, epochs: int | None,
@@ -91,22 +98,28 @@ def local_batches(windows: int, batch_size: int, steps: int, epochs: int | None,
     return [batch for _ in range(epochs) for batch in torch.randperm(windows, generator=generator).split(batch_size)]
 
 
-def local_train(model: CausalLM, keys: list[str], shard: Windows, batches: list[torch.Tensor], lr: float) -> dict:
-    """AdamW on the parameters named `keys` only, a step per batch of shard indices; the FLOPs of
-    the first step counted by torch's FlopCounterMode (forward + backward, every matmul incl.
-    attention), per window, times the windows of every batch (the count is linear in the batch)."""
+def local_train(model: CausalLM, keys: list[str], shard: Windows, batches: list[torch.Tensor], lr: float,
+                head_lr: float | None = None) -> dict:
+    """AdamW on the parameters named `keys` only (the head's at `head_lr`, the body's at `lr`), a
+    step per batch of shard indices, on the classification loss; the FLOPs of the first step
+    counted by torch's FlopCounterMode (forward + backward, every matmul incl. attention), per
+    window, times the windows of every batch (the count is linear in the batch)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     names = set(keys)
     params = [p for n, p in model.named_parameters() if n in names]
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    head = [p for n, p in model.named_parameters() if n in names and n.startswith(f"{HEAD}.")]
+    body = [p for n, p in model.named_parameters() if n in names and not n.startswith(f"{HEAD}.")]
+    groups = [{"params": body, "lr": lr}] + ([{"params": head, "lr": head_lr if head_lr is not None else lr}]
+                                             if head else [])
+    opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
     losses, flops = [], 0.0
     for step, idx in enumerate(batches):
         counter = FlopCounterMode(display=False) if step == 0 else None
         with counter if counter is not None else contextlib.nullcontext():
-            loss = model(shard.x[idx], labels=shard.y[idx]).loss
+            loss = F.cross_entropy(classify(model, shard.x[idx]), shard.y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
         if counter is not None:
@@ -138,10 +151,12 @@ def wait_for_round_peers(fault_dir: str, server_round: int, partition: int, peer
 
 def global_layer_key(key: str, start: int, first: int) -> str:
     """A LEFF client's key in the global model: client-local layer j is global layer start + (j − first)
-    (a client sends its block's layers only)."""
+    (a client sends its block's layers and the classification head only)."""
+    if key.startswith(f"{HEAD}."):
+        return key
     match = LAYER_KEY.match(key)
     if match is None:
-        raise ValueError(f"a LEFF client sent {key!r}, not a layer's key")
+        raise ValueError(f"a LEFF client sent {key!r}, not a layer's or the head's key")
     return LAYER_KEY.sub(f"layers.{start + int(match.group(1)) - first}.", key)
 
 
@@ -198,7 +213,8 @@ def train(msg: Message, context: Context) -> Message:
         if cfg.fail_mode == "kill":  # the ClientApp's process dies mid-round, as a crashed client would
             os._exit(1)
         raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
-    model = CausalLM(CausalLMConfig.from_dict(json.loads(text_value(conf, "model-config"))))
+    model = add_classifier(CausalLM(CausalLMConfig.from_dict(json.loads(text_value(conf, "model-config")))),
+                           int(number_value(conf, "classes")))
     if method == "fedlora":
         model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)
     elif method == "fedbitfit":
@@ -207,12 +223,13 @@ def train(msg: Message, context: Context) -> Message:
     first = int(number_value(conf, "block-first"))
     block = range(first, first + int(number_value(conf, "block-size")))
     keys = trainable_keys(method, [n for n, _ in model.named_parameters()], block)
+    buffers = head_state_keys(model) if any(k.startswith(f"{HEAD}.") for k in keys) else []
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
     shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
     batches = local_batches(len(shard), cfg.batch_size, cfg.local_steps, cfg.local_epochs, generator)
-    metrics = local_train(model, keys, shard, batches, cfg.lr)
+    metrics = local_train(model, keys, shard, batches, cfg.lr, cfg.head_lr)
     state = model.state_dict()
-    sent = {k: state[k].detach().clone() for k in keys}
+    sent = {k: state[k].detach().clone() for k in keys + buffers}
     metrics |= {"partition": partition, "num-examples": len(shard), "wall_s": time.perf_counter() - start,
                 "bytes_up": float(state_bytes(sent))}
     return Message(RecordDict({"arrays": ArrayRecord(sent), "metrics": MetricRecord(metrics)}), reply_to=msg)
@@ -252,7 +269,7 @@ class FederatedFineTuning(Strategy):
     def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print):
         """`cfg.seed` is this run's seed (the clients read it from the config sent to them)."""
         self.cfg, self.method, self.alpha, self.log = cfg, method, alpha, log
-        self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
+        self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha, cfg.seed, classes=len(data.classes))
         self.rule = method.removeprefix("leff_") if method in LEFF_METHODS else None
         self.data = data
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -268,6 +285,7 @@ class FederatedFineTuning(Strategy):
         return ConfigRecord({"cfg": self.cfg.model_dump_json(), "method": self.method, "alpha": self.alpha,
                              "server-round": server_round, "model-config": self.model.config.to_json_string(),
                              "block-first": 0, "block-size": 0, "fault-dir": self.fault_dir,
+                             "classes": len(self.data.classes),
                              "round-clients": len(self.nodes), **extra})
 
     def query_clients(self, grid: Grid, timeout: float) -> None:
@@ -401,9 +419,7 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
                     continue
                 run_cfg = cfg.model_copy(update={"seed": seed})  # the clients read the seed from it
                 if (alpha, seed) not in data:
-                    data[(alpha, seed)] = federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, cfg.families,
-                                                         seed, cfg.proxy_windows, cfg.eval_windows, cfg.proxy_text,
-                                                         cfg.shard_fraction)
+                    data[(alpha, seed)] = run_data(cfg, alpha, seed)
                 strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log)
                 try:
                     strategy.query_clients(grid, cfg.round_timeout_s)

@@ -6,6 +6,12 @@
     → the client trains its block  →  each layer averaged over the clients that trained it (by D_i).
 
 Layer numbering: `model.layers[l]`; a state-dict key `layers.<l>.…` belongs to layer l.
+
+The downstream task is sequence classification: `add_classifier` gives the LM a head on its mean
+final hidden state (`classify`); every method trains the head with what it trains of the body (the
+paper's GLUE heads [I]); `fedhead` trains the head alone (the frozen pretrained model's linear
+probe, the trivial baseline). The server's importance and distillation stay unsupervised, on the
+unlabelled proxy text (importance through the LM head's next-token loss [I]).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from paperline.nn.causal_lm import CausalLM, CausalLMConfig
 from paperline.seeds import seeded_init
 
 LAYER_KEY = re.compile(r"^layers\.(\d+)\.")
+HEAD = "classifier"  # the classification head's module name (state-dict keys classifier.weight/.bias)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
@@ -182,9 +189,64 @@ def leff_client_model(model: CausalLM, start: int, size: int, proxy_x: torch.Ten
     layers = list(pre_student) + [copy.deepcopy(model.layers[i]) for i in range(start, start + size)] + list(post_student)
     config = CausalLMConfig.from_dict({**model.config.to_dict(), "num_layers": len(layers)})
     client = CausalLM(config)
+    if hasattr(model, HEAD):
+        add_classifier(client, getattr(model, HEAD)[-1].out_features)
     client.load_state_dict({k: v for k, v in model.state_dict().items() if not LAYER_KEY.match(k)}, strict=False)
     client.layers = nn.ModuleList(layers)
     return client, len(pre_student), {"pre": pre_losses, "post": post_losses}
+
+
+# --- the classification head -----------------------------------------------------------------
+
+class FeatureStandardizer(nn.Module):
+    """(f − mean) / std per feature, the mean and second moment a running average over every
+    window it has trained on (no gradient through them; no batch statistics, so a batch of one
+    window works and training and evaluation normalise alike). The pooled features share a large
+    common component that swamps their differences (measured: a zero-started head on the raw mean
+    hidden state learns the label prior, its loss overshooting); the statistics are buffers the
+    clients send and the server averages by D_i, as FedAvg averages a BatchNorm's. Starts as the
+    identity."""
+
+    mean: torch.Tensor
+    second_moment: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, features: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(features))
+        self.register_buffer("second_moment", torch.ones(features))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            with torch.no_grad():
+                total = self.count + len(f)
+                self.mean.mul_(self.count / total).add_(f.sum(0) / total)
+                self.second_moment.mul_(self.count / total).add_((f * f).sum(0) / total)
+                self.count.copy_(total)
+        var = (self.second_moment - self.mean ** 2).clamp_min(0.0)
+        return (f - self.mean) / torch.sqrt(var + self.eps)
+
+
+def add_classifier(model: CausalLM, classes: int) -> CausalLM:
+    """The head on the mean final hidden state: a FeatureStandardizer and a Linear to `classes`
+    logits, zero-started (uniform before training, whatever the seed); in place."""
+    linear = nn.Linear(model.config.hidden_size, classes)
+    nn.init.zeros_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    model.add_module(HEAD, nn.Sequential(FeatureStandardizer(model.config.hidden_size), linear))
+    return model
+
+
+def head_state_keys(model: nn.Module) -> list[str]:
+    """The head's buffers (the standardiser's statistics): sent and averaged with what a client trains."""
+    return [k for k, _ in model.named_buffers() if k.startswith(f"{HEAD}.")]
+
+
+def classify(model: CausalLM, x: torch.Tensor) -> torch.Tensor:
+    """(B, classes) logits: the head on the final (normed) hidden states averaged over positions."""
+    return getattr(model, HEAD)(model.hidden_states(x).mean(dim=1))
 
 
 # --- the baselines' models ------------------------------------------------------------------------
@@ -214,25 +276,34 @@ def add_lora(model: CausalLM, rank: int, alpha: float) -> CausalLM:
 
 
 def trainable_keys(method: str, state_keys, block: range | None = None) -> list[str]:
-    """The state-dict keys a client trains (and sends back) under `method`."""
+    """The state-dict keys a client trains (and sends back) under `method`: its part of the body and
+    the classification head (when the model has one)."""
+    state_keys = list(state_keys)
+    head = [k for k in state_keys if k.startswith(f"{HEAD}.")]
+    if method == "fedhead":
+        return head
     if method == "fedavg":
         return [k for k in state_keys if k != "lm_head.weight"]  # tied to embed_tokens: sent once
     if method == "fedlora":
-        return [k for k in state_keys if ".lora_" in k]
+        return [k for k in state_keys if ".lora_" in k] + head
     if method == "fedbitfit":
-        return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")]
+        return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")] + head
     if method.startswith("leff"):
         if block is None:
             raise ValueError(f"method {method!r} trains a block: none given")
-        return [k for k in state_keys if (m := LAYER_KEY.match(k)) and int(m.group(1)) in block]
+        return [k for k in state_keys if (m := LAYER_KEY.match(k)) and int(m.group(1)) in block] + head
     raise ValueError(f"method {method!r}")
 
 
-def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, seed: int = 0) -> CausalLM:
-    """The global model of `method`: the base LM, with LoRA adapters or zero biases where it needs
-    them. LoRA's A is drawn from torch's global RNG: seeded here (and the global state restored),
-    so a run's adapters depend on its seed, not on what ran before it in the process."""
+def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, seed: int = 0,
+                classes: int | None = None) -> CausalLM:
+    """The global model of `method`: the base LM with a zero-started classification head of
+    `classes` (None: none), with LoRA adapters or zero biases where it needs them. LoRA's A is
+    drawn from torch's global RNG: seeded here (and the global state restored), so a run's adapters
+    depend on its seed, not on what ran before it in the process."""
     model = copy.deepcopy(base)
+    if classes is not None:
+        add_classifier(model, classes)
     if method == "fedlora":
         with seeded_init(seed, cuda=True):
             return add_lora(model, lora_rank, lora_alpha)

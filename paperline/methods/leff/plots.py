@@ -28,7 +28,7 @@ def plot_loss(cfg: LEFFConfig, runs: Runs, path: Path) -> Path:
                 points = [run.initial] + run.rounds
                 ax.plot([p["round"] for p in points], [p["test_loss"] for p in points], "o-", ms=3, lw=1,
                         color=f"C{i}", alpha=0.8, label=method if k == 0 else None)
-        ax.set(xlabel="round", ylabel="global test loss (nats)", title=f"Dirichlet α = {alpha:g}")
+        ax.set(xlabel="round", ylabel="test classification loss (nats)", title=f"Dirichlet α = {alpha:g}")
         ax.legend(fontsize=7)
     return save_figure(fig, path)
 
