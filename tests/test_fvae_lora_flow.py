@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from flows.launch import run_method
-from paperline.methods.fvae_lora import train
+from paperline.methods.fvae_lora import variant
 from paperline.methods.fvae_lora.claims import SPECS
 from paperline.methods.fvae_lora.config import VARIANTS, TextConfig
 from paperline.metrics import validate_metrics
@@ -86,7 +86,7 @@ def test_a_run_killed_after_a_seed_resumes_to_the_dag_metrics(dag_stage, project
     # the DAG's backbone (reused: same fingerprint), so only the seeds' resume is exercised
     (project / "models" / METHOD).mkdir(parents=True, exist_ok=True)
     shutil.copy2(dag_stage / "models" / METHOD / BACKBONE_FILE, project / "models" / METHOD / BACKBONE_FILE)
-    real_adapt = train.adapt
+    real_adapt = variant.adapt  # patched where the variant run looks it up
 
     def killed_at_fvae_seed2(cfg, variant, backbone, task, seed, device="cpu"):
         if variant == "fvae_lora" and seed == 2 and task.train_x.ndim == 3:  # the image task's
@@ -94,7 +94,7 @@ def test_a_run_killed_after_a_seed_resumes_to_the_dag_metrics(dag_stage, project
         return real_adapt(cfg, variant, backbone, task, seed, device)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(train, "adapt", killed_at_fvae_seed2)
+        patch.setattr(variant, "adapt", killed_at_fvae_seed2)
         with pytest.raises(Exception, match="^killed$"):
             run_method(METHOD, "tiny")
     done = project / "models" / METHOD / "fvae_lora"
