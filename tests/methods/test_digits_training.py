@@ -13,15 +13,6 @@ from paperline.seeds import seeded_init
 from paperline.train.classifier import epoch_batches, train_classifier
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread (as tests/methods/conftest.py; a second only spins under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_mlp_shapes_layers_and_names():
     model = MLP(64, [32, 16], 10)
     assert model(torch.zeros(5, 64)).shape == (5, 10)
