@@ -76,3 +76,8 @@ def test_a_curves_time_stamps_are_timings_but_its_metrics_are_figures():
 
     assert differing_keys(curves(0.9, 0.91), curves(1.3, 0.91)) == []
     assert differing_keys(curves(0.9, 0.91), curves(0.9, 0.92)) == ["/details/curves/pubsub_vfl/0/1/metric"]
+
+
+def test_a_figure_undefined_in_both_records_is_the_same_but_not_against_a_number():
+    assert differing_keys(_with(nc1=float("nan")), _with(nc1=float("nan"))) == []
+    assert differing_keys(_with(nc1=float("nan")), RECORD) == ["/rows/K4_L1/nc1"]
