@@ -1,11 +1,17 @@
 """Publish/subscribe channels keyed by batch id over zmq, with bounded FIFO buffers and a deadline.
 
-A party's parameter server hosts the channel it receives on: an XSUB socket the other party's
-workers publish to and an XPUB socket its own workers subscribe to, joined by `zmq.proxy` (the
-broker is zmq's own). A message is [topic, payload]; the topic is `<kind><epoch>:<batch>|`, so a
-subscriber could filter by batch id; ours subscribe to the kind and keep, per batch id, at most
-`capacity` entries (the oldest dropped when full: the spec's p and q) and forget entries older
-than the deadline."""
+A party's parameter server hosts the channel it receives on, as a broker thread (the paper's
+design and the spec's queue per batch id): the other party's workers publish to its SUB socket,
+and it keeps one FIFO buffer per (kind, batch id) holding that batch id's entries of successive
+epochs, at most `capacity` of them (the spec's p for embeddings, q for gradients): a producer more
+than `capacity` epochs ahead of the consumer pushes out the oldest entry (counted as `overflow`),
+so staleness is bounded. Its own workers take entries from it over DEALER/ROUTER, each entry by
+one worker only: a zmq SUB socket would give every worker of the party a copy of every entry. A
+worker asks for the (epoch, batch) it is about to train; a batch id of another epoch holds other
+rows (the batches are drawn anew each epoch), so only the entry of that epoch is handed out, and
+one the buffer pushed out is never trained (its batch meets the deadline and is put back).
+Entries older than the deadline are forgotten. A message is [topic, payload], the topic
+`<kind><epoch>:<batch>|`."""
 from __future__ import annotations
 
 import pickle
@@ -34,19 +40,97 @@ def bind(sock: zmq.Socket, host: str, port: int) -> int:
     return port
 
 
-def start_broker(ctx: zmq.Context, host: str) -> tuple[int, int]:
-    """XSUB (publishers connect) → XPUB (subscribers connect) in a daemon thread; their ports."""
-    xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
-    ports = bind(xsub, host, 0), bind(xpub, host, 0)
-    threading.Thread(target=_proxy, args=(xsub, xpub), daemon=True).start()
-    return ports
+class Buffers:
+    """One bounded FIFO per (kind, batch id) of (epoch, sent at, payload) entries."""
+
+    def __init__(self, capacity: int, deadline_s: float):
+        self.capacity, self.deadline_s = capacity, deadline_s
+        self.fifo: dict[tuple[bytes, int], deque] = {}
+        self.overflow = 0  # entries pushed out of a full buffer before any worker took them
+        self.stored = self.taken = 0
+
+    def put(self, kind: bytes, epoch: int, batch: int, sent_at: float, payload) -> None:
+        buf = self.fifo.setdefault((kind, batch), deque())
+        if len(buf) >= self.capacity:
+            buf.popleft()
+            self.overflow += 1
+        buf.append((epoch, sent_at, payload))
+        self.stored += 1
+
+    def take(self, wanted: list[tuple[bytes, str]], any_of: list[bytes]):
+        """(kind, key, payload) of the first wanted (kind, "epoch:batch") entry there is, else the
+        oldest entry of a kind in any_of; removed from its buffer. None when there is none."""
+        for kind, key in wanted:
+            epoch, batch = (int(part) for part in key.split(":"))
+            buf = self.fifo.get((kind, batch))
+            for entry in buf or ():
+                if entry[0] == epoch:
+                    buf.remove(entry)
+                    self.taken += 1
+                    return kind, key, entry[2]
+        for (kind, batch), buf in self.fifo.items():
+            if kind in any_of and buf:
+                epoch, _, payload = buf.popleft()
+                self.taken += 1
+                return kind, key_of(epoch, batch), payload
+        return None
+
+    def expire(self, now: float) -> None:
+        for buf in self.fifo.values():
+            while buf and now - buf[0][1] > self.deadline_s:
+                buf.popleft()
 
 
-def _proxy(xsub: zmq.Socket, xpub: zmq.Socket) -> None:
-    try:
-        zmq.proxy(xsub, xpub)
-    except (zmq.ContextTerminated, zmq.ZMQError):  # the context closed under the proxy
-        pass
+class Broker:
+    """A party's channel: SUB (the other party's workers publish to it) → Buffers → ROUTER (its
+    own workers take from it). A worker's request waits here until an entry it wants arrives or
+    its timeout passes (then the answer is None)."""
+
+    def __init__(self, ctx: zmq.Context, host: str, capacity: int, deadline_s: float):
+        self.inbox, self.outbox = ctx.socket(zmq.SUB), ctx.socket(zmq.ROUTER)
+        for sock in (self.inbox, self.outbox):
+            sock.setsockopt(zmq.LINGER, 0)
+        self.inbox.setsockopt(zmq.SUBSCRIBE, b"")
+        self.ports = {"publish": bind(self.inbox, host, 0), "consume": bind(self.outbox, host, 0)}
+        self.buffers = Buffers(capacity, deadline_s)
+        self.waiting: list[tuple[bytes, float, list, list]] = []  # (worker, until, wanted, any_of)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _answer(self, now: float) -> None:
+        for request in list(self.waiting):
+            ident, until, wanted, any_of = request
+            got = self.buffers.take(wanted, any_of)
+            if got is not None or now >= until:
+                self.outbox.send_multipart([ident, pickle.dumps(got, protocol=5)])
+                self.waiting.remove(request)
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.inbox, zmq.POLLIN)
+        poller.register(self.outbox, zmq.POLLIN)
+        try:
+            while True:
+                events = dict(poller.poll(10))
+                now = time.time()
+                while self.inbox in events:
+                    try:
+                        raw_topic, raw = self.inbox.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    epoch, batch = (int(part) for part in raw_topic[1:-1].decode().split(":"))
+                    sent_at, payload = pickle.loads(raw)
+                    self.buffers.put(raw_topic[:1], epoch, batch, sent_at, payload)
+                while self.outbox in events:
+                    try:
+                        ident, raw = self.outbox.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    timeout_s, wanted, any_of = pickle.loads(raw)
+                    self.waiting.append((ident, now + timeout_s, wanted, any_of))
+                self.buffers.expire(now)
+                self._answer(now)
+        except (zmq.ContextTerminated, zmq.ZMQError):  # the context closed under the broker
+            pass
 
 
 class Publisher:
@@ -59,55 +143,17 @@ class Publisher:
         self.sock.send_multipart([topic(kind, key), pickle.dumps((time.time(), payload), protocol=5)])
 
 
-class Subscriber:
-    """Subscribes to the given kinds; buffers per batch key, bounded and FIFO, with a deadline."""
+class Consumer:
+    """A worker's end of its party's broker: one request at a time."""
 
-    def __init__(self, ctx: zmq.Context, address: str, kinds: list[bytes], capacity: int, deadline_s: float):
-        self.sock = ctx.socket(zmq.SUB)
+    def __init__(self, ctx: zmq.Context, address: str):
+        self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        for kind in kinds:
-            self.sock.setsockopt(zmq.SUBSCRIBE, kind)
         self.sock.connect(address)
-        self.capacity, self.deadline_s = capacity, deadline_s
-        self.buffers: dict[tuple[bytes, str], deque] = {}
-        self.overflow = 0  # entries the FIFO buffers dropped
 
-    def _store(self, raw_topic: bytes, raw: bytes) -> None:
-        kind, key = raw_topic[:1], raw_topic[1:-1].decode()
-        buf = self.buffers.setdefault((kind, key), deque())
-        if len(buf) >= self.capacity:
-            buf.popleft()
-            self.overflow += 1
-        buf.append(pickle.loads(raw))
-
-    def _expire(self) -> None:
-        now = time.time()
-        for k in [k for k, buf in self.buffers.items() if buf and now - buf[-1][0] > self.deadline_s]:
-            del self.buffers[k]
-
-    def drain(self, timeout_s: float) -> None:
-        """Receive whatever arrives within timeout_s (at least one poll)."""
-        if self.sock.poll(max(0, int(timeout_s * 1000))):
-            while True:
-                try:
-                    self._store(*self.sock.recv_multipart(zmq.NOBLOCK))
-                except zmq.Again:
-                    break
-        self._expire()
-
-    def take(self, kind: bytes, key: str):
-        """The newest entry of a channel, removing the channel; None when it is empty."""
-        buf = self.buffers.pop((kind, key), None)
-        return buf[-1][1] if buf else None
-
-    def wait_any(self, kind: bytes, keys, timeout_s: float):
-        """(key, payload) for the first of keys that has an entry within timeout_s, or None."""
-        end = time.time() + timeout_s
-        while True:
-            for key in keys:
-                if (kind, key) in self.buffers:
-                    return key, self.take(kind, key)
-            left = end - time.time()
-            if left <= 0:
-                return None
-            self.drain(min(left, 0.05))
+    def wait_any(self, wanted: list[tuple[bytes, str]], timeout_s: float, any_of: list[bytes] = ()):
+        """(kind, key, payload) of the first wanted (kind, key) entry, or of any entry of a kind in
+        any_of, that the broker has within timeout_s; None when none came."""
+        self.sock.send(pickle.dumps((max(0.0, timeout_s), list(wanted), list(any_of)), protocol=5))
+        self.sock.poll()  # the broker always answers, at the latest when the timeout passes
+        return pickle.loads(self.sock.recv())

@@ -20,11 +20,11 @@ from paperline.methods.pubsub_vfl.channels import (
     DROP,
     EMBEDDING,
     GRADIENT,
+    Broker,
+    Consumer,
     Publisher,
-    Subscriber,
     bind,
     key_of,
-    start_broker,
 )
 
 # per variant: how each party's workers meet its PS ("barrier": sync all-reduce every step;
@@ -125,7 +125,10 @@ def run_ps(spec: dict) -> None:
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     ports = {"ps": bind(router, spec["host"], spec["port"])}
-    ports["xsub"], ports["xpub"] = start_broker(ctx, spec["host"])
+    # the channel this party receives on: embeddings (p) at the active party, gradients (q) here
+    capacity = run["buffer_embeddings" if party == "active" else "buffer_gradients"]
+    broker = Broker(ctx, spec["host"], capacity, run["deadline_s"])
+    ports.update(broker.ports)
     control.send_pyobj(("hello", party, ports))
 
     data = np.load(spec["data"])
@@ -261,7 +264,7 @@ def run_ps(spec: dict) -> None:
     control.send_pyobj(("result", party, {
         "params": params, "snapshots": snapshots, "workers": stats, "go_at": go_at,
         "dead_workers": sorted(set(range(w)) - set(stats)), "barrier_dropped": barrier_dropped,
-        "reassigned": len(queues.requeued),
+        "reassigned": len(queues.requeued), "overflow": broker.buffers.overflow,
         # batches a dead worker took and never gave a gradient back for (lost with it)
         "lost": sum(handed[i] - pushed[i] for i in set(range(w)) - set(stats)) if mode != "interval" else 0}))
     time.sleep(0.1)
@@ -288,9 +291,7 @@ class _Worker:
         self.ps = self.ctx.socket(zmq.DEALER)
         self.ps.setsockopt(zmq.LINGER, 1000)
         self.ps.connect(spec["ps"])
-        channel = self.run["buffer_embeddings" if self.party == "active" else "buffer_gradients"]
-        kinds = [EMBEDDING] if self.party == "active" else [GRADIENT, DROP]
-        self.sub = Subscriber(self.ctx, spec["subscribe"], kinds, channel, self.run["deadline_s"])
+        self.channel = Consumer(self.ctx, spec["consume"])
         self.pub = Publisher(self.ctx, spec["publish"])
         data = np.load(spec["data"])
         self.x, self.y = data["x"], (data["y"] if "y" in data else None)
@@ -346,8 +347,7 @@ class _Worker:
             "wall_s": wall, "wait_s": self.wait_s, "busy_s": self.busy_s,
             "cpu_s": time.process_time() - self.cpu0, "steps": self.steps, "dropped": self.dropped,
             "retrained": self.retrained, "syncs": getattr(self, "syncs", 0),
-            "cores": cores.available(),
-            "overflow": self.sub.overflow})))
+            "cores": cores.available()})))
         time.sleep(0.05)
         self.ctx.destroy(linger=1000)
 
@@ -382,14 +382,14 @@ class ActiveWorker(_Worker):
             e, b, rows = item
             key = key_of(e, b)
             t = time.time()
-            got = self.sub.wait_any(EMBEDDING, [key], self.run["deadline_s"])
+            got = self.channel.wait_any([(EMBEDDING, key)], self.run["deadline_s"])
             self.wait_s += time.time() - t
             if got is None:  # the deadline: drop the batch, tell the other party, put it back once
                 self.dropped += 1
                 self.pub.publish(DROP, key, None)
                 self.ps.send(_dump(("requeue", self.wid, e, b)))
                 continue
-            z_p, y = got[1], labels[rows]
+            z_p, y = got[2], labels[rows]
 
             def step():
                 bottom, top = self.params["bottom"], self.params["top"]
@@ -432,19 +432,19 @@ class PassiveWorker(_Worker):
                 continue
             t = time.time()
             oldest = min(ts for ts, _ in pending.values())
-            got = self.sub.wait_any(GRADIENT, list(pending), max(0.0, oldest + self.run["deadline_s"] - t))
-            # every drop the active party announces, of a batch held here or not: it goes back to
-            # this party's queue too (the PS keeps the first), and this worker asks for work again
-            dropped = []
-            for kind, key in [k for k in self.sub.buffers if k[0] == DROP]:
-                self.sub.take(kind, key)
-                e, b = (int(part) for part in key.split(":"))
-                self.ps.send(_dump(("requeue", self.wid, e, b)))
-                dropped.append(key)
-                done = False
+            got = self.channel.wait_any([(GRADIENT, key) for key in pending],
+                                        max(0.0, oldest + self.run["deadline_s"] - t), any_of=[DROP])
             self.wait_s += time.time() - t
-            if got is not None:
-                key, g_z = got
+            # a drop the active party announces, of a batch held here or not (one worker hears
+            # each): it goes back to this party's queue too, and this worker asks for work again
+            dropped = []
+            if got is not None and got[0] == DROP:
+                e, b = (int(part) for part in got[1].split(":"))
+                self.ps.send(_dump(("requeue", self.wid, e, b)))
+                dropped.append(got[1])
+                done = False
+            elif got is not None:
+                _, key, g_z = got
                 _, (cache, n_rows, epoch) = pending.pop(key)
                 self.update(self.compute(lambda: model.bottom_backward(self.params, cache, g_z), n_rows), epoch)
             for k in dropped + [k for k, (ts, _) in pending.items() if time.time() - ts > self.run["deadline_s"]]:

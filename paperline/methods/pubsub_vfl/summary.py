@@ -14,7 +14,8 @@ from paperline.metrics import MethodMetrics
 from paperline.seeds import mean_over_seeds
 
 METHOD = "pubsub_vfl"
-COUNTS = ("dropped_batches", "reassigned_batches", "retrained_batches")  # summed over seeds, not averaged
+# summed over seeds, not averaged (buffer_overflow: channel entries pushed out of a full p or q buffer)
+COUNTS = ("dropped_batches", "reassigned_batches", "retrained_batches", "buffer_overflow")
 
 
 def metric_name(task: str) -> str:
@@ -28,6 +29,7 @@ def seed_row(r: RunResult, name: str) -> dict:
             "idle_fraction_active": r.idle_fraction["active"], "idle_fraction_passive": r.idle_fraction["passive"],
             "cpu_utilisation": r.cpu_utilisation, "busy_fraction": r.busy_fraction, "dropped_batches": r.dropped,
             "reassigned_batches": r.reassigned, "retrained_batches": r.retrained,
+            "buffer_overflow": r.overflow,
             "workers_active": r.workers_active, "workers_passive": r.workers_passive, "batch_size": r.batch_size}
 
 
@@ -48,7 +50,7 @@ def seed_rows(exp: Experiment, task: str) -> dict[int, dict[str, dict]]:
 
 def _mean_row(rows: list[dict], name: str) -> dict:
     """The mean over seeds (spread of the metric, wall time and waiting); time to target only when
-    every seed reached it; dropped, reassigned and retrained batches summed."""
+    every seed reached it; dropped, reassigned and retrained batches and buffer overflow summed."""
     reached = [r["time_to_target_s"] for r in rows if r.get("time_to_target_s") is not None]
     timed = [{k: v for k, v in r.items() if k not in ("time_to_target_s", *COUNTS)} for r in rows]
     out = mean_over_seeds(timed, spread=lambda k: k in (name, "wall_s", "idle_fraction"), keep_shared=True)

@@ -43,6 +43,7 @@ class RunResult:
     dropped: int  # batches dropped at the deadline
     reassigned: int = 0  # dropped batches put back in the queue (once each)
     retrained: int = 0  # reassigned batches the active party then trained
+    overflow: int = 0  # channel entries pushed out of a full buffer (p, q) before a worker took them
     dead_workers: dict[str, list[int]] = field(default_factory=dict)
     worker_stats: dict[str, dict] = field(default_factory=dict)
     params: dict | None = None  # the final model: {"active": {...}, "passive": {...}}
@@ -130,8 +131,8 @@ def _spawn_workers(party: str, run: dict, w: int, ports: dict, hosts: dict, tmp:
     return [_spawn({"role": "worker", "party": party, "index": i, "run": run,
                     "cores": pinned, "blas_threads": len(pinned) // w,
                     "ps": addr[party] + str(ports[party]["ps"]),
-                    "subscribe": addr[party] + str(ports[party]["xpub"]),
-                    "publish": addr[other] + str(ports[other]["xsub"]),
+                    "consume": addr[party] + str(ports[party]["consume"]),
+                    "publish": addr[other] + str(ports[other]["publish"]),
                     "data": str(tmp / f"{party}.npz")}, tmp, f"{party}_{i}") for i in range(w)]
 
 
@@ -305,7 +306,7 @@ def _evaluate(cfg, data: VFLData, variant, seed, workers, B, dp_mu, results) -> 
         busy_fraction=sum(s["busy_s"] for s in every) / max(sum(s["wall_s"] for s in every), 1e-9),
         dropped=sum(s["dropped"] for s in stats["active"].values()) + act["barrier_dropped"] + pas["barrier_dropped"]
         + act["lost"] + pas["lost"],
-        reassigned=act["reassigned"], retrained=sum(s["retrained"] for s in stats["active"].values()),
+        reassigned=act["reassigned"], overflow=act["overflow"] + pas["overflow"], retrained=sum(s["retrained"] for s in stats["active"].values()),
         dead_workers={party: results[party]["dead_workers"] for party in ("active", "passive")},
         worker_stats={party: {str(k): v for k, v in st.items()} for party, st in stats.items()},
         params={"active": act["params"], "passive": pas["params"]})
