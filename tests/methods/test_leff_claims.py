@@ -78,3 +78,41 @@ def test_the_fault_hits_the_last_seeds_run_only():
     last = cfg.model_copy(update={"seed": 1})
     assert last.faulty("leff_round_robin") and not last.faulty("fedavg")
     assert LEFFConfig(clients=2, fail_client=1, rounds=2).faulty("fedavg")  # no seeds listed: `seed` alone
+
+
+def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_best_validation_rate():
+    """At the first α and seed each method but fedhead (its body frozen) runs once per grid point;
+    the kept run is the grid point with the best validation accuracy (a tie: the lower loss), and
+    the other seeds run at its lr."""
+    from paperline.methods.leff.fed import MethodRun, choose_lr, train_planned
+
+    grid = [1e-4, 3e-4, 1e-3]
+    cfg = LEFFConfig(methods=["fedhead", "fedavg", "leff_importance"], lr_grid=grid, seeds=[0, 1])
+    # a validation score per (method, lr): fedavg best at 1e-4, LEFF at 1e-3 by the loss tie-break
+    score = {("fedavg", 1e-4): (0.5, 2.0), ("fedavg", 3e-4): (0.4, 1.0), ("fedavg", 1e-3): (0.3, 1.0),
+             ("leff_importance", 1e-4): (0.2, 2.0), ("leff_importance", 3e-4): (0.6, 1.5),
+             ("leff_importance", 1e-3): (0.6, 1.2)}
+    calls = []
+
+    def train_run(method, alpha, seed, lr, validate):
+        calls.append((method, seed, lr, validate))
+        acc, loss = score.get((method, lr), (0.0, 0.0))
+        return MethodRun(method, alpha, {}, seed=seed, lr=lr,
+                         validation={"lr": lr, "val_loss": loss, "val_accuracy": acc} if validate else None)
+
+    results: dict = {}
+    train_planned(cfg, results, train_run, log=lambda _: None)
+    for method in ("fedavg", "leff_importance"):
+        assert [c[2] for c in calls if c[0] == method and c[1] == 0] == grid  # the same grid, validated
+        assert all(c[3] for c in calls if c[0] == method and c[1] == 0)
+    assert [(c[2], c[3]) for c in calls if c[0] == "fedhead"] == [(cfg.lr, False)] * 2  # no sweep of a frozen body
+    assert results[("fedavg", 0.1, 0)].lr == 1e-4 and results[("leff_importance", 0.1, 0)].lr == 1e-3
+    assert [c[2] for c in calls if c[1] == 1 and c[0] != "fedhead"] == [1e-4, 1e-3]  # seed 1 at the chosen rates
+    assert [p["lr"] for p in results[("fedavg", 0.1, 0)].lr_sweep] == grid
+    assert choose_lr([{"lr": 1e-3, "val_accuracy": 0.5, "val_loss": 1.0},
+                      {"lr": 1e-4, "val_accuracy": 0.5, "val_loss": 1.0}]) == 1e-4  # a full tie: the smaller
+    # a resumed flow reads the chosen rate back from the first seed's saved run
+    resumed = {k: v for k, v in results.items() if k[2] == 0}
+    calls.clear()
+    train_planned(cfg, resumed, train_run, log=lambda _: None)
+    assert sorted(c[2] for c in calls if c[0] != "fedhead") == [1e-4, 1e-3] and not any(c[3] for c in calls)
