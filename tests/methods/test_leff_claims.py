@@ -116,3 +116,30 @@ def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_bes
     calls.clear()
     train_planned(cfg, resumed, train_run, log=lambda _: None)
     assert sorted(c[2] for c in calls if c[0] != "fedhead") == [1e-4, 1e-3] and not any(c[3] for c in calls)
+
+
+def test_the_report_states_each_methods_chosen_lr_its_sweep_and_an_edge_choice():
+    """Each row's body_lr (none for fedhead, its body frozen), details.chosen_lr per method, the
+    sweep of the first seed's kept run, and the methods whose choice is an end of the grid."""
+    from paperline.methods.leff.fed import MethodRun
+    from paperline.methods.leff.summary import method_metrics
+
+    grid = [1e-4, 3e-4, 1e-3]
+    cfg = LEFFConfig(methods=["fedhead", "fedavg", "fedlora"], lr_grid=grid, seeds=[0, 1], rounds=1)
+    chosen = {"fedhead": cfg.lr, "fedavg": 3e-4, "fedlora": 1e-3}
+    runs = {}
+    for m in chosen:
+        for s in (0, 1):
+            sweep = [{"lr": lr, "val_loss": 1.0, "val_accuracy": 0.5} for lr in grid] if s == 0 and m != "fedhead" else None
+            client = {"partition": 0, "flops": 1e9, "trained_params": 10, "held_params": 10, "wall_s": 1.0, "bytes_up": 8}
+            runs[(m, 0.1, s)] = MethodRun(m, 0.1, {"round": 0, "test_loss": 2.0, "test_accuracy": 0.1},
+                                          [{"round": 1, "test_loss": 1.9, "test_accuracy": 0.2, "straggler_s": 1.0,
+                                            "simulated_round_s": 1.0, "bytes_down": 8, "bytes_up": 8, "server_s": 0.1,
+                                            "clients": [client], "dropped": []}],
+                                          clients=1, seed=s, lr=chosen[m], lr_sweep=sweep)
+    metrics = method_metrics(cfg, runs, "smoke")
+    assert metrics.rows["fedavg"]["body_lr"] == 3e-4 and metrics.rows["fedlora"]["body_lr"] == 1e-3
+    assert metrics.rows["fedhead"]["body_lr"] is None
+    assert metrics.details["chosen_lr"] == {"fedavg": 3e-4, "fedlora": 1e-3}
+    assert [p["lr"] for p in metrics.details["lr_sweep"]["fedavg"]] == grid and "fedhead" not in metrics.details["lr_sweep"]
+    assert metrics.details["chosen_lr_at_grid_edge"] == ["fedlora"]

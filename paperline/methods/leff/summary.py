@@ -105,6 +105,7 @@ def headline(cfg: LEFFConfig, table: dict[str, dict], runs: Runs) -> dict:
 def method_metrics(cfg: LEFFConfig, runs: Runs, profile: str) -> MethodMetrics:
     planned = runs_planned(cfg)
     table = _table(cfg, runs)
+    sweeps = {m: sweep for m, a, s in planned if (sweep := runs[(m, a, s)].lr_sweep) is not None}
     baseline = row_name(cfg.baseline, cfg.alphas[0], cfg.alphas)
     details = {"seeds": cfg.run_seeds(), "claims_alpha": cfg.alphas[0],
                "rounds": {seed_name(m, a, s, cfg.alphas): [{k: v for k, v in r.items() if k != "clients"}
@@ -113,10 +114,13 @@ def method_metrics(cfg: LEFFConfig, runs: Runs, profile: str) -> MethodMetrics:
                                                            for r in runs[(m, a, s)].rounds]
                           for m, a, s in planned if m.startswith("leff")},
                # the lr tuning: every grid point's validation score at the first α and seed, per method
-               "lr_sweep": {m: runs[(m, a, s)].lr_sweep for m, a, s in planned
-                            if runs[(m, a, s)].lr_sweep is not None},
+               "lr_sweep": sweeps,
                "chosen_lr": {m: runs[(m, a, s)].lr for m, a, s in planned
-                             if a == cfg.alphas[0] and s == cfg.run_seeds()[0] and tunes_lr(m)}}
+                             if a == cfg.alphas[0] and s == cfg.run_seeds()[0] and tunes_lr(m)},
+               # a rate at the grid's end may not be the best one: the grid should reach past it
+               "chosen_lr_at_grid_edge": sorted(m for m, sweep in sweeps.items()
+                                                if runs[(m, cfg.alphas[0], cfg.run_seeds()[0])].lr
+                                                in (min(p["lr"] for p in sweep), max(p["lr"] for p in sweep)))}
     return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, runs),
                          baseline=baseline if baseline in table else None, primary_metric="test_loss",
                          higher_is_better=False, rows=table, details=details,
