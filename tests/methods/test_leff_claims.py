@@ -82,15 +82,16 @@ def test_the_fault_hits_the_last_seeds_run_only():
 
 def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_best_validation_rate():
     """At the first α and seed each method but fedhead (its body frozen) runs once per grid point;
-    the kept run is the grid point with the best validation accuracy (a tie: the lower loss), and
+    the kept run is the grid point with the lowest validation loss (a tie: the higher accuracy), and
     the other seeds run at its lr."""
     from paperline.methods.leff.fed import MethodRun, choose_lr, train_planned
 
     grid = [1e-4, 3e-4, 1e-3]
     cfg = LEFFConfig(methods=["fedhead", "fedavg", "leff_importance"], lr_grid=grid, seeds=[0, 1])
-    # a validation score per (method, lr): fedavg best at 1e-4, LEFF at 1e-3 by the loss tie-break
-    score = {("fedavg", 1e-4): (0.5, 2.0), ("fedavg", 3e-4): (0.4, 1.0), ("fedavg", 1e-3): (0.3, 1.0),
-             ("leff_importance", 1e-4): (0.2, 2.0), ("leff_importance", 3e-4): (0.6, 1.5),
+    # a validation (accuracy, loss) per (method, lr): fedavg best at 1e-4 (its accuracy not the
+    # best), LEFF at 1e-3 by the accuracy tie-break
+    score = {("fedavg", 1e-4): (0.3, 0.9), ("fedavg", 3e-4): (0.5, 1.0), ("fedavg", 1e-3): (0.4, 1.0),
+             ("leff_importance", 1e-4): (0.2, 2.0), ("leff_importance", 3e-4): (0.5, 1.2),
              ("leff_importance", 1e-3): (0.6, 1.2)}
     calls = []
 
