@@ -78,3 +78,69 @@ def test_the_fault_hits_the_last_seeds_run_only():
     last = cfg.model_copy(update={"seed": 1})
     assert last.faulty("leff_round_robin") and not last.faulty("fedavg")
     assert LEFFConfig(clients=2, fail_client=1, rounds=2).faulty("fedavg")  # no seeds listed: `seed` alone
+
+
+def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_best_validation_rate():
+    """At the first α and seed each method but fedhead (its body frozen) runs once per grid point;
+    the kept run is the grid point with the lowest validation loss (a tie: the higher accuracy), and
+    the other seeds run at its lr."""
+    from paperline.methods.leff.fed import MethodRun, choose_lr, train_planned
+
+    grid = [1e-4, 3e-4, 1e-3]
+    cfg = LEFFConfig(methods=["fedhead", "fedavg", "leff_importance"], lr_grid=grid, seeds=[0, 1])
+    # a validation (accuracy, loss) per (method, lr): fedavg best at 1e-4 (its accuracy not the
+    # best), LEFF at 1e-3 by the accuracy tie-break
+    score = {("fedavg", 1e-4): (0.3, 0.9), ("fedavg", 3e-4): (0.5, 1.0), ("fedavg", 1e-3): (0.4, 1.0),
+             ("leff_importance", 1e-4): (0.2, 2.0), ("leff_importance", 3e-4): (0.5, 1.2),
+             ("leff_importance", 1e-3): (0.6, 1.2)}
+    calls = []
+
+    def train_run(method, alpha, seed, lr, validate):
+        calls.append((method, seed, lr, validate))
+        acc, loss = score.get((method, lr), (0.0, 0.0))
+        return MethodRun(method, alpha, {}, seed=seed, lr=lr,
+                         validation={"lr": lr, "val_loss": loss, "val_accuracy": acc} if validate else None)
+
+    results: dict = {}
+    train_planned(cfg, results, train_run, log=lambda _: None)
+    for method in ("fedavg", "leff_importance"):
+        assert [c[2] for c in calls if c[0] == method and c[1] == 0] == grid  # the same grid, validated
+        assert all(c[3] for c in calls if c[0] == method and c[1] == 0)
+    assert [(c[2], c[3]) for c in calls if c[0] == "fedhead"] == [(cfg.lr, False)] * 2  # no sweep of a frozen body
+    assert results[("fedavg", 0.1, 0)].lr == 1e-4 and results[("leff_importance", 0.1, 0)].lr == 1e-3
+    assert [c[2] for c in calls if c[1] == 1 and c[0] != "fedhead"] == [1e-4, 1e-3]  # seed 1 at the chosen rates
+    assert [p["lr"] for p in results[("fedavg", 0.1, 0)].lr_sweep] == grid
+    assert choose_lr([{"lr": 1e-3, "val_accuracy": 0.5, "val_loss": 1.0},
+                      {"lr": 1e-4, "val_accuracy": 0.5, "val_loss": 1.0}]) == 1e-4  # a full tie: the smaller
+    # a resumed flow reads the chosen rate back from the first seed's saved run
+    resumed = {k: v for k, v in results.items() if k[2] == 0}
+    calls.clear()
+    train_planned(cfg, resumed, train_run, log=lambda _: None)
+    assert sorted(c[2] for c in calls if c[0] != "fedhead") == [1e-4, 1e-3] and not any(c[3] for c in calls)
+
+
+def test_the_report_states_each_methods_chosen_lr_its_sweep_and_an_edge_choice():
+    """Each row's body_lr (none for fedhead, its body frozen), details.chosen_lr per method, the
+    sweep of the first seed's kept run, and the methods whose choice is an end of the grid."""
+    from paperline.methods.leff.fed import MethodRun
+    from paperline.methods.leff.summary import method_metrics
+
+    grid = [1e-4, 3e-4, 1e-3]
+    cfg = LEFFConfig(methods=["fedhead", "fedavg", "fedlora"], lr_grid=grid, seeds=[0, 1], rounds=1)
+    chosen = {"fedhead": cfg.lr, "fedavg": 3e-4, "fedlora": 1e-3}
+    runs = {}
+    for m in chosen:
+        for s in (0, 1):
+            sweep = [{"lr": lr, "val_loss": 1.0, "val_accuracy": 0.5} for lr in grid] if s == 0 and m != "fedhead" else None
+            client = {"partition": 0, "flops": 1e9, "trained_params": 10, "held_params": 10, "wall_s": 1.0, "bytes_up": 8}
+            runs[(m, 0.1, s)] = MethodRun(m, 0.1, {"round": 0, "test_loss": 2.0, "test_accuracy": 0.1},
+                                          [{"round": 1, "test_loss": 1.9, "test_accuracy": 0.2, "straggler_s": 1.0,
+                                            "simulated_round_s": 1.0, "bytes_down": 8, "bytes_up": 8, "server_s": 0.1,
+                                            "clients": [client], "dropped": []}],
+                                          clients=1, seed=s, lr=chosen[m], lr_sweep=sweep)
+    metrics = method_metrics(cfg, runs, "smoke")
+    assert metrics.rows["fedavg"]["body_lr"] == 3e-4 and metrics.rows["fedlora"]["body_lr"] == 1e-3
+    assert metrics.rows["fedhead"]["body_lr"] is None
+    assert metrics.details["chosen_lr"] == {"fedavg": 3e-4, "fedlora": 1e-3}
+    assert [p["lr"] for p in metrics.details["lr_sweep"]["fedavg"]] == grid and "fedhead" not in metrics.details["lr_sweep"]
+    assert metrics.details["chosen_lr_at_grid_edge"] == ["fedlora"]

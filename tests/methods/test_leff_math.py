@@ -227,7 +227,15 @@ def test_the_task_is_play_attribution_on_held_out_documents_and_the_proxy_the_ot
     assert data.test.y[0] == 0 and data.test.y[-1] == 7  # spread over the plays, stored play by play
     task_rows = {tuple(r) for r in torch.cat([task.train.x, task.test.x]).tolist()}
     assert not any(tuple(r) in task_rows for r in data.proxy.x.tolist())
-    assert sum(len(c) for c in data.clients) == len(task.train)  # every training window, each on one client
+    assert len(data.val) == 1  # federated_data's default: one validation window
+    # every training window on one client or in the validation split
+    assert sum(len(c) for c in data.clients) + len(data.val) == len(task.train)
+    held = federated_data(str(corpus), 16, 3, 0.5, 0, 5, 7, str(kjv), str(raw), 12, 1.0, 9)
+    assert len(held.val) == 9 and held.val.y[0] == 0 and held.val.y[-1] == 7  # spread over the plays
+    rows = lambda w: {tuple(r) for r in w.x.tolist()}  # noqa: E731
+    client_rows = set().union(*(rows(c) for c in held.clients))
+    assert not rows(held.val) & client_rows and not rows(held.val) & rows(task.test)  # held out; test is other documents
+    assert sum(len(c) for c in held.clients) + 9 == len(task.train)
     assert [f.tolist() for f in data.families] == [torch.bincount(c.y, minlength=8).tolist() for c in data.clients]
     with pytest.raises(CorpusError, match="lacks the corpus's documents"):  # a cut with fewer documents
         play_windows(str(corpus), str(raw), 24, 16)
@@ -328,11 +336,11 @@ def test_a_round_lasts_as_long_as_its_slowest_client_at_its_compute_rate():
 
     from paperline.methods.leff.config import LEFFConfig
     from paperline.methods.leff.data import FederatedData, Windows
-    from paperline.methods.leff.fed import FederatedFineTuning, model_state
+    from paperline.methods.leff.fed import FederatedFineTuning, evaluate, model_state
 
     x, y = batch(n=2, T=8)
     data = FederatedData(clients=[], families=[], proxy=Windows(x, y), test=Windows(x, torch.tensor([0, 1])),
-                         vocab_size=64, classes=("a", "b"))
+                         val=Windows(x, torch.tensor([0, 1])), vocab_size=64, classes=("a", "b"))
     cfg = LEFFConfig(clients=3, capacities=[1], client_rates=[1.0, 4.0])
     strategy = FederatedFineTuning(cfg, "fedavg", 0.1, tiny_lm(), data, log=lambda _: None)
     strategy.nodes = {10 + p: {"partition": p, "capacity": 1, "num-examples": 4} for p in range(3)}
@@ -350,6 +358,14 @@ def test_a_round_lasts_as_long_as_its_slowest_client_at_its_compute_rate():
     record = strategy.run.rounds[-1]
     assert [c["simulated_s"] for c in record["clients"]] == pytest.approx([3.0, 2.0])
     assert record["simulated_round_s"] == pytest.approx(3.0) and len(record["dropped"]) == 1
+    # a tuning run scores its last round's model on the validation windows (only the last round's)
+    assert strategy.run.validation is None
+    strategy.validate = True
+    strategy.aggregate_train(2, [reply(0, 1.0)])
+    assert strategy.run.validation is None
+    strategy.aggregate_train(cfg.rounds, [reply(0, 1.0)])
+    loss, acc = evaluate(strategy.model, data.val)
+    assert strategy.run.validation == {"lr": cfg.lr, "val_loss": loss, "val_accuracy": acc}
 
 
 def test_a_leff_clients_keys_map_to_the_global_layers_and_the_head_passes_through():

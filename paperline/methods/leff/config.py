@@ -58,6 +58,12 @@ class LEFFConfig(MethodConfig):
     shard_fraction: float = Field(1.0, gt=0, le=1)
     batch_size: PositiveInt = 8
     lr: float = Field(1e-3, gt=0)  # the body's; the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
+    # the body lrs every method that trains the body is tuned over (issue 41): at the first α and
+    # seed each runs once per rate, the one with the lowest validation loss is kept (fed.choose_lr)
+    # and every other seed and α runs at it; None: `lr` for every method, no tuning run
+    lr_grid: list[Annotated[float, Field(gt=0)]] | None = Field(None, min_length=1)
+    # labelled training windows held out from the clients, spread over the plays: the lr choice's score
+    val_windows: PositiveInt = 128
     # the zero-started classification head's, the same for every method (a fresh head needs a far
     # larger step than the pretrained body)
     head_lr: float = Field(1e-2, gt=0)
@@ -100,6 +106,8 @@ class LEFFConfig(MethodConfig):
             raise ValueError(f"later_alpha_methods {sorted(extra)} are not in methods {self.methods}")
         if len(set(self.alphas)) != len(self.alphas):
             raise ValueError(f"alphas {self.alphas} repeat a value")
+        if self.lr_grid is not None and len(set(self.lr_grid)) != len(self.lr_grid):
+            raise ValueError(f"lr_grid {self.lr_grid} repeats a value")
         if self.fail_method is not None and self.fail_method not in self.methods:
             raise ValueError(f"fail_method {self.fail_method!r} is not one of methods {self.methods}")
         return self
@@ -112,6 +120,16 @@ def runs_planned(cfg: LEFFConfig) -> list[tuple[str, float, int]]:
     later = cfg.methods if cfg.later_alpha_methods is None else [m for m in cfg.methods if m in cfg.later_alpha_methods]
     return [(m, a, s) for i, a in enumerate(cfg.alphas) for s in cfg.run_seeds()
             for m in (cfg.methods if i == 0 else later)]
+
+
+def lr_rates(cfg: LEFFConfig) -> list[float]:
+    """The body lrs a method is tuned over: the grid, or `lr` alone."""
+    return list(cfg.lr_grid) if cfg.lr_grid is not None else [cfg.lr]
+
+
+def tunes_lr(method: str) -> bool:
+    """Whether the body's lr changes `method`'s run: fedhead trains the head alone (at head_lr)."""
+    return method != "fedhead"
 
 
 def client_capacity(cfg: LEFFConfig, partition: int) -> int:

@@ -73,6 +73,9 @@ class FederatedData:
     families: list[np.ndarray]  # per client: how many of its windows come from each class (play)
     proxy: Windows  # unlabelled: next-token targets
     test: Windows  # labelled windows
+    # labelled training windows held out from every client: the body lr's choice (lr_grid) is
+    # scored on them, never on the test windows (those come from other documents)
+    val: Windows
     vocab_size: int
     classes: tuple[str, ...]  # the plays, label i = classes[i]
 
@@ -140,13 +143,19 @@ def proxy_set(folder: str, tokenizer_path: str, block_size: int, windows: int) -
 @lru_cache(maxsize=4)  # a ClientApp process reads its shard once per (corpus, split), not per message
 def federated_data(corpus: str, block_size: int, clients: int, alpha: float, seed: int, proxy_windows: int,
                    eval_windows: int, proxy_text: str, task_text: str, speeches_per_document: int,
-                   shard_fraction: float = 1.0) -> FederatedData:
+                   shard_fraction: float = 1.0, val_windows: int = 1) -> FederatedData:
     task = play_windows(corpus, task_text, speeches_per_document, block_size)
     train = task.train
-    if len(train) < clients:
-        raise ValueError(f"{corpus}: {len(train)} training windows of {block_size} tokens for {clients} clients")
+    # the validation windows spread over the training windows (stored play by play: each play keeps
+    # its share), the same for every seed and α; the clients share the rest
+    val_idx = spread(len(train), val_windows)
+    pool = np.setdiff1d(np.arange(len(train)), val_idx)
+    if len(pool) < clients:
+        raise ValueError(f"{corpus}: {len(pool)} training windows of {block_size} tokens (besides {len(val_idx)} "
+                         f"validation windows) for {clients} clients")
     labels = train.y.numpy()
-    shards = dirichlet_split(labels, clients, alpha, seed)  # label skew: each play's windows by Dirichlet(α)
+    # label skew: each play's windows by Dirichlet(α), indices into the pool mapped back to train's
+    shards = [pool[s] for s in dirichlet_split(labels[pool], clients, alpha, seed)]
     if shard_fraction < 1:
         shards = subsample_shards(shards, shard_fraction, seed)
     c = load_corpus(corpus, block_size)
@@ -157,5 +166,6 @@ def federated_data(corpus: str, block_size: int, clients: int, alpha: float, see
         families=[np.bincount(labels[s], minlength=len(task.classes)) for s in shards],
         proxy=proxy,
         test=Windows(task.test.x[test_idx], task.test.y[test_idx]),
+        val=Windows(train.x[val_idx], train.y[val_idx]),
         vocab_size=c.vocab_size,
         classes=task.classes)

@@ -22,7 +22,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from paperline.methods.leff.config import LEFF_METHODS, LEFFConfig, client_capacity, client_rate, runs_planned
+from paperline.methods.leff.config import (
+    LEFF_METHODS,
+    LEFFConfig,
+    client_capacity,
+    client_rate,
+    lr_rates,
+    runs_planned,
+    tunes_lr,
+)
 from paperline.methods.leff.data import FederatedData, Windows, federated_data
 from paperline.methods.leff.leff import (
     HEAD,
@@ -85,7 +93,8 @@ def client_shard(cfg: LEFFConfig, alpha: float, partition: int) -> Windows:
 
 def run_data(cfg: LEFFConfig, alpha: float, seed: int) -> FederatedData:
     return federated_data(cfg.corpus, cfg.block_size, cfg.clients, alpha, seed, cfg.proxy_windows, cfg.eval_windows,
-                          cfg.proxy_text, cfg.task_text, cfg.speeches_per_document, cfg.shard_fraction)
+                          cfg.proxy_text, cfg.task_text, cfg.speeches_per_document, cfg.shard_fraction,
+                          cfg.val_windows)
 
 
 def local_batches(windows: int, batch_size: int, steps: int, epochs: int | None,
@@ -247,6 +256,11 @@ class MethodRun:
     rounds: list[dict] = field(default_factory=list)
     clients: int = 0  # nodes that answered the capacity query (a client killed earlier does not)
     seed: int = 0
+    lr: float | None = None  # the body's lr it trained at (a record before the lr tuning: None)
+    # the tuning run's score after its last round on the validation windows (None: not a tuning run)
+    validation: dict | None = None
+    # at the tuned (first) α and seed, the chosen run carries every grid point's validation score
+    lr_sweep: list[dict] | None = None
 
     @property
     def final(self) -> dict:
@@ -260,15 +274,25 @@ class MethodRun:
         return cls(**d)
 
 
+def choose_lr(sweep: list[dict]) -> float:
+    """The grid point with the lowest validation loss (the table's primary metric; continuous, where
+    128 windows' accuracy ties rates: measured, FedAvg's 3e-4 and 1e-3 at 0.281), a tie broken by
+    the higher accuracy, then the smaller lr: the same rule for every method."""
+    best = min(sweep, key=lambda p: (p["val_loss"], -p["val_accuracy"], p["lr"]))
+    return float(best["lr"])
+
+
 class FederatedFineTuning(Strategy):
     """One strategy for every method: LEFF (per-client blocks and distilled contexts, layer-wise
     aggregation) and the baselines (the whole global state out, the trained keys back, averaged by
     D_i). A client whose reply is an error (its ClientApp raised, or its process died: Ray's
     ActorDiedError) is dropped from the round and recorded; a dead node stays out of later runs."""
 
-    def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print):
-        """`cfg.seed` is this run's seed (the clients read it from the config sent to them)."""
-        self.cfg, self.method, self.alpha, self.log = cfg, method, alpha, log
+    def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print,
+                 validate: bool = False):
+        """`cfg.seed` and `cfg.lr` are this run's seed and body lr (the clients read them from the config
+        sent to them); `validate`: score the last round's model on the validation windows too."""
+        self.cfg, self.method, self.alpha, self.log, self.validate = cfg, method, alpha, log, validate
         self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha, cfg.seed, classes=len(data.classes))
         self.rule = method.removeprefix("leff_") if method in LEFF_METHODS else None
         self.data = data
@@ -279,7 +303,8 @@ class FederatedFineTuning(Strategy):
         # the fault check's rendezvous folder (wait_for_round_peers), in the faulty method's run only
         self.fault_dir = tempfile.mkdtemp(prefix="leff-fault-") if cfg.faulty(method) else ""
         loss, acc = evaluate(self.model, data.test)
-        self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc}, seed=cfg.seed)
+        self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc}, seed=cfg.seed,
+                             lr=cfg.lr)
 
     def _config(self, server_round: int, **extra) -> ConfigRecord:
         return ConfigRecord({"cfg": self.cfg.model_dump_json(), "method": self.method, "alpha": self.alpha,
@@ -376,6 +401,10 @@ class FederatedFineTuning(Strategy):
                   "server_s": self.server_s + time.perf_counter() - started,
                   "layer_importance": self.scores, "clients": clients, "dropped": dropped}
         self.run.rounds.append(record)
+        if self.validate and server_round == self.cfg.rounds:
+            val_loss, val_acc = evaluate(self.model, self.data.val)
+            self.run.validation = {"lr": self.cfg.lr, "val_loss": val_loss, "val_accuracy": val_acc}
+            self.log(f"leff: {self.method} lr {self.cfg.lr:g}: validation loss {val_loss:.4f} acc {val_acc:.4f}")
         self.log(f"leff: {self.method} α={self.alpha:g} seed {self.cfg.seed} round {server_round}: test loss {loss:.4f} "
                  f"acc {acc:.4f}, straggler {record['straggler_s']:.2f} s, dropped {len(dropped)}")
         return None, MetricRecord({"test_loss": loss, "test_accuracy": acc})
@@ -393,6 +422,35 @@ class FederatedFineTuning(Strategy):
     def summary(self) -> None:
         self.log(f"leff: {self.method} α={self.alpha:g} seed {self.cfg.seed} on {len(self.nodes)} clients, "
                  f"{self.cfg.rounds} rounds")
+
+
+def train_planned(cfg: LEFFConfig, results: dict[tuple[str, float, int], MethodRun], train_run, on_result=None,
+                  log=print) -> None:
+    """Every planned run not in `results` into it, `train_run(method, α, seed, lr, validate)` training
+    one. The lr tuning (GeoAda's shape): at the first α and seed every method that trains the body
+    runs once per point of the same grid, scored on the validation windows; the best (choose_lr) is
+    that seed's run and its lr every later run's (a resumed flow reads it back from the saved run)."""
+    tuned_alpha, tuned_seed, rates = cfg.alphas[0], cfg.run_seeds()[0], lr_rates(cfg)
+    chosen: dict[str, float] = {}
+    for method, alpha, seed in runs_planned(cfg):
+        if (method, alpha, seed) in results:
+            kept = results[(method, alpha, seed)]
+            if (alpha, seed) == (tuned_alpha, tuned_seed) and kept.lr is not None:
+                chosen[method] = kept.lr
+            continue
+        if (alpha, seed) == (tuned_alpha, tuned_seed) and tunes_lr(method) and len(rates) > 1:
+            tried = [train_run(method, alpha, seed, lr, True) for lr in rates]
+            sweep = [run.validation for run in tried if run.validation is not None]
+            chosen[method] = choose_lr(sweep)
+            run = next(r for r in tried if r.lr == chosen[method])
+            run.lr_sweep = sweep
+            log(f"leff: {method}: lr {chosen[method]:g} chosen of {rates} on the validation windows")
+        else:
+            # fedhead's body is frozen: the body lr is moot, `lr` recorded
+            run = train_run(method, alpha, seed, chosen.get(method, rates[0]) if tunes_lr(method) else cfg.lr, False)
+        results[(method, alpha, seed)] = run
+        if on_result is not None:
+            on_result(run)
 
 
 def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, int], MethodRun] | None = None,
@@ -413,23 +471,22 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            data = {}
-            for method, alpha, seed in runs_planned(cfg):
-                if (method, alpha, seed) in results:
-                    continue
-                run_cfg = cfg.model_copy(update={"seed": seed})  # the clients read the seed from it
+            data: dict[tuple[float, int], FederatedData] = {}
+
+            def train_run(method: str, alpha: float, seed: int, lr: float, validate: bool) -> MethodRun:
+                run_cfg = cfg.model_copy(update={"seed": seed, "lr": lr})  # the clients read both from it
                 if (alpha, seed) not in data:
                     data[(alpha, seed)] = run_data(cfg, alpha, seed)
-                strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log)
+                strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log, validate)
                 try:
                     strategy.query_clients(grid, cfg.round_timeout_s)
                     strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=cfg.rounds,
                                    timeout=cfg.round_timeout_s)
                 finally:
                     strategy.close()
-                results[(method, alpha, seed)] = strategy.run
-                if on_result is not None:
-                    on_result(strategy.run)
+                return strategy.run
+
+            train_planned(cfg, results, train_run, on_result, log)
         except BaseException as err:  # the simulation logs and swallows it: re-raised below
             errors.append(err)
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from paperline.methods.leff import claims
-from paperline.methods.leff.config import LEFFConfig, runs_planned
+from paperline.methods.leff.config import LEFFConfig, runs_planned, tunes_lr
 from paperline.methods.leff.fed import MethodRun
 from paperline.metrics import MethodMetrics
 from paperline.seeds import mean_over_seeds
@@ -35,6 +35,8 @@ def row(run: MethodRun) -> dict:
     clients = [c for r in run.rounds for c in r["clients"]]
     return {"alpha": run.alpha, "clients": run.clients, "test_loss": run.final["test_loss"], "test_accuracy": run.final["test_accuracy"],
             "initial_test_loss": run.initial["test_loss"],
+            # the body's lr (the tuned one); None for fedhead, whose body is frozen
+            "body_lr": run.lr if tunes_lr(run.method) else None,
             "client_gflops": _mean(c["flops"] / 1e9 for c in clients),
             "client_steps": _mean(c.get("steps") for c in clients),  # local AdamW steps (a record before them: None)
             "max_client_gflops": _mean(max(c["flops"] for c in r["clients"]) / 1e9 for r in run.rounds if r["clients"]),
@@ -103,13 +105,22 @@ def headline(cfg: LEFFConfig, table: dict[str, dict], runs: Runs) -> dict:
 def method_metrics(cfg: LEFFConfig, runs: Runs, profile: str) -> MethodMetrics:
     planned = runs_planned(cfg)
     table = _table(cfg, runs)
+    sweeps = {m: sweep for m, a, s in planned if (sweep := runs[(m, a, s)].lr_sweep) is not None}
     baseline = row_name(cfg.baseline, cfg.alphas[0], cfg.alphas)
     details = {"seeds": cfg.run_seeds(), "claims_alpha": cfg.alphas[0],
                "rounds": {seed_name(m, a, s, cfg.alphas): [{k: v for k, v in r.items() if k != "clients"}
                                                            for r in runs[(m, a, s)].rounds] for m, a, s in planned},
                "blocks": {seed_name(m, a, s, cfg.alphas): [[c.get("block_start") for c in r["clients"]]
                                                            for r in runs[(m, a, s)].rounds]
-                          for m, a, s in planned if m.startswith("leff")}}
+                          for m, a, s in planned if m.startswith("leff")},
+               # the lr tuning: every grid point's validation score at the first α and seed, per method
+               "lr_sweep": sweeps,
+               "chosen_lr": {m: runs[(m, a, s)].lr for m, a, s in planned
+                             if a == cfg.alphas[0] and s == cfg.run_seeds()[0] and tunes_lr(m)},
+               # a rate at the grid's end may not be the best one: the grid should reach past it
+               "chosen_lr_at_grid_edge": sorted(m for m, sweep in sweeps.items()
+                                                if runs[(m, cfg.alphas[0], cfg.run_seeds()[0])].lr
+                                                in (min(p["lr"] for p in sweep), max(p["lr"] for p in sweep)))}
     return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, runs),
                          baseline=baseline if baseline in table else None, primary_metric="test_loss",
                          higher_is_better=False, rows=table, details=details,
