@@ -18,6 +18,7 @@ import pickle
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 
 import zmq
 
@@ -63,7 +64,9 @@ class Buffers:
         for kind, key in wanted:
             epoch, batch = (int(part) for part in key.split(":"))
             buf = self.fifo.get((kind, batch))
-            for entry in buf or ():
+            if buf is None:
+                continue
+            for entry in buf:
                 if entry[0] == epoch:
                     buf.remove(entry)
                     self.taken += 1
@@ -151,7 +154,7 @@ class Consumer:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(address)
 
-    def wait_any(self, wanted: list[tuple[bytes, str]], timeout_s: float, any_of: list[bytes] = ()):
+    def wait_any(self, wanted: list[tuple[bytes, str]], timeout_s: float, any_of: Sequence[bytes] = ()):
         """(kind, key, payload) of the first wanted (kind, key) entry, or of any entry of a kind in
         any_of, that the broker has within timeout_s; None when none came."""
         self.sock.send(pickle.dumps((max(0.0, timeout_s), list(wanted), list(any_of)), protocol=5))
