@@ -112,6 +112,11 @@ def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_bes
     assert [p["lr"] for p in results[("fedavg", 0.1, 0)].lr_sweep] == grid
     assert choose_lr([{"lr": 1e-3, "val_accuracy": 0.5, "val_loss": 1.0},
                       {"lr": 1e-4, "val_accuracy": 0.5, "val_loss": 1.0}]) == 1e-4  # a full tie: the smaller
+    # a diverged run (NaN loss) ranks last wherever it stands in the sweep, as in GeoAda's (paperline.sweep)
+    for diverged_first in (True, False):
+        points = [{"lr": 1e-3, "val_accuracy": 0.9, "val_loss": float("nan")},
+                  {"lr": 1e-4, "val_accuracy": 0.5, "val_loss": 2.0}, {"lr": 3e-4, "val_accuracy": 0.5, "val_loss": 1.5}]
+        assert choose_lr(points if diverged_first else points[::-1]) == 3e-4
     # a resumed flow reads the chosen rate back from the first seed's saved run
     resumed = {k: v for k, v in results.items() if k[2] == 0}
     calls.clear()

@@ -5,7 +5,6 @@ trainable parameters, equivariance error, training time) from the saved base, at
 seed's sweep chose."""
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
@@ -26,6 +25,7 @@ from paperline.methods.geoada.train import (
     windows,
 )
 from paperline.seeds import seeded_init
+from paperline.sweep import loss_rank
 
 
 def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
@@ -120,18 +120,13 @@ class VariantResult:
                 | {f"original_on_{k}": v for k, v in (self.original_task_on or {}).items()})
 
 
-def _rank(validation_loss: float) -> float:
-    """A rate's validation loss as the sweep ranks it: a diverged (NaN or infinite) one last."""
-    return validation_loss if math.isfinite(validation_loss) else math.inf
-
-
 def next_rate(validation: dict[float, float], ratio: float) -> float | None:
     """The sweep's extension rule, the same for every variant: where the rate with the lowest
     validation loss is the highest tried, the next one up (× ratio); the lowest, the next one down;
     None where it is interior (its optimum bracketed) or one rate alone was tried."""
     if len(validation) < 2:
         return None
-    best = min(validation, key=lambda lr: _rank(validation[lr]))
+    best = min(validation, key=lambda lr: loss_rank(validation[lr]))
     if best == max(validation):
         return best * ratio
     if best == min(validation):
@@ -198,7 +193,7 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
             if step is None:
                 break
             tried[step] = fit(step)
-    chosen = min(tried, key=lambda lr: _rank(tried[lr][0])) if len(tried) > 1 else next(iter(tried))
+    chosen = min(tried, key=lambda lr: loss_rank(tried[lr][0])) if len(tried) > 1 else next(iter(tried))
     score, model, result, moved = tried[chosen]
     # subgraph control: scored on the generated particles only (the given ones are the control)
     new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,

@@ -48,6 +48,7 @@ from paperline.methods.leff.leff import (
     trainable_keys,
 )
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
+from paperline.sweep import loss_rank
 
 # Offline and quiet, set before flwr is imported (the Makefile exports the same; a project-local
 # FLWR_HOME is set by the task)
@@ -277,8 +278,8 @@ class MethodRun:
 def choose_lr(sweep: list[dict]) -> float:
     """The grid point with the lowest validation loss (the table's primary metric; continuous, where
     128 windows' accuracy ties rates: measured, FedAvg's 3e-4 and 1e-3 at 0.281), a tie broken by
-    the higher accuracy, then the smaller lr: the same rule for every method."""
-    best = min(sweep, key=lambda p: (p["val_loss"], -p["val_accuracy"], p["lr"]))
+    the higher accuracy, then the smaller lr: the same rule for every method; a diverged run last."""
+    best = min(sweep, key=lambda p: (loss_rank(p["val_loss"]), -p["val_accuracy"], p["lr"]))
     return float(best["lr"])
 
 
