@@ -1,4 +1,4 @@
-"""The LEFF flow's outputs in the tiny DAG (one Flower simulation: six methods, two clients, one
+"""The LEFF flow's outputs in the tiny DAG (one Flower simulation: seven methods, two clients, one
 round each, one seed; client 1's process is killed in the last method's round), and bad input
 refused before any work."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from paperline.methods.leff.claims import SPECS
 from paperline.metrics import validate_metrics
 from tests.conftest import finished_flow_runs, report_rows
 
-METHODS = ["fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
+METHODS = ["fedavg", "fedlora", "slora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
 
 
 def test_tiny_dag_outputs(dag):
@@ -36,6 +36,8 @@ def test_tiny_dag_outputs(dag):
     assert all(rows[m]["clients"] == 2 for m in METHODS)
     assert rows["fedlora"]["trained_params"] < rows["fedavg"]["trained_params"]
     assert rows["fedbitfit"]["trained_params"] < rows["fedlora"]["trained_params"]
+    # SLoRA's one round is its sparse stage: a share of q/k/v/o's entries, its rank-r start built after it
+    assert rows["slora"]["trained_params"] < rows["fedavg"]["trained_params"] and 0 < rows["slora"]["slora_svd_kept"] <= 1
     assert rows["leff_importance"]["trained_params"] < rows["fedavg"]["trained_params"]
     head = metrics.headline
     assert head["fault_dropped_clients"] == 1 and head["fault_runs_completed"] is True
@@ -86,6 +88,8 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         LEFFConfig(alphas=[0.1, 0.1])
     with pytest.raises(ValueError, match=r"seeds: \[0\] listed more than once"):
         LEFFConfig(seeds=[0, 0])
+    with pytest.raises(ValueError, match="slora_sparse_rounds 3 is more than the 2 rounds"):
+        LEFFConfig(rounds=2, slora_sparse_rounds=3)
     with pytest.raises(ValueError, match="fail_method 'fedsgd' is not one of methods"):
         LEFFConfig(clients=2, fail_client=1, fail_method="fedsgd")
     with pytest.raises(Exception, match="no_such_model"):

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from paperline.methods.geoada.config import GeoAdaConfig
-from paperline.methods.geoada.experiment import finetune_variant, make_base, next_rate
+from paperline.methods.geoada.experiment import finetune_variant, make_base
 from paperline.methods.geoada.train import Windows, split_validation
+from paperline.sweep import next_rate
 
 N = 4
 

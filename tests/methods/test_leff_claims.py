@@ -7,7 +7,7 @@ import torch
 from paperline.methods.leff.claims import PRETRAINED, SPECS, evaluate
 from paperline.methods.leff.config import LEFFConfig
 
-VARIANTS = ("fedhead", "fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin")
+VARIANTS = ("fedhead", "fedavg", "fedlora", "slora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin")
 
 
 def seed_rows(loss: dict[str, list[float]], flops: dict[str, float] | None = None,
@@ -28,7 +28,7 @@ def test_specs_are_unique_and_one_is_against_the_pretrained_model():
 
 def test_shown_reversed_and_inconclusive_from_seed_rows():
     loss = {PRETRAINED: [3.37, 3.37, 3.37], "fedavg": [3.350, 3.351, 3.352], "fedlora": [3.3680, 3.3670, 3.3690],
-            "fedbitfit": [3.3675, 3.3650, 3.3700],
+            "slora": [3.355, 3.358, 3.354], "fedbitfit": [3.3675, 3.3650, 3.3700],
             "leff_importance": [3.360, 3.362, 3.361], "leff_random": [3.355, 3.375, 3.361],
             "leff_round_robin": [3.390, 3.391, 3.389], "fedhead": [3.365, 3.366, 3.367]}
     accuracy = {"fedhead": [0.20, 0.22, 0.21], "leff_importance": [0.30, 0.31, 0.33]}
@@ -40,6 +40,7 @@ def test_shown_reversed_and_inconclusive_from_seed_rows():
     assert claims["leff_below_pretrained"].effect == pytest.approx(-0.009)
     assert claims["leff_not_above_fedavg"].verdict == "reversed"  # FedAvg lower at every seed
     assert claims["leff_below_fedlora"].verdict == "shown"
+    assert claims["leff_below_slora"].verdict == "reversed"  # SLoRA 0.004 to 0.007 lower at every seed
     assert claims["importance_below_random"].verdict == "inconclusive"  # -0.005, +0.013, 0.0: seed noise
     assert claims["importance_below_round_robin"].verdict == "shown"
     # 3 below at every seed: no spread, so the sign test judges it, and 3 seeds (p = 0.25) are too few
@@ -122,6 +123,37 @@ def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_bes
     calls.clear()
     train_planned(cfg, resumed, train_run, log=lambda _: None)
     assert sorted(c[2] for c in calls if c[0] != "fedhead") == [1e-4, 1e-3] and not any(c[3] for c in calls)
+
+
+def test_a_best_rate_at_the_grids_edge_extends_the_sweep_past_it_by_the_grids_step():
+    """Where the best rate is an end of what was tried, one more tuning run one step past it (the
+    grid's own step there), up to lr_sweep_extend times; an interior best stops it."""
+    from paperline.methods.leff.fed import MethodRun, train_planned
+
+    grid = [3e-5, 1e-4, 3e-4, 1e-3]
+    low = 3e-5 / (1e-4 / 3e-5)
+    lower = low / (3e-5 / low)  # the step from the new edge to its neighbour, 3e-5
+    cfg = LEFFConfig(methods=["fedavg", "fedlora"], lr_grid=grid, seeds=[0, 1], lr_sweep_extend=2)
+    # fedavg: better the lower the rate down to `low`, worse at `lower` (one extension bracketed it,
+    # the second one tried); fedlora: best at 3e-4, interior, no extension
+    loss = {("fedavg", lr): 1.0 + lr * 100 for lr in grid} | {("fedavg", low): 0.9, ("fedavg", lower): 0.95} \
+        | {("fedlora", lr): abs(lr - 3e-4) * 100 + 1.0 for lr in grid}
+    calls = []
+
+    def train_run(method, alpha, seed, lr, validate):
+        calls.append((method, seed, lr))
+        return MethodRun(method, alpha, {}, seed=seed, lr=lr,
+                         validation={"lr": lr, "val_loss": loss[(method, lr)], "val_accuracy": 0.5} if validate else None)
+
+    results: dict = {}
+    train_planned(cfg, results, train_run, log=lambda _: None)
+    assert [c[2] for c in calls if c[:2] == ("fedavg", 0)] == grid + [low, lower]
+    assert [c[2] for c in calls if c[:2] == ("fedlora", 0)] == grid
+    assert results[("fedavg", 0.1, 0)].lr == low and results[("fedavg", 0.1, 1)].lr == low
+    assert [p["lr"] for p in results[("fedavg", 0.1, 0)].lr_sweep] == grid + [low, lower]
+    calls.clear()
+    train_planned(cfg.model_copy(update={"lr_sweep_extend": 0}), {}, train_run, log=lambda _: None)
+    assert [c[2] for c in calls if c[:2] == ("fedavg", 0)] == grid  # no extension asked: the grid alone
 
 
 def test_the_report_states_each_methods_chosen_lr_its_sweep_and_an_edge_choice():

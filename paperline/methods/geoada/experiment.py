@@ -25,7 +25,7 @@ from paperline.methods.geoada.train import (
     windows,
 )
 from paperline.seeds import seeded_init
-from paperline.sweep import loss_rank
+from paperline.sweep import loss_rank, next_rate
 
 
 def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
@@ -118,20 +118,6 @@ class VariantResult:
                 | {f"sweep/lr{lr}": v for lr, v in self.sweep.items()}
                 | {f"original_{k}": v for k, v in (self.original_task or {}).items()}
                 | {f"original_on_{k}": v for k, v in (self.original_task_on or {}).items()})
-
-
-def next_rate(validation: dict[float, float], ratio: float) -> float | None:
-    """The sweep's extension rule, the same for every variant: where the rate with the lowest
-    validation loss is the highest tried, the next one up (× ratio); the lowest, the next one down;
-    None where it is interior (its optimum bracketed) or one rate alone was tried."""
-    if len(validation) < 2:
-        return None
-    best = min(validation, key=lambda lr: loss_rank(validation[lr]))
-    if best == max(validation):
-        return best * ratio
-    if best == min(validation):
-        return best / ratio
-    return None
 
 
 def control_variants(cfg: GeoAdaConfig, control: str) -> list[str]:

@@ -8,7 +8,8 @@ Fine-tuning Approach* (LEFF), in our words, evaluated on this run's per-seed row
   trained alone (`fedhead`, a federated linear probe);
 - LEFF comes close to full fine-tuning (FedAvg, the accuracy ceiling the paper compares with):
   declared as "LEFF's loss not above FedAvg's", so an interval above zero says it is worse;
-- LEFF beats the parameter-efficient baselines FedLoRA and FedBitFit on test loss;
+- LEFF beats the parameter-efficient baselines FedLoRA, SLoRA (the paper's second-best method) and
+  FedBitFit on test loss;
 - choosing the block by layer importance beats choosing it at random or round-robin;
 - a LEFF client computes and communicates less than a FedAvg client (FLOPs per client and round,
   megabytes down + up per round);
@@ -40,7 +41,7 @@ SPECS: tuple[ClaimSpec, ...] = (
               metric="test_loss", method=LEFF, versus="fedavg", direction="lower"),
     *(ClaimSpec(name=f"leff_below_{b}", claim=f"LEFF reaches a lower test loss than {label}",
                 metric="test_loss", method=LEFF, versus=b, direction="lower")
-      for b, label in (("fedlora", "FedLoRA"), ("fedbitfit", "FedBitFit"))),
+      for b, label in (("fedlora", "FedLoRA"), ("slora", "SLoRA"), ("fedbitfit", "FedBitFit"))),
     *(ClaimSpec(name=f"importance_below_{rule}", claim=f"importance-sampled blocks beat {label} blocks on test loss",
                 metric="test_loss", method=LEFF, versus=f"leff_{rule}", direction="lower")
       for rule, label in (("random", "uniformly random"), ("round_robin", "round-robin"))),

@@ -11,9 +11,11 @@ from paperline.config import MethodConfig, ProjectPath
 PositiveInt = Annotated[int, Field(ge=1)]
 # Every method trains the classification head with its part of the body. fedhead: the head alone
 # on the frozen pretrained model (the trivial baseline); fedavg: full fine-tuning; fedlora: peft
-# LoRA on q/k/v/o; fedbitfit: zero-started biases on every block Linear (the base LM has none);
+# LoRA on q/k/v/o; slora: SLoRA (Babakniya et al. 2023: a sparse stage, then LoRA started from its
+# update's SVD); fedbitfit: zero-started biases on every block Linear (the base LM has none);
 # leff_*: LEFF with its block choice by importance, at random, or round-robin
-Method = Literal["fedhead", "fedavg", "fedlora", "fedbitfit", "leff_importance", "leff_random", "leff_round_robin"]
+Method = Literal["fedhead", "fedavg", "fedlora", "slora", "fedbitfit", "leff_importance", "leff_random",
+                 "leff_round_robin"]
 LEFF_METHODS = ("leff_importance", "leff_random", "leff_round_robin")
 
 
@@ -30,7 +32,7 @@ class LEFFConfig(MethodConfig):
     # tokenizer (the paper: WebNLG, a public set apart from the task's); the committed King James slice
     proxy_text: ProjectPath = "data/raw/kjv"
     block_size: PositiveInt = 64
-    methods: list[Method] = Field(default=["fedhead", "fedavg", "fedlora", "fedbitfit", "leff_importance",
+    methods: list[Method] = Field(default=["fedhead", "fedavg", "fedlora", "slora", "fedbitfit", "leff_importance",
                                            "leff_random", "leff_round_robin"], min_length=1)
     baseline: Method = "fedavg"
     # non-IID clients: each play's training windows shared among the clients by Dirichlet(α) (label skew)
@@ -62,6 +64,10 @@ class LEFFConfig(MethodConfig):
     # seed each runs once per rate, the one with the lowest validation loss is kept (fed.choose_lr)
     # and every other seed and α runs at it; None: `lr` for every method, no tuning run
     lr_grid: list[Annotated[float, Field(gt=0)]] | None = Field(None, min_length=1)
+    # where a method's chosen rate is the lowest or highest tried, up to this many more tuning runs,
+    # each one step past that edge (the grid's own step there: paperline.sweep.past_edge), the same
+    # rule for every method
+    lr_sweep_extend: Annotated[int, Field(ge=0)] = 0
     # labelled training windows held out from the clients, spread over the plays: the lr choice's score
     val_windows: PositiveInt = 128
     # the zero-started classification head's, the same for every method (a fresh head needs a far
@@ -77,6 +83,11 @@ class LEFFConfig(MethodConfig):
     # baselines
     lora_rank: PositiveInt = 4
     lora_alpha: float = Field(8.0, gt=0)
+    # SLoRA's first stage: the first `slora_sparse_rounds` rounds train a fixed random `slora_density`
+    # share of each LoRA target weight's entries (the paper's ~1% density), FedAvg on those entries;
+    # then LoRA (lora_rank, lora_alpha) starts from the truncated SVD of that stage's update
+    slora_density: float = Field(0.01, gt=0, le=1)
+    slora_sparse_rounds: PositiveInt = 1
     # Flower simulation
     client_cpus: PositiveInt = 1  # Ray resources per ClientApp: clients run this many-way parallel per core count
     round_timeout_s: float = Field(600.0, gt=0)
@@ -108,6 +119,8 @@ class LEFFConfig(MethodConfig):
             raise ValueError(f"alphas {self.alphas} repeat a value")
         if self.lr_grid is not None and len(set(self.lr_grid)) != len(self.lr_grid):
             raise ValueError(f"lr_grid {self.lr_grid} repeats a value")
+        if "slora" in self.methods and self.slora_sparse_rounds > self.rounds:
+            raise ValueError(f"slora_sparse_rounds {self.slora_sparse_rounds} is more than the {self.rounds} rounds")
         if self.fail_method is not None and self.fail_method not in self.methods:
             raise ValueError(f"fail_method {self.fail_method!r} is not one of methods {self.methods}")
         return self

@@ -45,10 +45,14 @@ from paperline.methods.leff.leff import (
     head_state_keys,
     layer_importance,
     leff_client_model,
+    lora_from_update,
+    pack_sparse,
+    sparse_masks,
     trainable_keys,
+    unpack_sparse,
 )
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
-from paperline.sweep import loss_rank
+from paperline.sweep import loss_rank, past_edge
 
 # Offline and quiet, set before flwr is imported (the Makefile exports the same; a project-local
 # FLWR_HOME is set by the task)
@@ -109,17 +113,21 @@ def local_batches(windows: int, batch_size: int, steps: int, epochs: int | None,
 
 
 def local_train(model: CausalLM, keys: list[str], shard: Windows, batches: list[torch.Tensor], lr: float,
-                head_lr: float | None = None) -> dict:
+                head_lr: float | None = None, grad_masks: dict[str, torch.Tensor] | None = None) -> dict:
     """AdamW on the parameters named `keys` only (the head's at `head_lr`, the body's at `lr`), a
     step per batch of shard indices, on the classification loss; the FLOPs of the first step
     counted by torch's FlopCounterMode (forward + backward, every matmul incl. attention), per
-    window, times the windows of every batch (the count is linear in the batch)."""
+    window, times the windows of every batch (the count is linear in the batch). `grad_masks`: a
+    parameter named there trains its masked entries only (its gradient zero elsewhere, so AdamW,
+    without weight decay, leaves those entries as they are: SLoRA's sparse stage)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    names = set(keys)
-    params = [p for n, p in model.named_parameters() if n in names]
+    names, grad_masks = set(keys), grad_masks or {}
+    hooks = []
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
+        if n in names and n in grad_masks:
+            hooks.append(p.register_hook(lambda g, mask=grad_masks[n]: g * mask))
     head = [p for n, p in model.named_parameters() if n in names and n.startswith(f"{HEAD}.")]
     body = [p for n, p in model.named_parameters() if n in names and not n.startswith(f"{HEAD}.")]
     groups = [{"params": body, "lr": lr}] + ([{"params": head, "lr": head_lr if head_lr is not None else lr}]
@@ -136,8 +144,12 @@ def local_train(model: CausalLM, keys: list[str], shard: Windows, batches: list[
             flops = counter.get_total_flops() / len(idx) * sum(len(b) for b in batches)
         opt.step()
         losses.append(loss.item())
+    for hook in hooks:
+        hook.remove()
+    trained = sum(int(grad_masks[n].sum()) if n in grad_masks else p.numel()
+                  for n, p in model.named_parameters() if n in names)
     return {"train_loss": sum(losses) / len(losses), "flops": float(flops), "steps": float(len(batches)),
-            "trained_params": float(sum(p.numel() for p in params)),
+            "trained_params": float(trained),
             "held_params": float(sum(p.numel() for p in model.parameters()))}
 
 
@@ -225,21 +237,25 @@ def train(msg: Message, context: Context) -> Message:
         raise RuntimeError(f"injected fault: client {partition} fails in round {server_round} (leff.fail_client)")
     model = add_classifier(CausalLM(CausalLMConfig.from_dict(json.loads(text_value(conf, "model-config")))),
                            int(number_value(conf, "classes")))
-    if method == "fedlora":
-        model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)
+    sparse_stage = method == "slora" and conf["slora-stage"] == "sparse"
+    if method == "fedlora" or (method == "slora" and not sparse_stage):
+        model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)  # its A and B: the server's, loaded below
     elif method == "fedbitfit":
         model = add_zero_biases(model)
     model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict(), strict=False)
     first = int(number_value(conf, "block-first"))
     block = range(first, first + int(number_value(conf, "block-size")))
     keys = trainable_keys(method, [n for n, _ in model.named_parameters()], block)
+    masks = sparse_masks(model, cfg.slora_density, cfg.seed) if sparse_stage else {}
+    if sparse_stage:  # SLoRA's first stage: the masked entries of LoRA's targets and the head
+        keys = list(masks) + keys  # trainable_keys gave the head (the model has no adapters yet)
     buffers = head_state_keys(model) if any(k.startswith(f"{HEAD}.") for k in keys) else []
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
     shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
     batches = local_batches(len(shard), cfg.batch_size, cfg.local_steps, cfg.local_epochs, generator)
-    metrics = local_train(model, keys, shard, batches, cfg.lr, cfg.head_lr)
+    metrics = local_train(model, keys, shard, batches, cfg.lr, cfg.head_lr, masks)
     state = model.state_dict()
-    sent = {k: state[k].detach().clone() for k in keys + buffers}
+    sent = {k: state[k].detach().clone() for k in keys + buffers if k not in masks} | pack_sparse(state, masks)
     metrics |= {"partition": partition, "num-examples": len(shard), "wall_s": time.perf_counter() - start,
                 "bytes_up": float(state_bytes(sent))}
     return Message(RecordDict({"arrays": ArrayRecord(sent), "metrics": MetricRecord(metrics)}), reply_to=msg)
@@ -301,18 +317,25 @@ class FederatedFineTuning(Strategy):
         self.nodes: dict[int, dict] = {}  # node id → partition, capacity, num-examples
         self.plans: dict[int, dict] = {}  # node id → this round's block (LEFF) and bytes sent
         self.server_s = 0.0
+        # SLoRA: the first stage's fixed masks and the pretrained values of the weights they cover
+        self.masks = sparse_masks(self.model, cfg.slora_density, cfg.seed) if method == "slora" else {}
+        self.sparse_start = {k: v.detach().clone() for k, v in self.model.state_dict().items() if k in self.masks}
         # the fault check's rendezvous folder (wait_for_round_peers), in the faulty method's run only
         self.fault_dir = tempfile.mkdtemp(prefix="leff-fault-") if cfg.faulty(method) else ""
         loss, acc = evaluate(self.model, data.test)
         self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc}, seed=cfg.seed,
                              lr=cfg.lr)
 
+    def sparse_stage(self, server_round: int) -> bool:
+        """Whether `server_round` is in SLoRA's first, sparse stage."""
+        return self.method == "slora" and server_round <= self.cfg.slora_sparse_rounds
+
     def _config(self, server_round: int, **extra) -> ConfigRecord:
         return ConfigRecord({"cfg": self.cfg.model_dump_json(), "method": self.method, "alpha": self.alpha,
                              "server-round": server_round, "model-config": self.model.config.to_json_string(),
                              "block-first": 0, "block-size": 0, "fault-dir": self.fault_dir,
-                             "classes": len(self.data.classes),
-                             "round-clients": len(self.nodes), **extra})
+                             "classes": len(self.data.classes), "round-clients": len(self.nodes),
+                             "slora-stage": "sparse" if self.sparse_stage(server_round) else "lora", **extra})
 
     def query_clients(self, grid: Grid, timeout: float) -> None:
         """Step 1: every node's partition, capacity L_i and data size D_i."""
@@ -368,6 +391,7 @@ class FederatedFineTuning(Strategy):
     def aggregate_train(self, server_round: int, replies):
         started = time.perf_counter()
         updates, clients, dropped = [], [], []
+        current = model_state(self.model) if self.sparse_stage(server_round) else {}
         # replies come in the order the clients finished: summing the updates in that order moved
         # the aggregate's last bits run to run, and through the next round's importance draw
         # (a sampled block) whole trajectories (issue 38). Partition order makes the sum repeatable.
@@ -380,6 +404,8 @@ class FederatedFineTuning(Strategy):
             plan = self.plans[node]
             if self.rule is not None:
                 sent = {global_layer_key(k, plan["block_start"], plan["block_first"]): v for k, v in sent.items()}
+            if self.sparse_stage(server_round):
+                sent = unpack_sparse(current, sent, self.masks)
             m = reply.content["metrics"]
             updates.append((float(m["num-examples"]), sent))
             clients.append({"partition": int(m["partition"]), "capacity": self.nodes[node]["capacity"],
@@ -391,6 +417,10 @@ class FederatedFineTuning(Strategy):
                             "bytes_up": int(m["bytes_up"])} | plan)
         if updates:
             self.model.load_state_dict(aggregate(model_state(self.model), updates), strict=False)
+        svd_kept = None
+        if self.method == "slora" and server_round == self.cfg.slora_sparse_rounds:  # the second stage's start
+            self.model, svd_kept = lora_from_update(self.model, self.sparse_start, self.cfg.lora_rank,
+                                                    self.cfg.lora_alpha, self.cfg.seed)
         loss, acc = evaluate(self.model, self.data.test)
         clients.sort(key=lambda c: c["partition"])
         record = {"round": server_round, "test_loss": loss, "test_accuracy": acc,
@@ -401,6 +431,8 @@ class FederatedFineTuning(Strategy):
                   "bytes_up": sum(c["bytes_up"] for c in clients),
                   "server_s": self.server_s + time.perf_counter() - started,
                   "layer_importance": self.scores, "clients": clients, "dropped": dropped}
+        if svd_kept is not None:  # SLoRA: the share of the sparse update's energy its rank-r start kept
+            record["slora_svd_kept"] = svd_kept
         self.run.rounds.append(record)
         if self.validate and server_round == self.cfg.rounds:
             val_loss, val_acc = evaluate(self.model, self.data.val)
@@ -429,8 +461,10 @@ def train_planned(cfg: LEFFConfig, results: dict[tuple[str, float, int], MethodR
                   log=print) -> None:
     """Every planned run not in `results` into it, `train_run(method, α, seed, lr, validate)` training
     one. The lr tuning (GeoAda's shape): at the first α and seed every method that trains the body
-    runs once per point of the same grid, scored on the validation windows; the best (choose_lr) is
-    that seed's run and its lr every later run's (a resumed flow reads it back from the saved run)."""
+    runs once per point of the same grid, scored on the validation windows, and where the best
+    (choose_lr) is an end of what was tried, once more one step past it (past_edge), up to
+    `lr_sweep_extend` times; the best is that seed's run and its lr every later run's (a resumed
+    flow reads it back from the saved run)."""
     tuned_alpha, tuned_seed, rates = cfg.alphas[0], cfg.run_seeds()[0], lr_rates(cfg)
     chosen: dict[str, float] = {}
     for method, alpha, seed in runs_planned(cfg):
@@ -442,10 +476,18 @@ def train_planned(cfg: LEFFConfig, results: dict[tuple[str, float, int], MethodR
         if (alpha, seed) == (tuned_alpha, tuned_seed) and tunes_lr(method) and len(rates) > 1:
             tried = [train_run(method, alpha, seed, lr, True) for lr in rates]
             sweep = [run.validation for run in tried if run.validation is not None]
+            for _ in range(cfg.lr_sweep_extend):
+                step = past_edge([p["lr"] for p in sweep], choose_lr(sweep))
+                if step is None:
+                    break
+                log(f"leff: {method}: the best lr {choose_lr(sweep):g} is an end of {sorted(p['lr'] for p in sweep)}; "
+                    f"trying {step:g}")
+                tried.append(train_run(method, alpha, seed, step, True))
+                sweep = [run.validation for run in tried if run.validation is not None]
             chosen[method] = choose_lr(sweep)
             run = next(r for r in tried if r.lr == chosen[method])
             run.lr_sweep = sweep
-            log(f"leff: {method}: lr {chosen[method]:g} chosen of {rates} on the validation windows")
+            log(f"leff: {method}: lr {chosen[method]:g} chosen of {sorted(p['lr'] for p in sweep)} on the validation windows")
         else:
             # fedhead's body is frozen: the body lr is moot, `lr` recorded
             run = train_run(method, alpha, seed, chosen.get(method, rates[0]) if tunes_lr(method) else cfg.lr, False)

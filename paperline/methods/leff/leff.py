@@ -284,7 +284,7 @@ def trainable_keys(method: str, state_keys, block: range | None = None) -> list[
         return head
     if method == "fedavg":
         return [k for k in state_keys if k != "lm_head.weight"]  # tied to embed_tokens: sent once
-    if method == "fedlora":
+    if method in ("fedlora", "slora"):  # SLoRA's second stage (its first: its masks' keys, fed.py)
         return [k for k in state_keys if ".lora_" in k] + head
     if method == "fedbitfit":
         return [k for k in state_keys if LAYER_KEY.match(k) and k.endswith(".bias")] + head
@@ -310,6 +310,81 @@ def build_model(method: str, base: CausalLM, lora_rank: int, lora_alpha: float, 
     if method == "fedbitfit":
         return add_zero_biases(model)
     return model
+
+
+# --- SLoRA: a sparse first stage, then LoRA started from its update ------------------------------
+
+def lora_target_keys(state_keys) -> list[str]:
+    """The weights LoRA adapts (q/k/v/o of every block), in a model without adapters."""
+    return [k for k in state_keys if LAYER_KEY.match(k) and k.rsplit(".", 2)[-2] in LORA_TARGETS
+            and k.endswith(".weight")]
+
+
+def sparse_masks(model: nn.Module, density: float, seed: int) -> dict[str, torch.Tensor]:
+    """SLoRA's fixed random support: for each LoRA target weight, a boolean mask of ⌈density · numel⌉
+    entries drawn from `seed` (the server and every client draw the same). The support is LoRA's
+    target modules [I: the spec says "a few percent of the weights"; on LoRA's modules the SVD start
+    carries the whole first-stage update, where a mask on the MLP too would lose that part]."""
+    generator = torch.Generator().manual_seed(seed)
+    shapes = dict(model.state_dict())
+    masks = {}
+    for key in lora_target_keys(shapes):
+        numel = shapes[key].numel()
+        mask = torch.zeros(numel, dtype=torch.bool)
+        mask[torch.randperm(numel, generator=generator)[:math.ceil(density * numel - 1e-9)]] = True
+        masks[key] = mask.view_as(shapes[key])
+    return masks
+
+
+def pack_sparse(state: dict[str, torch.Tensor], masks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What a first-stage client sends for its masked weights: their masked entries only (1-D)."""
+    return {k: state[k][mask].detach().clone() for k, mask in masks.items()}
+
+
+def unpack_sparse(global_state: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
+                  masks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A client's masked entries scattered into the global weights (its full update: the entries
+    outside the mask it did not train), the other keys as sent."""
+    out = dict(sent)
+    for key, mask in masks.items():
+        if key in sent:
+            full = global_state[key].clone()
+            full[mask] = sent[key].to(full.dtype)
+            out[key] = full
+    return out
+
+
+@torch.no_grad()
+def lora_from_update(model: CausalLM, start: dict[str, torch.Tensor], rank: int, alpha: float,
+                     seed: int) -> tuple[CausalLM, float]:
+    """SLoRA's second-stage start: the model's LoRA target weights set back to `start` (the
+    pretrained ones) and peft LoRA adapters added whose product is the rank-`rank` truncated SVD of
+    each weight's update ΔW = W − W_start (ΔW ≈ U_r S_r V_rᵀ; B = U_r √S_r, A = √S_r V_rᵀ, each over
+    √scaling, as peft adds scaling · B A). Returns the model and the share of the updates' squared
+    Frobenius norm the truncation kept (1: every update had rank ≤ r)."""
+    state = model.state_dict()
+    updates = {k: state[k] - start[k] for k in start}
+    model.load_state_dict(start, strict=False)
+    with seeded_init(seed, cuda=True):
+        model = add_lora(model, rank, alpha)
+    from peft.tuners.lora import LoraLayer
+
+    modules = dict(model.named_modules())
+    kept = total = 0.0
+    for key, delta in updates.items():
+        layer = modules[key.removesuffix(".weight")]
+        assert isinstance(layer, LoraLayer)  # add_lora wrapped every target
+        u, s, vh = torch.linalg.svd(delta.double(), full_matrices=False)
+        r = min(rank, len(s))
+        root = (s[:r] / layer.scaling["default"]).sqrt()
+        lora_b, lora_a = layer.lora_B["default"], layer.lora_A["default"]
+        assert isinstance(lora_b, nn.Linear) and isinstance(lora_a, nn.Linear)
+        b, a = lora_b.weight, lora_a.weight
+        b.zero_()  # beyond the update's rank (r < rank) B stays zero, so B A is the truncation exactly
+        b[:, :r] = (u[:, :r] * root).to(b.dtype)
+        a[:r] = (root[:, None] * vh[:r]).to(a.dtype)
+        kept, total = kept + float((s[:r] ** 2).sum()), total + float((s ** 2).sum())
+    return model, kept / total if total > 0 else 1.0
 
 
 # --- aggregation ----------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def _mean(values) -> float | None:
 def row(run: MethodRun) -> dict:
     """Final test loss/accuracy; per round and client (means over rounds): FLOPs, local steps, trained
     parameters, the straggler's wall time and FLOPs, the simulated round time (the slowest client's
-    FLOPs / its rate), bytes down + up; the dropped clients."""
+    FLOPs / its rate), bytes down + up; the dropped clients; SLoRA's share of its sparse update the
+    rank-r start kept."""
     clients = [c for r in run.rounds for c in r["clients"]]
     return {"alpha": run.alpha, "clients": run.clients, "test_loss": run.final["test_loss"], "test_accuracy": run.final["test_accuracy"],
             "initial_test_loss": run.initial["test_loss"],
@@ -47,7 +48,8 @@ def row(run: MethodRun) -> dict:
             "client_s": _mean(c["wall_s"] for c in clients),
             "server_s": _mean(r["server_s"] for r in run.rounds),
             "mb_per_round": _mean((r["bytes_down"] + r["bytes_up"]) / 1e6 for r in run.rounds),
-            "dropped_clients": sum(len(r["dropped"]) for r in run.rounds)}
+            "dropped_clients": sum(len(r["dropped"]) for r in run.rounds)} \
+        | ({"slora_svd_kept": _mean(r.get("slora_svd_kept") for r in run.rounds)} if run.method == "slora" else {})
 
 
 def pretrained_row(run: MethodRun) -> dict:
