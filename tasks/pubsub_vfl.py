@@ -4,17 +4,14 @@ runs beside it; an MLflow child run per variant with a run per seed nested under
 report."""
 from __future__ import annotations
 
-import pickle
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from paperline.io import atomic_path
 from paperline.methods.pubsub_vfl import plots
 from paperline.methods.pubsub_vfl.claims import ALONE, DP_VARIANT
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import load
-from paperline.methods.pubsub_vfl.experiment import DP_CLAIM_MU, Experiment, run_experiment
+from paperline.methods.pubsub_vfl.experiment import DP_CLAIM_MU, Experiment, model_file, run_experiment
 from paperline.methods.pubsub_vfl.summary import METHOD, method_metrics, metric_name, seed_row
 from tasks import track
 from tasks.paths import models_dir, plots_dir
@@ -42,7 +39,7 @@ def train_all(cfg: PubSubVFLConfig, ctx: track.RunContext) -> tuple[Experiment, 
     with unit(ctx):  # the runs are logged after, outside the slot
         # the run directory keeps the plan and each finished run: a killed flow resumes past them
         exp = run_experiment(cfg, data, log=print, records=models_dir(METHOD) / "units",
-                             data_version=ctx.data_version)
+                             data_version=ctx.data_version, models=models_dir(METHOD))
     name = metric_name(data.task)
     dp_runs = [r for r in exp.dp if r.dp_mu == DP_CLAIM_MU]
     for variant, runs in list(exp.runs.items()) + ([(DP_VARIANT, dp_runs)] if dp_runs else []):
@@ -54,10 +51,8 @@ def train_all(cfg: PubSubVFLConfig, ctx: track.RunContext) -> tuple[Experiment, 
                     run.log_metrics({k: v for k, v in seed_row(r, name).items() if isinstance(v, (int, float))})
                     # the test metric after each epoch (its own key: the final model's is `name`)
                     run.log_history(f"{name}_per_epoch", range(len(r.curve)), [p["metric"] for p in r.curve])
-                    path = models_dir(METHOD) / variant / f"seed{r.seed}.pkl"
-                    with atomic_path(path) as tmp:
-                        tmp.write_bytes(pickle.dumps(r.params))
-                    run.log_artifact(path, "models")
+                    # kept there by the experiment, once (its run's record refers to it)
+                    run.log_artifact(models_dir(METHOD) / model_file(variant, r.seed), "models")
     with ctx.child(ALONE, params={"batch_size": exp.plan["B"]}) as variant_run:  # in process: no model kept
         for seed, metric in exp.alone.items():
             with ctx.child(f"{ALONE}/seed{seed}", params={"seed": seed}, parent=variant_run) as run:

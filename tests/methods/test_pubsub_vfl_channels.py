@@ -3,6 +3,7 @@ epochs), the oldest pushed out and counted; a worker gets only the entries it as
 entry one worker; in a run, a passive party p epochs ahead of a slow active one overflows it."""
 from __future__ import annotations
 
+import pickle
 import time
 
 import zmq
@@ -45,6 +46,47 @@ def test_each_entry_goes_to_the_one_worker_that_asks_for_its_batch():
         pub.publish(EMBEDDING, "1:0", "z1,0")
         assert second.wait_any([(EMBEDDING, "1:0")], 5.0) == (EMBEDDING, "1:0", "z1,0")
         assert broker.buffers.overflow == 0 and broker.buffers.taken == 3
+    finally:
+        ctx.destroy(linger=0)
+
+
+UNPICKLED: list[str] = []
+
+
+def _unpickled(name: str) -> Counted:
+    UNPICKLED.append(name)
+    return Counted(name)
+
+
+class Counted:
+    """A payload that records each time it is unpickled."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __reduce__(self):
+        return _unpickled, (self.name,)
+
+
+def test_the_broker_hands_on_the_bytes_published_and_only_the_worker_unpickles_them():
+    ctx = zmq.Context()
+    try:
+        broker = Broker(ctx, "127.0.0.1", capacity=5, deadline_s=10.0)
+        pub = Publisher(ctx, f"tcp://127.0.0.1:{broker.ports['publish']}")
+        worker = Consumer(ctx, f"tcp://127.0.0.1:{broker.ports['consume']}")
+        time.sleep(0.3)  # the subscription reaches the publisher
+        UNPICKLED.clear()
+        pub.publish(GRADIENT, "2:3", Counted("g"))
+        kind, key, got = worker.wait_any([(GRADIENT, "2:3")], 5.0)
+        assert (kind, key, got.name) == (GRADIENT, "2:3", "g")
+        assert UNPICKLED == ["g"]  # once, by the worker: the broker neither read nor re-pickled it
+        # what the broker keeps is the publisher's pickle, byte for byte
+        pub.publish(EMBEDDING, "0:0", Counted("z"))
+        deadline = time.time() + 5.0
+        while not broker.buffers.stored == 2 and time.time() < deadline:
+            time.sleep(0.01)
+        (stored,) = broker.buffers.fifo[(EMBEDDING, 0)]
+        assert stored[2] == pickle.dumps(Counted("z"), protocol=5) and UNPICKLED == ["g"]
     finally:
         ctx.destroy(linger=0)
 

@@ -4,6 +4,8 @@ the run directory's records; a record of another config is never mixed in. The r
 (no processes): what is tested is the bookkeeping of `run_experiment`."""
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from paperline.methods.pubsub_vfl import experiment
@@ -27,7 +29,7 @@ def fake_run(calls: list, kill_after: int | None = None):
         calls.append((variant, seed, dp_mu, kill_passive_after_s is not None))
         return RunResult(variant, seed, *workers, batch_size, dp_mu, metric=0.5 + len(calls) / 100, curve=[{"seconds": 1.0, "metric": 0.5}],
                          wall_s=1.0 + len(calls), time_to_target_s=None, idle_fraction={}, cpu_utilisation=0.5,
-                         busy_fraction=0.5, dropped=0)
+                         busy_fraction=0.5, dropped=0, params={"active": {"w": len(calls)}})
     return run
 
 
@@ -97,3 +99,32 @@ def test_the_delta_t_sweep_runs_each_delta_t0_once_and_reuses_the_comparisons_ru
     assert [d["delta_t0"] for d in exp.delta_t] == [1, 2, 5] and deltas == [5, 5, 1, 2]  # vfl, pubsub_vfl, then 1, 2
     assert exp.delta_t[2]["metric"] == exp.runs["pubsub_vfl"][0].metric  # ΔT₀ = 5: the comparison's run
     assert len({d["metric"] for d in exp.delta_t}) == 3  # each ΔT₀ its own record, none read back for another
+
+
+def test_a_final_model_is_kept_once_in_the_models_folder_and_resumed_from_there(tmp_path, monkeypatch, data):
+    """The comparison's and the DP claim's final models are files `<variant>/seed<s>.pkl` of the
+    models folder; their runs' records hold no copy, only the file's digest; a resume reads the model
+    back from the file, and a file that is not the recorded one (a later run's) is computed again."""
+    records, models = tmp_path / "units", tmp_path
+    calls: list = []
+    monkeypatch.setattr(experiment, "choose", fake_plan([(1, 2, 64)] * 3))
+    monkeypatch.setattr(experiment, "run_variant", fake_run(calls))
+    first = experiment.run_experiment(CFG, data, records=records, data_version="v1", models=models)
+    kept = sorted(str(p.relative_to(models)) for p in models.glob("*/seed*.pkl"))
+    assert kept == [f"{v}/seed{s}.pkl" for v in ("pubsub_vfl", "pubsub_vfl_dp_mu1", "vfl") for s in (0, 1)]
+    for variant, runs in [*first.runs.items(), ("pubsub_vfl_dp_mu1", first.dp)]:
+        for r in runs:
+            assert pickle.loads((models / variant / f"seed{r.seed}.pkl").read_bytes()) == r.params
+    saved = [pickle.loads(p.read_bytes())["result"] for p in (records / "runs").glob("*.pkl")]
+    # a record with a kept model holds no params; the fault run's (no file of its own) keeps its own
+    assert sum(isinstance(r, dict) and r["run"].params is None for r in saved) == 6
+    assert sum(not isinstance(r, dict) and r.params is not None for r in saved) == 1
+
+    resumed = experiment.run_experiment(CFG, data, records=records, data_version="v1", models=models)
+    assert len(calls) == 7  # everything read back, the models from their files
+    assert [r.params for r in resumed.runs["vfl"] + resumed.dp] == [r.params for r in first.runs["vfl"] + first.dp]
+
+    (models / "vfl" / "seed1.pkl").write_bytes(pickle.dumps({"active": {"w": "another run's"}}))
+    again = experiment.run_experiment(CFG, data, records=records, data_version="v1", models=models)
+    assert len(calls) == 8 and again.runs["vfl"][1].params == {"active": {"w": 8}}
+    assert pickle.loads((models / "vfl" / "seed1.pkl").read_bytes()) == {"active": {"w": 8}}

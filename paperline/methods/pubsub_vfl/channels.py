@@ -10,11 +10,15 @@ one worker only: a zmq SUB socket would give every worker of the party a copy of
 worker asks for the (epoch, batch) it is about to train; a batch id of another epoch holds other
 rows (the batches are drawn anew each epoch), so only the entry of that epoch is handed out, and
 one the buffer pushed out is never trained (its batch meets the deadline and is put back).
-Entries older than the deadline are forgotten. A message is [topic, payload], the topic
-`<kind><epoch>:<batch>|`."""
+Entries older than the deadline are forgotten. A published message is [topic, sent at, payload]: the
+topic `<kind><epoch>:<batch>|`, the send time a packed float (the deadline's clock), the payload the
+publisher's pickle, which the broker keeps and hands on as the bytes it arrived as (it never reads
+a payload: the worker that takes it unpickles it, once). An answer is [topic, payload], or [b""]
+for none."""
 from __future__ import annotations
 
 import pickle
+import struct
 import threading
 import time
 from collections import deque
@@ -23,6 +27,7 @@ from collections.abc import Sequence
 import zmq
 
 EMBEDDING, GRADIENT, DROP = b"E", b"G", b"D"
+SENT_AT = struct.Struct("<d")  # a publish's time.time(), its own frame: the broker reads no payload
 
 
 def key_of(epoch: int, batch: int) -> str:
@@ -50,7 +55,7 @@ class Buffers:
         self.overflow = 0  # entries pushed out of a full buffer before any worker took them
         self.stored = self.taken = 0
 
-    def put(self, kind: bytes, epoch: int, batch: int, sent_at: float, payload) -> None:
+    def put(self, kind: bytes, epoch: int, batch: int, sent_at: float, payload: object) -> None:
         buf = self.fifo.setdefault((kind, batch), deque())
         if len(buf) >= self.capacity:
             buf.popleft()
@@ -104,7 +109,8 @@ class Broker:
             ident, until, wanted, any_of = request
             got = self.buffers.take(wanted, any_of)
             if got is not None or now >= until:
-                self.outbox.send_multipart([ident, pickle.dumps(got, protocol=5)])
+                answer = [b""] if got is None else [topic(got[0], got[1]), got[2]]
+                self.outbox.send_multipart([ident, *answer])
                 self.waiting.remove(request)
 
     def _serve(self) -> None:
@@ -117,11 +123,11 @@ class Broker:
                 now = time.time()
                 while self.inbox in events:
                     try:
-                        raw_topic, raw = self.inbox.recv_multipart(zmq.NOBLOCK)
+                        raw_topic, raw_sent_at, payload = self.inbox.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
                     epoch, batch = (int(part) for part in raw_topic[1:-1].decode().split(":"))
-                    sent_at, payload = pickle.loads(raw)
+                    (sent_at,) = SENT_AT.unpack(raw_sent_at)
                     self.buffers.put(raw_topic[:1], epoch, batch, sent_at, payload)
                 while self.outbox in events:
                     try:
@@ -143,7 +149,7 @@ class Publisher:
         self.sock.connect(address)
 
     def publish(self, kind: bytes, key: str, payload) -> None:
-        self.sock.send_multipart([topic(kind, key), pickle.dumps((time.time(), payload), protocol=5)])
+        self.sock.send_multipart([topic(kind, key), SENT_AT.pack(time.time()), pickle.dumps(payload, protocol=5)])
 
 
 class Consumer:
@@ -159,4 +165,8 @@ class Consumer:
         any_of, that the broker has within timeout_s; None when none came."""
         self.sock.send(pickle.dumps((max(0.0, timeout_s), list(wanted), list(any_of)), protocol=5))
         self.sock.poll()  # the broker always answers, at the latest when the timeout passes
-        return pickle.loads(self.sock.recv())
+        answer = self.sock.recv_multipart()
+        if len(answer) == 1:  # [b""]: nothing came within the timeout
+            return None
+        raw_topic, payload = answer
+        return raw_topic[:1], raw_topic[1:-1].decode(), pickle.loads(payload)

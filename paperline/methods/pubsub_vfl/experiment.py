@@ -3,20 +3,26 @@ side they would slow each other and the timings would compare nothing): the plan
 pick, every variant × seed, the active party alone (the trivial baseline) at every seed, the DP
 sweep (every μ at the first seed, the claim's μ at every seed), the planner against the measured
 grid at every seed, the fault run. Given a records folder (the run directory), the plan and every
-finished run are kept there, so a killed experiment resumes past them with the plan it had measured."""
+finished run are kept there, so a killed experiment resumes past them with the plan it had measured.
+Given a models folder, the final model of each comparison run and DP claim run is kept there, once,
+as `<variant>/seed<s>.pkl` (what a user looks for): its run's record holds a reference to it (path
+and digest), not a second copy."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import pickle
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from paperline.io import json_digest
+from paperline.io import atomic_path, json_digest
 from paperline.methods.pubsub_vfl import planner
 from paperline.methods.pubsub_vfl.alone import active_alone
+from paperline.methods.pubsub_vfl.claims import DP_VARIANT
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import VFLData
 from paperline.methods.pubsub_vfl.train import RunResult, run_variant
-from paperline.train.records import finished_unit
+from paperline.train.records import finished_unit, read_unit, write_unit
 
 PS_VARIANTS = ("vfl_ps", "avfl_ps", "pubsub_vfl")
 DP_CLAIM_MU = 1.0  # the paper: accuracy holds from μ = 1 on; this μ runs at every seed (claims.py)
@@ -33,6 +39,32 @@ class Experiment:
     fault: RunResult | None = None
 
 
+def model_file(name: str, seed: int) -> str:
+    """Where, under the models folder, a run's final model is kept: `name` its variant's."""
+    return f"{name}/seed{seed}.pkl"
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def kept_with_model(record: Path, fingerprint: dict, model: Path, compute: Callable[[], RunResult]) -> RunResult:
+    """A run recorded at `record` whose final model (`params`) is kept at `model` alone: the record
+    holds the run without it and the model file's digest. Read back only when both are there and
+    the file is the one recorded (a killed later run of other settings may have replaced it); else
+    computed, the model written before the record, each atomically, so a kill between them leaves a
+    run that is computed again, never a record without its model."""
+    saved = read_unit(record, fingerprint)
+    if saved is not None and model.is_file() and _digest(raw := model.read_bytes()) == saved["model_sha256"]:
+        return replace(saved["run"], params=pickle.loads(raw))
+    result = compute()
+    raw = pickle.dumps(result.params)
+    with atomic_path(model) as tmp:
+        tmp.write_bytes(raw)
+    write_unit(record, fingerprint, {"run": replace(result, params=None), "model_sha256": _digest(raw)})
+    return result
+
+
 def choose(cfg: PubSubVFLConfig, data: VFLData) -> dict:
     if not cfg.plan:
         return {"w_a": cfg.workers_active, "w_p": cfg.workers_passive, "B": cfg.batch_size, "measured_cost_model": None}
@@ -43,11 +75,12 @@ def choose(cfg: PubSubVFLConfig, data: VFLData) -> dict:
 
 
 def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], None] = lambda _: None,
-                   records: Path | None = None, data_version: str = "") -> Experiment:
+                   records: Path | None = None, data_version: str = "", models: Path | None = None) -> Experiment:
     """Everything above, in order. With `records`, each unit's result (the plan, a run) is a
     finished-unit record there, fingerprinted by the config, `data_version` and the unit's own
     settings: a resumed run reads back what a killed one finished. The plan above all: it is
-    measured, and a re-profile on a busier moment may pick another (w_a, w_p, B)."""
+    measured, and a re-profile on a busier moment may pick another (w_a, w_p, B). With `models`, the
+    final model of each comparison and DP claim run is kept there (`model_file`), not in its record."""
     base = {"config": cfg.model_dump(mode="json"), "data": data_version}
 
     def kept(name: str, unit: dict[str, Any], compute: Callable[[], Any]) -> Any:
@@ -58,15 +91,30 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     chosen = kept("plan.json", {"plan": True}, lambda: choose(cfg, data))
     log(f"plan: w_a={chosen['w_a']} w_p={chosen['w_p']} B={chosen['B']}")
 
-    def one(variant: str, seed: int, run_cfg: PubSubVFLConfig = cfg, **kw) -> RunResult:
+    def one(variant: str, seed: int, run_cfg: PubSubVFLConfig = cfg, model_as: str | None = None, **kw) -> RunResult:
+        """`model_as`: the name its final model is kept under in `models`; None: in its record."""
         workers = (chosen["w_a"], chosen["w_p"]) if variant in PS_VARIANTS else (1, 1)
         kw.setdefault("workers", workers)
         kw.setdefault("batch_size", chosen["B"])
         unit = {"variant": variant, "seed": seed, "epochs": run_cfg.epochs, **kw}
         if run_cfg.delta_t0 != cfg.delta_t0:
             unit["delta_t0"] = run_cfg.delta_t0
-        result = kept(f"runs/{variant}-seed{seed}-{json_digest(unit)}.pkl", unit,
-                      lambda: run_variant(run_cfg, data, variant, seed, **kw))
+        name = f"runs/{variant}-seed{seed}-{json_digest(unit)}.pkl"
+
+        def compute() -> RunResult:
+            return run_variant(run_cfg, data, variant, seed, **kw)
+
+        if models is not None and model_as is not None:
+            model = models / model_file(model_as, seed)
+            if records is None:
+                result = compute()
+                with atomic_path(model) as tmp:
+                    tmp.write_bytes(pickle.dumps(result.params))
+            else:  # a record of this kind is another format than a whole run's: its own fingerprint
+                result = kept_with_model(records / name, base | {"unit": unit, "model": model_file(model_as, seed)},
+                                         model, compute)
+        else:
+            result = kept(name, unit, compute)
         log(f"{variant} seed {seed}: metric {result.metric:.4f}, wall {result.wall_s:.2f} s, "
             f"idle {result.idle_fraction}, dropped {result.dropped}")
         return result
@@ -74,11 +122,12 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     runs: dict[str, list[RunResult]] = {v: [] for v in cfg.variants}
     for seed in cfg.run_seeds():  # seed-major: a slow spell of the machine hits every variant alike
         for variant in cfg.variants:
-            runs[variant].append(one(variant, seed))
+            runs[variant].append(one(variant, seed, model_as=variant))
     exp = Experiment(chosen, runs)
     # in process, no timing: the same model, init, lr, epochs, batches, without the passive party
     exp.alone = {seed: active_alone(cfg, data, seed, chosen["B"]) for seed in cfg.run_seeds()}
-    exp.dp = [one("pubsub_vfl", seed, dp_mu=mu) for seed in cfg.run_seeds() for mu in cfg.dp_mu
+    exp.dp = [one("pubsub_vfl", seed, dp_mu=mu, model_as=DP_VARIANT if mu == DP_CLAIM_MU else None)
+              for seed in cfg.run_seeds() for mu in cfg.dp_mu
               if seed == cfg.run_seeds()[0] or mu == DP_CLAIM_MU]
     first = cfg.run_seeds()[0]
     for delta_t0 in sorted(set(cfg.delta_t0_sweep) | ({cfg.delta_t0} if cfg.delta_t0_sweep else set())):
