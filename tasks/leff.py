@@ -5,6 +5,7 @@ the report."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -45,6 +46,28 @@ def unit_settings(cfg: LEFFConfig, method: str, alpha: float, seed: int) -> dict
     return {"config": cfg.model_dump(mode="json"), "method": method, "alpha": alpha, "seed": seed}
 
 
+def tuning_path(cfg: LEFFConfig, method: str, lr: float) -> Path:
+    """A tuning run's record, beside its method's first-α, first-seed run (the one the sweep chooses),
+    in a folder named by its lr's repr (which reads back as the same float)."""
+    return run_path(cfg, method, cfg.alphas[0], cfg.run_seeds()[0]).parent / f"lr{lr!r}" / "run.json"
+
+
+def tuning_settings(cfg: LEFFConfig, method: str, lr: float) -> dict:
+    return unit_settings(cfg, method, cfg.alphas[0], cfg.run_seeds()[0]) | {"lr": lr}
+
+
+def _saved_tuning(cfg: LEFFConfig) -> dict[tuple[str, float], MethodRun]:
+    """The tuning runs a killed flow finished, {(method, lr): run} (fed.train_planned's `tuned`)."""
+    kept = {}
+    for method in cfg.methods:
+        for path in sorted(tuning_path(cfg, method, 1.0).parent.parent.glob("lr*/run.json")):
+            lr = float(path.parent.name.removeprefix("lr"))
+            record = read_unit(path, tuning_settings(cfg, method, lr))
+            if record is not None and len((run := MethodRun.from_dict(record)).rounds) == cfg.rounds:
+                kept[(method, lr)] = run
+    return kept
+
+
 def _saved(cfg: LEFFConfig) -> Runs:
     done = {}
     for method, alpha, seed in runs_planned(cfg):
@@ -80,11 +103,17 @@ def train_all(cfg: LEFFConfig, ctx: track.RunContext) -> Runs:
             child.log_metrics({k: v for k, v in row(run).items() if isinstance(v, (int, float))})
             child.log_artifact(path, "rounds")
 
-    done = _saved(cfg)
-    if done:
-        print(f"leff: resuming; {len(done)} finished run(s) kept: {sorted(seed_name(*k, cfg.alphas) for k in done)}")
+    def save_tuning(run: MethodRun) -> None:
+        assert run.lr is not None  # a tuning run trains at its grid point
+        write_unit(tuning_path(cfg, run.method, run.lr), tuning_settings(cfg, run.method, run.lr), run.to_dict())
+
+    done, tuned = _saved(cfg), _saved_tuning(cfg)
+    if done or tuned:
+        print(f"leff: resuming; {len(done)} finished run(s) kept: {sorted(seed_name(*k, cfg.alphas) for k in done)}, "
+              f"and {len(tuned)} lr-tuning run(s)")
     with unit(ctx), ctx.children(variants) as variant_runs:
-        return run_federated(cfg, base, done=done, on_result=lambda run: save(run, variant_runs), log=print)
+        return run_federated(cfg, base, done=done, on_result=lambda run: save(run, variant_runs), log=print,
+                             tuned=tuned, on_tuned=save_tuning)
 
 
 @task(name="leff-report", cache_policy=NO_CACHE)

@@ -116,6 +116,26 @@ def test_a_killed_flow_keeps_its_finished_runs(tmp_path, monkeypatch):
     assert _saved(cfg) == {("fedavg", 0.1, 4): done}  # not one cut short, nor one of other settings
 
 
+def test_a_killed_flow_keeps_its_finished_lr_tuning_runs(tmp_path, monkeypatch):
+    """Each finished tuning run is saved beside its method's first-seed run, named by its lr; a rerun
+    reads back the complete ones of these settings, at exactly the rates they ran at."""
+    from paperline.methods.leff.config import LEFFConfig
+    from paperline.methods.leff.fed import MethodRun
+    from paperline.train.records import write_unit
+    from tasks.leff import _saved_tuning, tuning_path, tuning_settings
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = LEFFConfig(methods=["fedavg", "fedlora"], rounds=2, seeds=[3, 4], lr_grid=[3e-5, 1e-4])
+    step = 3e-5 / (1e-4 / 3e-5)  # an extension's rate: not a round number
+    runs = [MethodRun("fedavg", 0.1, {}, [{"round": 1}, {"round": 2}], seed=3, lr=lr) for lr in (3e-5, step)]
+    cut = MethodRun("fedlora", 0.1, {}, [{"round": 1}], seed=3, lr=1e-4)
+    for run in runs + [cut]:
+        write_unit(tuning_path(cfg, run.method, run.lr), tuning_settings(cfg, run.method, run.lr), run.to_dict())
+    assert tuning_path(cfg, "fedavg", 3e-5) == tmp_path / "models" / "leff" / "fedavg" / "seed3" / "lr3e-05" / "run.json"
+    assert _saved_tuning(cfg) == {("fedavg", 3e-5): runs[0], ("fedavg", step): runs[1]}  # not one cut short
+    assert _saved_tuning(cfg.model_copy(update={"head_lr": 0.5})) == {}  # nor another config's
+
+
 def test_later_alphas_and_seeds_run_the_named_methods_and_report_per_alpha():
     """Every method at the first α, `later_alpha_methods` at the others, every seed: the runs, the
     rows (one per (method, α), the mean over seeds, with the pretrained model's), the cost ratios per

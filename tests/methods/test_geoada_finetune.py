@@ -10,7 +10,7 @@ import torch
 from paperline.methods.geoada.config import GeoAdaConfig
 from paperline.methods.geoada.experiment import finetune_variant, make_base
 from paperline.methods.geoada.train import Windows, split_validation
-from paperline.sweep import next_rate
+from paperline.sweep import best_rate, loss_rank, past_edge
 
 N = 4
 
@@ -56,14 +56,17 @@ def test_each_variant_keeps_the_rate_with_the_lowest_validation_loss(tmp_path):
 
 
 def test_the_sweep_extends_one_grid_step_past_the_edge_its_best_rate_sits_on():
+    def next_rate(validation: dict[float, float]) -> float | None:  # GeoAda's rule: the best by validation loss
+        return past_edge(validation, best_rate(validation, loss_rank))
+
     # the best on validation at the top: the next rate up; at the bottom: the next one down;
     # interior: none, the optimum bracketed
-    assert next_rate({1e-3: 0.5, 4e-3: 0.4, 1.6e-2: 0.3}, 4.0) == 1.6e-2 * 4
-    assert next_rate({1e-3: 0.3, 4e-3: 0.4, 1.6e-2: 0.5}, 4.0) == 1e-3 / 4
-    assert next_rate({1e-3: 0.5, 4e-3: 0.3, 1.6e-2: 0.4}, 4.0) is None
+    assert next_rate({1e-3: 0.5, 4e-3: 0.4, 1.6e-2: 0.3}) == 1.6e-2 * 4
+    assert next_rate({1e-3: 0.3, 4e-3: 0.4, 1.6e-2: 0.5}) == 1e-3 / 4
+    assert next_rate({1e-3: 0.5, 4e-3: 0.3, 1.6e-2: 0.4}) is None
     # a diverged top ranks last: the best is then interior, not the NaN at the edge
-    assert next_rate({1e-3: 0.5, 4e-3: 0.3, 1.6e-2: math.nan}, 4.0) is None
-    assert next_rate({1e-3: 0.5}, 4.0) is None
+    assert next_rate({1e-3: 0.5, 4e-3: 0.3, 1.6e-2: math.nan}) is None
+    assert next_rate({1e-3: 0.5}) is None
 
 
 def test_every_variant_sweeps_the_same_grid_extended_by_the_same_rule_chosen_on_validation(tmp_path):
@@ -88,5 +91,7 @@ def test_every_variant_sweeps_the_same_grid_extended_by_the_same_rule_chosen_on_
         assert (rates[-1] > 1e-3) == (grid[1e-3] < grid[1e-4])  # extended upward iff the top rate won
         if len(rates) < 2 + cfg.lr_sweep_extend:  # stopped early: the chosen rate is bracketed
             assert rates[0] < result.lr < rates[-1]
-    with pytest.raises(ValueError, match="geometric"):
-        GeoAdaConfig(lr_sweep=[1e-4, 1e-3, 2e-3], lr_sweep_extend=1, validation_trajectories=4)
+    # an extension steps by the grid's own step at the edge (paperline/sweep.py), so an uneven grid
+    # is allowed; a one-rate "sweep" has no step to extend by
+    with pytest.raises(ValueError, match="2 rates or more"):
+        GeoAdaConfig(lr_sweep=[1e-4], lr_sweep_extend=1, validation_trajectories=4)

@@ -85,7 +85,7 @@ def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_bes
     """At the first α and seed each method but fedhead (its body frozen) runs once per grid point;
     the kept run is the grid point with the lowest validation loss (a tie: the higher accuracy), and
     the other seeds run at its lr."""
-    from paperline.methods.leff.fed import MethodRun, choose_lr, train_planned
+    from paperline.methods.leff.fed import MethodRun, train_planned, validation_rank
 
     grid = [1e-4, 3e-4, 1e-3]
     cfg = LEFFConfig(methods=["fedhead", "fedavg", "leff_importance"], lr_grid=grid, seeds=[0, 1])
@@ -111,6 +111,10 @@ def test_every_body_trained_method_is_tuned_over_the_same_grid_and_keeps_its_bes
     assert results[("fedavg", 0.1, 0)].lr == 1e-4 and results[("leff_importance", 0.1, 0)].lr == 1e-3
     assert [c[2] for c in calls if c[1] == 1 and c[0] != "fedhead"] == [1e-4, 1e-3]  # seed 1 at the chosen rates
     assert [p["lr"] for p in results[("fedavg", 0.1, 0)].lr_sweep] == grid
+
+    def choose_lr(sweep):
+        return min(sweep, key=validation_rank)["lr"]
+
     assert choose_lr([{"lr": 1e-3, "val_accuracy": 0.5, "val_loss": 1.0},
                       {"lr": 1e-4, "val_accuracy": 0.5, "val_loss": 1.0}]) == 1e-4  # a full tie: the smaller
     # a diverged run (NaN loss) ranks last wherever it stands in the sweep, as in GeoAda's (paperline.sweep)
@@ -154,6 +158,31 @@ def test_a_best_rate_at_the_grids_edge_extends_the_sweep_past_it_by_the_grids_st
     calls.clear()
     train_planned(cfg.model_copy(update={"lr_sweep_extend": 0}), {}, train_run, log=lambda _: None)
     assert [c[2] for c in calls if c[:2] == ("fedavg", 0)] == grid  # no extension asked: the grid alone
+
+
+def test_a_killed_sweep_keeps_the_tuning_runs_it_finished():
+    """A tuning run a killed flow finished (`tuned`) is not trained again; each new one is handed to
+    `on_tuned` (the task saves it) as soon as it ends; the choice is the same as an unbroken sweep's."""
+    from paperline.methods.leff.fed import MethodRun, train_planned
+
+    grid = [1e-4, 3e-4, 1e-3]
+    cfg = LEFFConfig(methods=["fedavg"], lr_grid=grid, seeds=[0])
+    loss = {1e-4: 1.2, 3e-4: 0.9, 1e-3: 1.0}
+    calls, saved = [], []
+
+    def train_run(method, alpha, seed, lr, validate):
+        calls.append(lr)
+        return MethodRun(method, alpha, {}, seed=seed, lr=lr,
+                         validation={"lr": lr, "val_loss": loss[lr], "val_accuracy": 0.5} if validate else None)
+
+    finished = train_run("fedavg", 0.1, 0, 1e-4, True)
+    calls.clear()
+    results: dict = {}
+    train_planned(cfg, results, train_run, log=lambda _: None, tuned={("fedavg", 1e-4): finished},
+                  on_tuned=saved.append)
+    assert calls == [3e-4, 1e-3] and [r.lr for r in saved] == [3e-4, 1e-3]
+    assert results[("fedavg", 0.1, 0)].lr == 3e-4
+    assert [p["lr"] for p in results[("fedavg", 0.1, 0)].lr_sweep] == grid  # the kept run's score in the sweep
 
 
 def test_the_report_states_each_methods_chosen_lr_its_sweep_and_an_edge_choice():

@@ -10,6 +10,7 @@ from paperline.methods.leff.data import Windows
 from paperline.methods.leff.fed import local_train
 from paperline.methods.leff.leff import (
     add_lora,
+    aggregate,
     build_model,
     classify,
     lora_from_update,
@@ -103,3 +104,17 @@ def test_the_second_stage_starts_from_the_rank_r_truncation_of_the_sparse_update
     u, s, vh = torch.linalg.svd(deltas["layers.0.attn.q_proj.weight"])
     assert torch.allclose(product, s[0] * torch.outer(u[:, 0], vh[0]), atol=1e-5)
     assert not torch.equal(updated["layers.0.attn.q_proj.weight"], start["layers.0.attn.q_proj.weight"])
+
+
+def test_the_sparse_stage_averages_the_masked_entries_as_sent_and_keeps_the_rest_exactly():
+    model = build_model("slora", tiny_lm(), 2, 4.0, classes=3)
+    masks = sparse_masks(model, 0.25, seed=0)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(2)
+    clients = [{k: v + torch.randn(v.shape, generator=g) for k, v in state.items()} for _ in range(2)]
+    updates = [(1.0, pack_sparse(clients[0], masks)), (3.0, pack_sparse(clients[1], masks))]
+    merged = aggregate(state, updates, masks)
+    for key, mask in masks.items():
+        assert torch.allclose(merged[key][mask], (clients[0][key][mask] + 3 * clients[1][key][mask]) / 4)
+        assert torch.equal(merged[key][~mask], state[key][~mask])  # not re-averaged: bit for bit
+    assert torch.equal(merged["layers.0.mlp.up_proj.weight"], state["layers.0.mlp.up_proj.weight"])  # nobody sent it

@@ -25,7 +25,7 @@ from paperline.methods.geoada.train import (
     windows,
 )
 from paperline.seeds import seeded_init
-from paperline.sweep import loss_rank, next_rate
+from paperline.sweep import best_rate, loss_rank, sweep
 
 
 def task_windows(folder: str | Path, cfg: GeoAdaConfig) -> dict[str, Windows]:
@@ -138,7 +138,7 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     """Fine-tune `variant` on `control`'s training set (less its validation windows) at fine-tuning
     seed `seed` (default cfg.seed: its new modules' init from seed + 1, batches and diffusion noise
     from seed + 1) at each rate of `lrs` (default cfg.learning_rates, extended past an edge by
-    next_rate up to cfg.lr_sweep_extend times; given `lrs` are tried as they are), keeping the one
+    paperline.sweep.sweep up to cfg.lr_sweep_extend times; given `lrs` are tried as they are), keeping the one
     whose ε-prediction loss on the validation set is lowest (the same draws for every rate and
     variant at that seed); its new-task ADE/FDE with sampling seed seed + 2, the same for every variant at that
     seed (the same noise, so rows differ by the model only). The original task is scored the same
@@ -168,18 +168,17 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
         moved = max((float(p.detach().abs().max()) for p in zeros), default=None)
         return score, model, result, moved
 
-    tried: dict[float | None, tuple[float, Variant, TrainResult, float | None]] = {}
+    tried: dict[float | None, tuple[float, Variant, TrainResult, float | None]]
+    chosen: float | None
     if variant == "frozen":
-        tried[None] = fit(None)  # the frozen base's one entry
+        tried, chosen = {None: fit(None)}, None  # the frozen base's one entry
     else:
-        tried = {lr: fit(lr) for lr in rates}
+        def rank(fitted: tuple[float, Variant, TrainResult, float | None]) -> float:
+            return loss_rank(fitted[0])
+
         extensions = cfg.lr_sweep_extend if lrs is None else 0  # a later seed trains at the chosen rate only
-        for _ in range(extensions):
-            step = next_rate({lr: v[0] for lr, v in tried.items() if lr is not None}, cfg.lr_sweep_ratio)
-            if step is None:
-                break
-            tried[step] = fit(step)
-    chosen = min(tried, key=lambda lr: loss_rank(tried[lr][0])) if len(tried) > 1 else next(iter(tried))
+        swept = sweep(rates, fit, rank, extensions)
+        tried, chosen = {lr: fitted for lr, fitted in swept.items()}, best_rate(swept, rank)
     score, model, result, moved = tried[chosen]
     # subgraph control: scored on the generated particles only (the given ones are the control)
     new_task = evaluate(model, test_set, schedule, cfg.samples, seed + 2, scale=cfg.displacement_scale,
@@ -199,9 +198,9 @@ def finetune_variant(cfg: GeoAdaConfig, base: EGTN, control: str, variant: str, 
     t = torch.arange(len(probe)) * (cfg.diffusion_steps // 4)
     error = equivariance_error(model, probe.cond, (probe.target - probe.cond[:, -1:]) * cfg.displacement_scale, t,
                                probe.charges, probe.edges, probe.control, seed=seed)
-    sweep = {f"{lr:g}": v[0] for lr, v in tried.items() if lr is not None} if len(tried) > 1 else {}
+    scores = {f"{lr:g}": v[0] for lr, v in tried.items() if lr is not None} if len(tried) > 1 else {}
     return VariantResult(control, variant, seed, new_task, original, original_on, result.trainable, result.seconds,
-                         error, chosen, score, sweep, result.steps, result.loss, result.validation_loss, moved)
+                         error, chosen, score, scores, result.steps, result.loss, result.validation_loss, moved)
 
 
 def finetune_from_base(cfg: GeoAdaConfig, base_path: str | Path, control: str, variant: str,

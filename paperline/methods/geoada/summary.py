@@ -13,6 +13,7 @@ from paperline.methods.geoada import claims as geoada_claims
 from paperline.methods.geoada.config import GeoAdaConfig
 from paperline.metrics import MethodMetrics
 from paperline.seeds import mean_over_seeds
+from paperline.sweep import past_edge
 
 PRIMARY = "ade"
 METRICS = ("ade", "fde", "min_ade", "min_fde")
@@ -118,9 +119,9 @@ def lr_sweeps(results: list[dict]) -> dict[str, dict]:
     out = {}
     for r in results:
         if r.get("sweep"):
-            rates = sorted(r["sweep"], key=float)  # the sweep's keys, each rate as f"{lr:g}"
-            chosen = f"{r['lr']:g}"
-            edge = "highest" if chosen == rates[-1] else "lowest" if chosen == rates[0] else None
+            chosen = float(f"{r['lr']:g}")  # the sweep's keys hold each rate as f"{lr:g}"
+            step = past_edge([float(k) for k in r["sweep"]], chosen)
+            edge = None if step is None else "highest" if step > chosen else "lowest"
             out[row_name(r["control"], r["variant"])] = {"chosen": r["lr"], "validation_loss": r["sweep"],
                                                          "edge": edge}
     return out

@@ -61,11 +61,11 @@ class LEFFConfig(MethodConfig):
     batch_size: PositiveInt = 8
     lr: float = Field(1e-3, gt=0)  # the body's; the paper's 1e-5 is for DeBERTa/GPT-2; our LM is far smaller
     # the body lrs every method that trains the body is tuned over (issue 41): at the first α and
-    # seed each runs once per rate, the one with the lowest validation loss is kept (fed.choose_lr)
+    # seed each runs once per rate, the one with the lowest validation loss is kept (fed.validation_rank)
     # and every other seed and α runs at it; None: `lr` for every method, no tuning run
     lr_grid: list[Annotated[float, Field(gt=0)]] | None = Field(None, min_length=1)
     # where a method's chosen rate is the lowest or highest tried, up to this many more tuning runs,
-    # each one step past that edge (the grid's own step there: paperline.sweep.past_edge), the same
+    # each one step past that edge (the grid's own step there: paperline.sweep.sweep), the same
     # rule for every method
     lr_sweep_extend: Annotated[int, Field(ge=0)] = 0
     # labelled training windows held out from the clients, spread over the plays: the lr choice's score

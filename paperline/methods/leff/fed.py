@@ -49,10 +49,9 @@ from paperline.methods.leff.leff import (
     pack_sparse,
     sparse_masks,
     trainable_keys,
-    unpack_sparse,
 )
 from paperline.nn.causal_lm import CausalLM, CausalLMConfig
-from paperline.sweep import loss_rank, past_edge
+from paperline.sweep import best_rate, loss_rank, sweep
 
 # Offline and quiet, set before flwr is imported (the Makefile exports the same; a project-local
 # FLWR_HOME is set by the task)
@@ -249,7 +248,7 @@ def train(msg: Message, context: Context) -> Message:
     masks = sparse_masks(model, cfg.slora_density, cfg.seed) if sparse_stage else {}
     if sparse_stage:  # SLoRA's first stage: the masked entries of LoRA's targets and the head
         keys = list(masks) + keys  # trainable_keys gave the head (the model has no adapters yet)
-    buffers = head_state_keys(model) if any(k.startswith(f"{HEAD}.") for k in keys) else []
+    buffers = head_state_keys(model)  # every method trains the head: its statistics go with it
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + server_round * 1009 + partition)
     shard = client_shard(cfg, float(number_value(conf, "alpha")), partition)
     batches = local_batches(len(shard), cfg.batch_size, cfg.local_steps, cfg.local_epochs, generator)
@@ -291,12 +290,12 @@ class MethodRun:
         return cls(**d)
 
 
-def choose_lr(sweep: list[dict]) -> float:
-    """The grid point with the lowest validation loss (the table's primary metric; continuous, where
-    128 windows' accuracy ties rates: measured, FedAvg's 3e-4 and 1e-3 at 0.281), a tie broken by
-    the higher accuracy, then the smaller lr: the same rule for every method; a diverged run last."""
-    best = min(sweep, key=lambda p: (loss_rank(p["val_loss"]), -p["val_accuracy"], p["lr"]))
-    return float(best["lr"])
+def validation_rank(point: dict) -> tuple[float, float, float]:
+    """How a tuning run ranks by its validation score: the lowest validation loss (the table's
+    primary metric; continuous, where 128 windows' accuracy ties rates: measured, FedAvg's 3e-4 and
+    1e-3 at 0.281), a tie broken by the higher accuracy, then the smaller lr: the same rule for every
+    method; a diverged run last (paperline/sweep.py: loss_rank)."""
+    return loss_rank(point["val_loss"]), -point["val_accuracy"], point["lr"]
 
 
 class FederatedFineTuning(Strategy):
@@ -306,9 +305,11 @@ class FederatedFineTuning(Strategy):
     ActorDiedError) is dropped from the round and recorded; a dead node stays out of later runs."""
 
     def __init__(self, cfg: LEFFConfig, method: str, alpha: float, base: CausalLM, data: FederatedData, log=print,
-                 validate: bool = False):
+                 validate: bool = False, initial: dict | None = None):
         """`cfg.seed` and `cfg.lr` are this run's seed and body lr (the clients read them from the config
-        sent to them); `validate`: score the last round's model on the validation windows too."""
+        sent to them); `validate`: score the last round's model on the validation windows too;
+        `initial`: the round-0 score on `data`'s test windows when known (every method's global model
+        starts as the same function, the pretrained body with zero-started additions and head)."""
         self.cfg, self.method, self.alpha, self.log, self.validate = cfg, method, alpha, log, validate
         self.model = build_model(method, base, cfg.lora_rank, cfg.lora_alpha, cfg.seed, classes=len(data.classes))
         self.rule = method.removeprefix("leff_") if method in LEFF_METHODS else None
@@ -322,9 +323,10 @@ class FederatedFineTuning(Strategy):
         self.sparse_start = {k: v.detach().clone() for k, v in self.model.state_dict().items() if k in self.masks}
         # the fault check's rendezvous folder (wait_for_round_peers), in the faulty method's run only
         self.fault_dir = tempfile.mkdtemp(prefix="leff-fault-") if cfg.faulty(method) else ""
-        loss, acc = evaluate(self.model, data.test)
-        self.run = MethodRun(method, alpha, {"round": 0, "test_loss": loss, "test_accuracy": acc}, seed=cfg.seed,
-                             lr=cfg.lr)
+        if initial is None:
+            loss, acc = evaluate(self.model, data.test)
+            initial = {"round": 0, "test_loss": loss, "test_accuracy": acc}
+        self.run = MethodRun(method, alpha, dict(initial), seed=cfg.seed, lr=cfg.lr)
 
     def sparse_stage(self, server_round: int) -> bool:
         """Whether `server_round` is in SLoRA's first, sparse stage."""
@@ -391,7 +393,6 @@ class FederatedFineTuning(Strategy):
     def aggregate_train(self, server_round: int, replies):
         started = time.perf_counter()
         updates, clients, dropped = [], [], []
-        current = model_state(self.model) if self.sparse_stage(server_round) else {}
         # replies come in the order the clients finished: summing the updates in that order moved
         # the aggregate's last bits run to run, and through the next round's importance draw
         # (a sampled block) whole trajectories (issue 38). Partition order makes the sum repeatable.
@@ -404,8 +405,6 @@ class FederatedFineTuning(Strategy):
             plan = self.plans[node]
             if self.rule is not None:
                 sent = {global_layer_key(k, plan["block_start"], plan["block_first"]): v for k, v in sent.items()}
-            if self.sparse_stage(server_round):
-                sent = unpack_sparse(current, sent, self.masks)
             m = reply.content["metrics"]
             updates.append((float(m["num-examples"]), sent))
             clients.append({"partition": int(m["partition"]), "capacity": self.nodes[node]["capacity"],
@@ -416,7 +415,8 @@ class FederatedFineTuning(Strategy):
                             "simulated_s": float(m["flops"]) / (client_rate(self.cfg, int(m["partition"])) * 1e9),
                             "bytes_up": int(m["bytes_up"])} | plan)
         if updates:
-            self.model.load_state_dict(aggregate(model_state(self.model), updates), strict=False)
+            masks = self.masks if self.sparse_stage(server_round) else {}  # SLoRA's clients sent these packed
+            self.model.load_state_dict(aggregate(model_state(self.model), updates, masks), strict=False)
         svd_kept = None
         if self.method == "slora" and server_round == self.cfg.slora_sparse_rounds:  # the second stage's start
             self.model, svd_kept = lora_from_update(self.model, self.sparse_start, self.cfg.lora_rank,
@@ -458,14 +458,16 @@ class FederatedFineTuning(Strategy):
 
 
 def train_planned(cfg: LEFFConfig, results: dict[tuple[str, float, int], MethodRun], train_run, on_result=None,
-                  log=print) -> None:
+                  log=print, tuned: dict[tuple[str, float], MethodRun] | None = None, on_tuned=None) -> None:
     """Every planned run not in `results` into it, `train_run(method, α, seed, lr, validate)` training
-    one. The lr tuning (GeoAda's shape): at the first α and seed every method that trains the body
-    runs once per point of the same grid, scored on the validation windows, and where the best
-    (choose_lr) is an end of what was tried, once more one step past it (past_edge), up to
-    `lr_sweep_extend` times; the best is that seed's run and its lr every later run's (a resumed
-    flow reads it back from the saved run)."""
+    one. The lr tuning (GeoAda's shape, paperline/sweep.py: sweep): at the first α and seed every
+    method that trains the body runs once per point of the same grid, scored on the validation
+    windows, and where the best (validation_rank) is an end of what was tried, once more one step
+    past it, up to `lr_sweep_extend` times; the best is that seed's run and its lr every later run's
+    (a resumed flow reads it back from the saved run). A tuning run in `tuned` ({(method, lr): run},
+    the ones a killed flow finished) is not trained again; each new one goes to `on_tuned(run)`."""
     tuned_alpha, tuned_seed, rates = cfg.alphas[0], cfg.run_seeds()[0], lr_rates(cfg)
+    tuned = tuned or {}
     chosen: dict[str, float] = {}
     for method, alpha, seed in runs_planned(cfg):
         if (method, alpha, seed) in results:
@@ -474,20 +476,23 @@ def train_planned(cfg: LEFFConfig, results: dict[tuple[str, float, int], MethodR
                 chosen[method] = kept.lr
             continue
         if (alpha, seed) == (tuned_alpha, tuned_seed) and tunes_lr(method) and len(rates) > 1:
-            tried = [train_run(method, alpha, seed, lr, True) for lr in rates]
-            sweep = [run.validation for run in tried if run.validation is not None]
-            for _ in range(cfg.lr_sweep_extend):
-                step = past_edge([p["lr"] for p in sweep], choose_lr(sweep))
-                if step is None:
-                    break
-                log(f"leff: {method}: the best lr {choose_lr(sweep):g} is an end of {sorted(p['lr'] for p in sweep)}; "
-                    f"trying {step:g}")
-                tried.append(train_run(method, alpha, seed, step, True))
-                sweep = [run.validation for run in tried if run.validation is not None]
-            chosen[method] = choose_lr(sweep)
-            run = next(r for r in tried if r.lr == chosen[method])
-            run.lr_sweep = sweep
-            log(f"leff: {method}: lr {chosen[method]:g} chosen of {sorted(p['lr'] for p in sweep)} on the validation windows")
+            def fit(lr: float, method: str = method, alpha: float = alpha, seed: int = seed) -> MethodRun:
+                if (method, lr) in tuned:
+                    return tuned[(method, lr)]
+                run = train_run(method, alpha, seed, lr, True)
+                if on_tuned is not None:
+                    on_tuned(run)
+                return run
+
+            def rank(run: MethodRun) -> tuple[float, float, float]:
+                assert run.validation is not None  # a tuning run is scored on the validation windows
+                return validation_rank(run.validation)
+
+            tried = sweep(rates, fit, rank, cfg.lr_sweep_extend)
+            chosen[method] = best_rate(tried, rank)
+            run = tried[chosen[method]]
+            run.lr_sweep = [r.validation for r in tried.values() if r.validation is not None]
+            log(f"leff: {method}: lr {chosen[method]:g} chosen of {sorted(tried)} on the validation windows")
         else:
             # fedhead's body is frozen: the body lr is moot, `lr` recorded
             run = train_run(method, alpha, seed, chosen.get(method, rates[0]) if tunes_lr(method) else cfg.lr, False)
@@ -497,10 +502,12 @@ def train_planned(cfg: LEFFConfig, results: dict[tuple[str, float, int], MethodR
 
 
 def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, int], MethodRun] | None = None,
-                  on_result=None, log=print) -> dict[tuple[str, float, int], MethodRun]:
+                  on_result=None, log=print, tuned: dict[tuple[str, float], MethodRun] | None = None,
+                  on_tuned=None) -> dict[tuple[str, float, int], MethodRun]:
     """Every planned (method, α, seed) (config.runs_planned) not in `done`, one after another in one Flower
-    simulation (Ray backend, `cfg.clients` virtual SuperNodes); `on_result(run)` after each (the
-    task saves it, so a killed run resumes at the next)."""
+    simulation (Ray backend, `cfg.clients` virtual SuperNodes); `on_result(run)` after each and
+    `on_tuned(run)` after each lr-tuning run (the task saves both, so a killed run resumes at the
+    next; `tuned`: the tuning runs it finished, train_planned's)."""
     from flwr.simulation import run_simulation
 
     L = base.config.num_layers
@@ -515,12 +522,15 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
     def main(grid: Grid, context: Context) -> None:
         try:
             data: dict[tuple[float, int], FederatedData] = {}
+            initial: dict[tuple[float, int], dict] = {}  # the round-0 score on each data's test windows
 
             def train_run(method: str, alpha: float, seed: int, lr: float, validate: bool) -> MethodRun:
                 run_cfg = cfg.model_copy(update={"seed": seed, "lr": lr})  # the clients read both from it
                 if (alpha, seed) not in data:
                     data[(alpha, seed)] = run_data(cfg, alpha, seed)
-                strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log, validate)
+                strategy = FederatedFineTuning(run_cfg, method, alpha, base, data[(alpha, seed)], log, validate,
+                                               initial.get((alpha, seed)))
+                initial[(alpha, seed)] = strategy.run.initial
                 try:
                     strategy.query_clients(grid, cfg.round_timeout_s)
                     strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=cfg.rounds,
@@ -529,7 +539,7 @@ def run_federated(cfg: LEFFConfig, base: CausalLM, done: dict[tuple[str, float, 
                     strategy.close()
                 return strategy.run
 
-            train_planned(cfg, results, train_run, on_result, log)
+            train_planned(cfg, results, train_run, on_result, log, tuned, on_tuned)
         except BaseException as err:  # the simulation logs and swallows it: re-raised below
             errors.append(err)
             raise

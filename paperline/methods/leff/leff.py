@@ -389,15 +389,18 @@ def lora_from_update(model: CausalLM, start: dict[str, torch.Tensor], rank: int,
 
 # --- aggregation ----------------------------------------------------------------------------------
 
-def aggregate(global_state: dict[str, torch.Tensor],
-              updates: list[tuple[float, dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
+def aggregate(global_state: dict[str, torch.Tensor], updates: list[tuple[float, dict[str, torch.Tensor]]],
+              masks: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Θ^k ← Σ_{i∈S_k} D_i Θ_i^k / Σ_{i∈S_k} D_i for every key k, S_k the clients that sent k; a key
-    nobody sent keeps its value (LEFF's layers nobody trained, a dropped client's)."""
-    out = dict(global_state)
-    for key in global_state:
+    nobody sent keeps its value (LEFF's layers nobody trained, a dropped client's). `masks`: keys
+    whose senders sent their masked entries only (SLoRA's sparse stage, `pack_sparse`): those are
+    averaged as sent and scattered into the global weight once, the entries off the mask kept exactly."""
+    masks = masks or {}
+    out = global_state | pack_sparse(global_state, masks)
+    for key, current in list(out.items()):
         senders = [(w, s[key]) for w, s in updates if key in s]
         if senders:
             total = sum(w for w, _ in senders)
             # as_tensor: the sum of the (non-empty) senders' tensors unchanged, typed as one
-            out[key] = torch.as_tensor(sum(w * t.to(global_state[key].dtype) for w, t in senders)) / total
-    return out
+            out[key] = torch.as_tensor(sum(w * t.to(current.dtype) for w, t in senders)) / total
+    return unpack_sparse(global_state, out, masks)

@@ -9,6 +9,7 @@ from paperline.methods.leff.config import LEFFConfig, runs_planned, tunes_lr
 from paperline.methods.leff.fed import MethodRun
 from paperline.metrics import MethodMetrics
 from paperline.seeds import mean_over_seeds
+from paperline.sweep import past_edge
 
 METHOD = "leff"
 Runs = dict[tuple[str, float, int], MethodRun]
@@ -108,6 +109,8 @@ def method_metrics(cfg: LEFFConfig, runs: Runs, profile: str) -> MethodMetrics:
     planned = runs_planned(cfg)
     table = _table(cfg, runs)
     sweeps = {m: sweep for m, a, s in planned if (sweep := runs[(m, a, s)].lr_sweep) is not None}
+    chosen = {m: lr for m, a, s in planned if a == cfg.alphas[0] and s == cfg.run_seeds()[0] and tunes_lr(m)
+              and (lr := runs[(m, a, s)].lr) is not None}  # None: a record from before the lr tuning
     baseline = row_name(cfg.baseline, cfg.alphas[0], cfg.alphas)
     details = {"seeds": cfg.run_seeds(), "claims_alpha": cfg.alphas[0],
                "rounds": {seed_name(m, a, s, cfg.alphas): [{k: v for k, v in r.items() if k != "clients"}
@@ -117,12 +120,11 @@ def method_metrics(cfg: LEFFConfig, runs: Runs, profile: str) -> MethodMetrics:
                           for m, a, s in planned if m.startswith("leff")},
                # the lr tuning: every grid point's validation score at the first α and seed, per method
                "lr_sweep": sweeps,
-               "chosen_lr": {m: runs[(m, a, s)].lr for m, a, s in planned
-                             if a == cfg.alphas[0] and s == cfg.run_seeds()[0] and tunes_lr(m)},
-               # a rate at the grid's end may not be the best one: the grid should reach past it
+               "chosen_lr": chosen,
+               # a rate still at an end of what was tried (after lr_sweep_extend's steps) may not be the
+               # best one: the sweep should reach past it
                "chosen_lr_at_grid_edge": sorted(m for m, sweep in sweeps.items()
-                                                if runs[(m, cfg.alphas[0], cfg.run_seeds()[0])].lr
-                                                in (min(p["lr"] for p in sweep), max(p["lr"] for p in sweep)))}
+                                                if past_edge([p["lr"] for p in sweep], chosen[m]) is not None)}
     return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, runs),
                          baseline=baseline if baseline in table else None, primary_metric="test_loss",
                          higher_is_better=False, rows=table, details=details,
