@@ -272,6 +272,37 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
     return policy
 
 
+IQL_VALUED = ("iql", "mr", "pt")  # the extractions whose value is IQL's (`ExpectileQ`)
+
+
+def extraction_fingerprint(cfg: StarConfig, task: TaskConfig, seed: int, variant: str) -> dict:
+    """The settings that decide one extraction's result: the key of its finished-unit record. All
+    that makes the data (the task, the teacher, the oracle's SAC, the data settings) and the
+    extraction (the AWR and value settings, γ, τ), and of the rest only what `variant` reads:
+    STAR's reward model (`reward`, `reward_updates`) but for `pt`, whose rewards are the Preference
+    Transformer's (`pt` its settings); `star` (PMR's ε, the Gumbel β of `star`'s value; IQL's value
+    reads no β) but for `mr` (a plain Bradley–Terry model, no ε) and `pt`; IQL's `expectile` for the
+    IQL-valued extractions.
+    Never read by an extraction: `variants` (which others run beside it) and `held_out_pairs`
+    (only the reward models' accuracy, drawn after their fit), so adding a variant or changing
+    PT's settings keeps the others' records."""
+    off = offline_config(cfg)
+    unread = {"variants", "held_out_pairs"}
+    if variant != "pt":
+        unread.add("pt")
+    else:
+        unread.add("reward_updates")
+    if variant not in IQL_VALUED:
+        unread.add("expectile")
+    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(exclude=unread),
+                   "sac": cfg.sac.model_dump(), "teacher": cfg.teacher.model_dump(), "variant": variant}
+    if variant != "pt":
+        fingerprint["reward"] = cfg.reward.model_dump()
+    if variant not in ("mr", "pt"):
+        fingerprint["star"] = cfg.star.model_dump()
+    return fingerprint
+
+
 def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray],
                 seed: int, out: Path, progress: bool = False, device: torch.device | str = "cpu") -> dict:
     """One seed of the offline comparison: the data (generated or the configured files), the
@@ -279,9 +310,10 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     (the oracle's SAC) and a random policy on the same episodes.
 
     A killed run resumes variant by variant: each finished variant's evaluation is a finished-unit
-    record (`out/variants/<variant>.json`, fingerprinted by the settings that produce it); a rerun
-    regenerates the data and refits the reward models (deterministic in the seed, and cheap beside
-    the extractions) and trains only the variants not recorded, to the same results. `device`:
+    record (`out/variants/<variant>.json`, keyed by the settings that decide it:
+    `extraction_fingerprint`); a rerun regenerates the data and refits the reward models
+    (deterministic in the seed, and cheap beside the extractions) and trains only the variants not
+    recorded, to the same results. `device`:
     where the Preference Transformer (`pt`) is fitted; the rest runs on the CPU."""
     off = offline_config(cfg)
     behaviour = None
@@ -314,16 +346,13 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     random_return = evaluate(eval_env, lambda obs: rng.uniform(*info.bounds()).astype(np.float32), seeds,
                              task.episode_steps)["return"]
     s = cfg.sac
-    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(), "sac": s.model_dump(),
-                   "reward": cfg.reward.model_dump(), "star": cfg.star.model_dump(),
-                   "teacher": cfg.teacher.model_dump()}
 
     def extract(v: str) -> dict:
         policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v], seed,
                                progress)
         return evaluate(eval_env, policy.act, seeds, task.episode_steps)
 
-    variants = {v: finished_unit(Path(out) / "variants" / f"{v}.json", fingerprint | {"variant": v},
+    variants = {v: finished_unit(Path(out) / "variants" / f"{v}.json", extraction_fingerprint(cfg, task, seed, v),
                                  lambda: extract(v)) for v in off.variants}
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
