@@ -329,3 +329,20 @@ def test_a_record_survives_adding_a_variant_and_changing_the_pt_settings(tmp_pat
     second = offline.run_offline(cfg.model_copy(update={"offline": more}), task, info, expert, 0, tmp_path)
     assert trained == ["awr"]  # star's record read back, not retrained
     assert second["variants"]["star"] == first["variants"]["star"]
+
+
+def test_held_out_pairs_are_labelled_by_their_true_returns():
+    from paperline.methods.star.offline import held_out_pairs
+    from paperline.rl.offline import Transitions
+
+    n = 12
+    reward = np.array([0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 1], np.float32)
+    data = Transitions(obs=np.zeros((n, 1), np.float32), act=np.zeros((n, 1), np.float32), reward=reward,
+                       next_obs=np.zeros((n, 1), np.float32), terminal=np.zeros(n, np.float32),
+                       episode=np.zeros(n, np.int64), t=np.arange(n))
+    starts0, starts1, y = held_out_pairs(data, 2, 50, np.random.default_rng(0))
+    drawn = np.random.default_rng(0).choice(data.segment_starts(2), size=(50, 2))  # the same draw, in order
+    assert starts0.tolist() == drawn[:, 0].tolist() and starts1.tolist() == drawn[:, 1].tolist()
+    r0, r1 = reward[starts0] + reward[starts0 + 1], reward[starts1] + reward[starts1 + 1]
+    assert y.tolist() == np.where(r0 > r1, 1.0, np.where(r0 < r1, 0.0, 0.5)).tolist()
+    assert {0.0, 0.5, 1.0} <= set(y.tolist())

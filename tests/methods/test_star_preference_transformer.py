@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from paperline.methods.star import preference_transformer as pt
+from paperline.methods.star.offline import held_out_pairs
 from paperline.methods.star.preference_transformer import PreferenceTransformer, PTSettings
 from paperline.rl.offline import PreferenceLabels, Transitions
 from paperline.rl.teacher import rational_labels
@@ -89,9 +90,9 @@ def test_a_fit_on_a_tiny_preference_set_ranks_held_out_pairs_above_chance():
     pairs = rng.choice(starts, size=(300, 2))
     r = [data.reward[pairs[:, i, None] + np.arange(segment)].sum(-1) for i in (0, 1)]
     labels = PreferenceLabels(start0=pairs[:, 0], start1=pairs[:, 1], y=rational_labels(*r))
-    held = rng.choice(starts, size=(200, 2))
-    before = pt.accuracy(_model(segment), data, held[:, 0], held[:, 1], segment)
-    after = pt.accuracy(pt.fit(data, labels, segment, SMALL, seed=0), data, held[:, 0], held[:, 1], segment)
+    held = held_out_pairs(data, segment, 200, rng)
+    before = pt.accuracy(_model(segment), data, *held, segment)
+    after = pt.accuracy(pt.fit(data, labels, segment, SMALL, seed=0), data, *held, segment)
     assert after > 0.8 and after > before + 0.15  # 0.875-0.89 at 60 steps over three draws
 
 

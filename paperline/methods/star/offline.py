@@ -202,6 +202,16 @@ def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int
     return info.features(data.obs[idx], data.act[idx])
 
 
+def held_out_pairs(data: Transitions, segment: int, n: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`n` pairs of segments of the data drawn by `rng` (their starts, starts0 and starts1) and a
+    noiseless teacher's labels of them (from their true returns): the pairs every offline reward
+    model's held-out preference accuracy is measured on."""
+    held = rng.choice(data.segment_starts(segment), size=(n, 2))
+    r0, r1 = (data.reward[held[:, i, None] + np.arange(segment)].sum(-1) for i in (0, 1))
+    return held[:, 0], held[:, 1], rational_labels(r0, r1)
+
+
 def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: PreferenceLabels, seed: int,
                generator: torch.Generator, pmr: bool = True) -> tuple[RewardEnsemble, float | None]:
     """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`; `pmr`
@@ -213,10 +223,8 @@ def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: Prefer
     rng = np.random.default_rng([seed, 12])
     model.train_session(_features(info, data, labels.start0, off.segment),
                         _features(info, data, labels.start1, off.segment), labels.y, rng)
-    held = rng.choice(data.segment_starts(off.segment), size=(off.held_out_pairs, 2))
-    r = [data.reward[held[:, i, None] + np.arange(off.segment)].sum(-1) for i in (0, 1)]
-    accuracy = model.accuracy(_features(info, data, held[:, 0], off.segment),
-                              _features(info, data, held[:, 1], off.segment), rational_labels(*r))
+    held0, held1, y = held_out_pairs(data, off.segment, off.held_out_pairs, rng)
+    accuracy = model.accuracy(_features(info, data, held0, off.segment), _features(info, data, held1, off.segment), y)
     return model, None if math.isnan(accuracy) else accuracy
 
 
@@ -335,8 +343,8 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
         rewards["mr"] = plain.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
     if "pt" in off.variants:  # every draw of its own from the seed, as `mr`'s
         pt = preference_transformer.fit(data, labels, off.segment, off.pt, seed, device)
-        held = np.random.default_rng([seed, 16]).choice(data.segment_starts(off.segment), size=(off.held_out_pairs, 2))
-        pt_held = preference_transformer.accuracy(pt, data, held[:, 0], held[:, 1], off.segment)
+        held = held_out_pairs(data, off.segment, off.held_out_pairs, np.random.default_rng([seed, 16]))
+        pt_held = preference_transformer.accuracy(pt, data, *held, off.segment)
         pt_accuracy = None if math.isnan(pt_held) else pt_held
         rewards["pt"] = preference_transformer.relabel(pt, data, off.segment)
     eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)

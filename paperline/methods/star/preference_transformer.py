@@ -50,7 +50,6 @@ from torch import nn
 from paperline.config import StrictModel
 from paperline.rl.offline import PreferenceLabels, Transitions
 from paperline.rl.reward_model import bradley_terry_loss
-from paperline.rl.teacher import rational_labels
 from paperline.seeds import seeded_init
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -155,11 +154,15 @@ def fit(
 
 @torch.no_grad()
 def accuracy(
-    model: PreferenceTransformer, data: Transitions, starts0: np.ndarray, starts1: np.ndarray, segment: int
+    model: PreferenceTransformer,
+    data: Transitions,
+    starts0: np.ndarray,
+    starts1: np.ndarray,
+    y: np.ndarray,
+    segment: int,
 ) -> float:
-    """Share of the pairs with unequal true returns whose score order agrees with them (NaN: none)."""
-    r0, r1 = (data.reward[s[:, None] + np.arange(segment)].sum(-1) for s in (starts0, starts1))
-    y = rational_labels(r0, r1)
+    """Share of the pairs with a strict label y (1: the first segment preferred, 0: the second; ½:
+    neither) whose score order agrees with it (NaN: none)."""
     strict = y != 0.5
     if not strict.any():
         return math.nan
