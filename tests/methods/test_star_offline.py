@@ -300,6 +300,7 @@ def test_an_extractions_record_key_holds_only_the_settings_it_reads():
         assert key(v) == key(v, variants=["star", "iql", "awr", "mr", "pt"], pt=other_pt, held_out_pairs=7)
         assert key(v) != key(v, steps=31)
     assert key("pt") != key("pt", pt=other_pt) and key("pt") == key("pt", variants=["pt"], reward_updates=11)
+    assert key("pt") != key("pt", held_out_pairs=7)  # its record holds its model's held-out accuracy too
     assert key("star") == key("star", expectile=0.8) and key("awr") == key("awr", expectile=0.8)
     assert all(key(v) != key(v, expectile=0.8) for v in ("iql", "mr", "pt"))
     assert key("iql") != key("iql", reward_updates=11) and key("mr") != key("mr", reward_updates=11)

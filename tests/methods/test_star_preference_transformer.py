@@ -135,3 +135,26 @@ def test_the_pt_baseline_is_iql_on_its_own_rewards_and_leaves_the_others_unchang
     alone = cfg.model_copy(update={"offline": cfg.offline.model_copy(update={"variants": ["iql"]})})
     without = offline.run_offline(alone, task, info, expert, 0, tmp_path / "without")
     assert without["variants"]["iql"] == result["variants"]["iql"] and without["pt_pref_accuracy"] is None
+
+
+def test_a_recorded_pt_extraction_is_neither_refitted_nor_retrained(tmp_path, monkeypatch):
+    from paperline.methods.star import offline
+    from paperline.methods.star.envs import check_env
+    from tests.methods.test_star_offline import resolve
+
+    _, cfg = resolve("star", "tiny", ["offline.variants=[pt]"])
+    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
+    expert = lambda obs: np.zeros(1, np.float32)  # noqa: E731
+    first = offline.run_offline(cfg, task, info, expert, 0, tmp_path)
+    assert 0 <= first["pt_pref_accuracy"] <= 1
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a recorded extraction's model fitted or trained again")
+
+    monkeypatch.setattr(pt, "fit", refused)
+    monkeypatch.setattr(offline, "train_variant", refused)
+    assert offline.run_offline(cfg, task, info, expert, 0, tmp_path) == first  # its accuracy read back with it
+    held = cfg.offline.model_copy(update={"held_out_pairs": 7})  # its record holds PT's accuracy: a new key
+    with pytest.raises(AssertionError, match="fitted or trained again"):
+        offline.run_offline(cfg.model_copy(update={"offline": held}), task, info, expert, 0, tmp_path)

@@ -292,12 +292,12 @@ def extraction_fingerprint(cfg: StarConfig, task: TaskConfig, seed: int, variant
     reads no β) but for `mr` (a plain Bradley–Terry model, no ε) and `pt`; IQL's `expectile` for the
     IQL-valued extractions.
     Never read by an extraction: `variants` (which others run beside it) and `held_out_pairs`
-    (only the reward models' accuracy, drawn after their fit), so adding a variant or changing
-    PT's settings keeps the others' records."""
+    (only the reward models' accuracy, drawn after their fit) but for `pt`, whose record holds its
+    model's accuracy too; so adding a variant or changing PT's settings keeps the others' records."""
     off = offline_config(cfg)
-    unread = {"variants", "held_out_pairs"}
+    unread = {"variants"}
     if variant != "pt":
-        unread.add("pt")
+        unread |= {"pt", "held_out_pairs"}
     else:
         unread.add("reward_updates")
     if variant not in IQL_VALUED:
@@ -319,10 +319,11 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
 
     A killed run resumes variant by variant: each finished variant's evaluation is a finished-unit
     record (`out/variants/<variant>.json`, keyed by the settings that decide it:
-    `extraction_fingerprint`); a rerun regenerates the data and refits the reward models
-    (deterministic in the seed, and cheap beside the extractions) and trains only the variants not
-    recorded, to the same results. `device`:
-    where the Preference Transformer (`pt`) is fitted; the rest runs on the CPU."""
+    `extraction_fingerprint`); a rerun regenerates the data and refits STAR's and MR's reward
+    models (deterministic in the seed, and cheap beside the extractions) and trains only the
+    variants not recorded, to the same results; the Preference Transformer, whose fit is not cheap,
+    is fitted only with its extraction (its accuracy recorded with it). `device`: where the
+    Preference Transformer (`pt`) is fitted; the rest runs on the CPU."""
     off = offline_config(cfg)
     behaviour = None
     if off.dataset is None:
@@ -337,16 +338,9 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
     rewards: dict[str, np.ndarray] = {v: reward for v in off.variants if v not in ("mr", "pt")}
     mr_accuracy: float | None = None
-    pt_accuracy: float | None = None
     if "mr" in off.variants:  # its own generator: the other variants' results do not depend on it
         plain, mr_accuracy = fit_reward(cfg, info, data, labels, seed, torch.Generator().manual_seed(seed), pmr=False)
         rewards["mr"] = plain.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
-    if "pt" in off.variants:  # every draw of its own from the seed, as `mr`'s
-        pt = preference_transformer.fit(data, labels, off.segment, off.pt, seed, device)
-        held = held_out_pairs(data, off.segment, off.held_out_pairs, np.random.default_rng([seed, 16]))
-        pt_held = preference_transformer.accuracy(pt, data, *held, off.segment)
-        pt_accuracy = None if math.isnan(pt_held) else pt_held
-        rewards["pt"] = preference_transformer.relabel(pt, data, off.segment)
     eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
     seeds = [20_000 + 97 * i for i in range(off.eval_episodes)]
     rng = np.random.default_rng([seed, 14])
@@ -360,8 +354,25 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
                                progress)
         return evaluate(eval_env, policy.act, seeds, task.episode_steps)
 
-    variants = {v: finished_unit(Path(out) / "variants" / f"{v}.json", extraction_fingerprint(cfg, task, seed, v),
-                                 lambda: extract(v)) for v in off.variants}
+    def extract_pt() -> dict:
+        """PT fitted (every draw of its own from the seed, as `mr`'s model) and extracted, and its
+        held-out accuracy, recorded with the extraction: a recorded one is neither refitted nor
+        retrained."""
+        pt = preference_transformer.fit(data, labels, off.segment, off.pt, seed, device)
+        held = held_out_pairs(data, off.segment, off.held_out_pairs, np.random.default_rng([seed, 16]))
+        pt_held = preference_transformer.accuracy(pt, data, *held, off.segment)
+        rewards["pt"] = preference_transformer.relabel(pt, data, off.segment)
+        return {"evaluation": extract("pt"), "pref_accuracy": None if math.isnan(pt_held) else pt_held}
+
+    variants: dict[str, dict] = {}
+    pt_accuracy: float | None = None
+    for v in off.variants:
+        record, key = Path(out) / "variants" / f"{v}.json", extraction_fingerprint(cfg, task, seed, v)
+        if v == "pt":
+            pt_result = finished_unit(record, key, extract_pt)
+            variants[v], pt_accuracy = pt_result["evaluation"], pt_result["pref_accuracy"]
+        else:
+            variants[v] = finished_unit(record, key, lambda: extract(v))
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
             "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "pt_pref_accuracy": pt_accuracy,

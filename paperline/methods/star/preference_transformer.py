@@ -133,7 +133,9 @@ def fit(
 ) -> PreferenceTransformer:
     """The model fitted by `updates` AdamW steps on batches of the labelled pairs, on `device` (the
     paper profile's: the offline task's GPU where it holds one)."""
-    # the global generators, forked: initialisation and dropout (CUDA's on a GPU) from the seed
+    # the global generators, forked: initialisation and dropout (CUDA's on a GPU) from the seed. The
+    # whole fit holds seeded_init's lock, not the build alone: dropout takes no generator and draws
+    # from the process-wide one, which a fit outside the lock would share with other threads
     with seeded_init(seed, cuda=torch.device(device).type == "cuda"):
         model = PreferenceTransformer(data.obs.shape[1], data.act.shape[1], segment, settings).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=settings.lr)
