@@ -8,6 +8,12 @@ Q_ξ/V_ξ steps weigh far more.
 
     python benchmarks/star_overhead.py                 # 64×2 networks, batch 128 (the smoke profile's)
     python benchmarks/star_overhead.py --hidden 256 --batch 256 --task grid
+
+`--pt`: instead, the offline Preference Transformer's fit (`offline.pt`), CPU and wall ms per
+gradient step at each `--pt-sizes` embedding×batch (the module's other defaults: one causal block,
+4 heads, dropout 0.1), on `--segment`-step segments of random Pendulum-shaped transitions:
+
+    python benchmarks/star_overhead.py --pt            # embedding×batch 16×32, 32×64, 256×256 (paper)
 """
 from __future__ import annotations
 
@@ -79,6 +85,38 @@ def update_times(cfg: StarConfig, rounds: int, updates: int) -> dict[str, float]
     return {v: statistics.median(t) for v, t in times.items()}
 
 
+def pt_step_times(sizes: list[tuple[int, int]], segment: int, updates: int) -> dict[tuple[int, int], tuple[float, float]]:
+    """(embedding, batch) -> (CPU s, wall s) per Preference Transformer fit step: a fit of 1 + `updates`
+    steps less one of a single step (its build and first step), over `updates`, after a warm-up fit."""
+    from paperline.methods.star import preference_transformer
+    from paperline.rl.offline import PreferenceLabels, Transitions
+
+    rng = np.random.default_rng(0)
+    episodes, length = 15, 200  # the smoke's offline data: 15 Pendulum episodes
+    n = episodes * length
+    obs = rng.standard_normal((n, 3)).astype(np.float32)
+    data = Transitions(obs=obs, act=rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+                       reward=rng.standard_normal(n).astype(np.float32), next_obs=obs,
+                       terminal=np.zeros(n, np.float32), episode=np.repeat(np.arange(episodes), length),
+                       t=np.tile(np.arange(length), episodes))
+    starts = rng.choice(data.segment_starts(segment), size=(500, 2))
+    labels = PreferenceLabels(start0=starts[:, 0], start1=starts[:, 1], y=rng.integers(0, 2, 500).astype(float))
+    out = {}
+
+    def fit_time(settings) -> np.ndarray:
+        cpu, wall = time.process_time(), time.perf_counter()
+        preference_transformer.fit(data, labels, segment, settings, seed=0)
+        return np.array([time.process_time() - cpu, time.perf_counter() - wall])
+
+    for embed, batch in sizes:
+        settings = preference_transformer.PTSettings(embed=embed, batch=batch, updates=1)
+        fit_time(settings)  # warm-up: torch's first calls at these shapes
+        one = fit_time(settings)
+        more = fit_time(settings.model_copy(update={"updates": 1 + updates}))
+        out[(embed, batch)] = tuple((more - one) / updates)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=("pendulum", "grid"), default="pendulum")
@@ -88,8 +126,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=100, help="agent updates per round")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--pt", action="store_true", help="time the Preference Transformer's fit steps instead")
+    parser.add_argument("--pt-sizes", default="16x32,32x64,256x256", help="embedding×batch of each timed fit")
+    parser.add_argument("--segment", type=int, default=50, help="segment length of the --pt fits (the smoke's)")
+    parser.add_argument("--pt-updates", type=int, default=10, help="gradient steps of each --pt fit")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.pt:
+        sizes = [tuple(int(x) for x in size.split("x")) for size in args.pt_sizes.split(",")]
+        times = pt_step_times(sizes, args.segment, args.pt_updates)  # type: ignore[arg-type]
+        print(f"Preference Transformer fit, {args.segment}-step segments, {args.pt_updates} steps a fit, "
+              f"{args.threads} thread(s)")
+        print(f"{'embedding':>9s} {'batch':>6s} {'CPU ms/step':>12s} {'wall ms/step':>13s}")
+        for (embed, batch), (cpu, wall) in times.items():
+            print(f"{embed:9d} {batch:6d} {1e3 * cpu:12.1f} {1e3 * wall:13.1f}")
+        return 0
     cfg = config(args)
     per_update = update_times(cfg, args.rounds, args.updates)
     steps_per_s = {}

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from paperline.methods.star import preference_transformer as pt
+from paperline.methods.star.offline import held_out_pairs
 from paperline.methods.star.preference_transformer import PreferenceTransformer, PTSettings
 from paperline.rl.offline import PreferenceLabels, Transitions
 from paperline.rl.teacher import rational_labels
@@ -89,9 +90,9 @@ def test_a_fit_on_a_tiny_preference_set_ranks_held_out_pairs_above_chance():
     pairs = rng.choice(starts, size=(300, 2))
     r = [data.reward[pairs[:, i, None] + np.arange(segment)].sum(-1) for i in (0, 1)]
     labels = PreferenceLabels(start0=pairs[:, 0], start1=pairs[:, 1], y=rational_labels(*r))
-    held = rng.choice(starts, size=(200, 2))
-    before = pt.accuracy(_model(segment), data, held[:, 0], held[:, 1], segment)
-    after = pt.accuracy(pt.fit(data, labels, segment, SMALL, seed=0), data, held[:, 0], held[:, 1], segment)
+    held = held_out_pairs(data, segment, 200, rng)
+    before = pt.accuracy(_model(segment), data, *held, segment)
+    after = pt.accuracy(pt.fit(data, labels, segment, SMALL, seed=0), data, *held, segment)
     assert after > 0.8 and after > before + 0.15  # 0.875-0.89 at 60 steps over three draws
 
 
@@ -134,3 +135,26 @@ def test_the_pt_baseline_is_iql_on_its_own_rewards_and_leaves_the_others_unchang
     alone = cfg.model_copy(update={"offline": cfg.offline.model_copy(update={"variants": ["iql"]})})
     without = offline.run_offline(alone, task, info, expert, 0, tmp_path / "without")
     assert without["variants"]["iql"] == result["variants"]["iql"] and without["pt_pref_accuracy"] is None
+
+
+def test_a_recorded_pt_extraction_is_neither_refitted_nor_retrained(tmp_path, monkeypatch):
+    from paperline.methods.star import offline
+    from paperline.methods.star.envs import check_env
+    from tests.methods.test_star_offline import resolve
+
+    _, cfg = resolve("star", "tiny", ["offline.variants=[pt]"])
+    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
+    info = check_env(task.env_id, task.kind, task.env_kwargs)
+    expert = lambda obs: np.zeros(1, np.float32)  # noqa: E731
+    first = offline.run_offline(cfg, task, info, expert, 0, tmp_path)
+    assert 0 <= first["pt_pref_accuracy"] <= 1
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a recorded extraction's model fitted or trained again")
+
+    monkeypatch.setattr(pt, "fit", refused)
+    monkeypatch.setattr(offline, "train_variant", refused)
+    assert offline.run_offline(cfg, task, info, expert, 0, tmp_path) == first  # its accuracy read back with it
+    held = cfg.offline.model_copy(update={"held_out_pairs": 7})  # its record holds PT's accuracy: a new key
+    with pytest.raises(AssertionError, match="fitted or trained again"):
+        offline.run_offline(cfg.model_copy(update={"offline": held}), task, info, expert, 0, tmp_path)

@@ -202,6 +202,16 @@ def _features(info: EnvInfo, data: Transitions, starts: np.ndarray, segment: int
     return info.features(data.obs[idx], data.act[idx])
 
 
+def held_out_pairs(data: Transitions, segment: int, n: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`n` pairs of segments of the data drawn by `rng` (their starts, starts0 and starts1) and a
+    noiseless teacher's labels of them (from their true returns): the pairs every offline reward
+    model's held-out preference accuracy is measured on."""
+    held = rng.choice(data.segment_starts(segment), size=(n, 2))
+    r0, r1 = (data.reward[held[:, i, None] + np.arange(segment)].sum(-1) for i in (0, 1))
+    return held[:, 0], held[:, 1], rational_labels(r0, r1)
+
+
 def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: PreferenceLabels, seed: int,
                generator: torch.Generator, pmr: bool = True) -> tuple[RewardEnsemble, float | None]:
     """The reward ensemble fitted once on every label (PMR's smoothed targets, ε of `star`; `pmr`
@@ -213,10 +223,8 @@ def fit_reward(cfg: StarConfig, info: EnvInfo, data: Transitions, labels: Prefer
     rng = np.random.default_rng([seed, 12])
     model.train_session(_features(info, data, labels.start0, off.segment),
                         _features(info, data, labels.start1, off.segment), labels.y, rng)
-    held = rng.choice(data.segment_starts(off.segment), size=(off.held_out_pairs, 2))
-    r = [data.reward[held[:, i, None] + np.arange(off.segment)].sum(-1) for i in (0, 1)]
-    accuracy = model.accuracy(_features(info, data, held[:, 0], off.segment),
-                              _features(info, data, held[:, 1], off.segment), rational_labels(*r))
+    held0, held1, y = held_out_pairs(data, off.segment, off.held_out_pairs, rng)
+    accuracy = model.accuracy(_features(info, data, held0, off.segment), _features(info, data, held1, off.segment), y)
     return model, None if math.isnan(accuracy) else accuracy
 
 
@@ -272,6 +280,37 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
     return policy
 
 
+IQL_VALUED = ("iql", "mr", "pt")  # the extractions whose value is IQL's (`ExpectileQ`)
+
+
+def extraction_fingerprint(cfg: StarConfig, task: TaskConfig, seed: int, variant: str) -> dict:
+    """The settings that decide one extraction's result: the key of its finished-unit record. All
+    that makes the data (the task, the teacher, the oracle's SAC, the data settings) and the
+    extraction (the AWR and value settings, γ, τ), and of the rest only what `variant` reads:
+    STAR's reward model (`reward`, `reward_updates`) but for `pt`, whose rewards are the Preference
+    Transformer's (`pt` its settings); `star` (PMR's ε, the Gumbel β of `star`'s value; IQL's value
+    reads no β) but for `mr` (a plain Bradley–Terry model, no ε) and `pt`; IQL's `expectile` for the
+    IQL-valued extractions.
+    Never read by an extraction: `variants` (which others run beside it) and `held_out_pairs`
+    (only the reward models' accuracy, drawn after their fit) but for `pt`, whose record holds its
+    model's accuracy too; so adding a variant or changing PT's settings keeps the others' records."""
+    off = offline_config(cfg)
+    unread = {"variants"}
+    if variant != "pt":
+        unread |= {"pt", "held_out_pairs"}
+    else:
+        unread.add("reward_updates")
+    if variant not in IQL_VALUED:
+        unread.add("expectile")
+    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(exclude=unread),
+                   "sac": cfg.sac.model_dump(), "teacher": cfg.teacher.model_dump(), "variant": variant}
+    if variant != "pt":
+        fingerprint["reward"] = cfg.reward.model_dump()
+    if variant not in ("mr", "pt"):
+        fingerprint["star"] = cfg.star.model_dump()
+    return fingerprint
+
+
 def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray],
                 seed: int, out: Path, progress: bool = False, device: torch.device | str = "cpu") -> dict:
     """One seed of the offline comparison: the data (generated or the configured files), the
@@ -279,10 +318,12 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     (the oracle's SAC) and a random policy on the same episodes.
 
     A killed run resumes variant by variant: each finished variant's evaluation is a finished-unit
-    record (`out/variants/<variant>.json`, fingerprinted by the settings that produce it); a rerun
-    regenerates the data and refits the reward models (deterministic in the seed, and cheap beside
-    the extractions) and trains only the variants not recorded, to the same results. `device`:
-    where the Preference Transformer (`pt`) is fitted; the rest runs on the CPU."""
+    record (`out/variants/<variant>.json`, keyed by the settings that decide it:
+    `extraction_fingerprint`); a rerun regenerates the data and refits STAR's and MR's reward
+    models (deterministic in the seed, and cheap beside the extractions) and trains only the
+    variants not recorded, to the same results; the Preference Transformer, whose fit is not cheap,
+    is fitted only with its extraction (its accuracy recorded with it). `device`: where the
+    Preference Transformer (`pt`) is fitted; the rest runs on the CPU."""
     off = offline_config(cfg)
     behaviour = None
     if off.dataset is None:
@@ -297,16 +338,9 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     reward = model.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
     rewards: dict[str, np.ndarray] = {v: reward for v in off.variants if v not in ("mr", "pt")}
     mr_accuracy: float | None = None
-    pt_accuracy: float | None = None
     if "mr" in off.variants:  # its own generator: the other variants' results do not depend on it
         plain, mr_accuracy = fit_reward(cfg, info, data, labels, seed, torch.Generator().manual_seed(seed), pmr=False)
         rewards["mr"] = plain.mean_reward(info.features(data.obs, data.act)).astype(np.float32)
-    if "pt" in off.variants:  # every draw of its own from the seed, as `mr`'s
-        pt = preference_transformer.fit(data, labels, off.segment, off.pt, seed, device)
-        held = np.random.default_rng([seed, 16]).choice(data.segment_starts(off.segment), size=(off.held_out_pairs, 2))
-        pt_held = preference_transformer.accuracy(pt, data, held[:, 0], held[:, 1], off.segment)
-        pt_accuracy = None if math.isnan(pt_held) else pt_held
-        rewards["pt"] = preference_transformer.relabel(pt, data, off.segment)
     eval_env = make_env(task.env_id, task.episode_steps, task.env_kwargs)
     seeds = [20_000 + 97 * i for i in range(off.eval_episodes)]
     rng = np.random.default_rng([seed, 14])
@@ -314,17 +348,31 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     random_return = evaluate(eval_env, lambda obs: rng.uniform(*info.bounds()).astype(np.float32), seeds,
                              task.episode_steps)["return"]
     s = cfg.sac
-    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(), "sac": s.model_dump(),
-                   "reward": cfg.reward.model_dump(), "star": cfg.star.model_dump(),
-                   "teacher": cfg.teacher.model_dump()}
 
     def extract(v: str) -> dict:
         policy = train_variant(v, off, s.gamma, cfg.star.beta, s.tau, s.target_every, info, data, rewards[v], seed,
                                progress)
         return evaluate(eval_env, policy.act, seeds, task.episode_steps)
 
-    variants = {v: finished_unit(Path(out) / "variants" / f"{v}.json", fingerprint | {"variant": v},
-                                 lambda: extract(v)) for v in off.variants}
+    def extract_pt() -> dict:
+        """PT fitted (every draw of its own from the seed, as `mr`'s model) and extracted, and its
+        held-out accuracy, recorded with the extraction: a recorded one is neither refitted nor
+        retrained."""
+        pt = preference_transformer.fit(data, labels, off.segment, off.pt, seed, device)
+        held = held_out_pairs(data, off.segment, off.held_out_pairs, np.random.default_rng([seed, 16]))
+        pt_held = preference_transformer.accuracy(pt, data, *held, off.segment)
+        rewards["pt"] = preference_transformer.relabel(pt, data, off.segment)
+        return {"evaluation": extract("pt"), "pref_accuracy": None if math.isnan(pt_held) else pt_held}
+
+    variants: dict[str, dict] = {}
+    pt_accuracy: float | None = None
+    for v in off.variants:
+        record, key = Path(out) / "variants" / f"{v}.json", extraction_fingerprint(cfg, task, seed, v)
+        if v == "pt":
+            pt_result = finished_unit(record, key, extract_pt)
+            variants[v], pt_accuracy = pt_result["evaluation"], pt_result["pref_accuracy"]
+        else:
+            variants[v] = finished_unit(record, key, lambda: extract(v))
     eval_env.close()
     return {"variants": variants, "expert_return": expert_return, "random_return": random_return,
             "pref_accuracy": accuracy, "mr_pref_accuracy": mr_accuracy, "pt_pref_accuracy": pt_accuracy,

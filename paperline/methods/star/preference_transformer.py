@@ -50,7 +50,6 @@ from torch import nn
 from paperline.config import StrictModel
 from paperline.rl.offline import PreferenceLabels, Transitions
 from paperline.rl.reward_model import bradley_terry_loss
-from paperline.rl.teacher import rational_labels
 from paperline.seeds import seeded_init
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -134,7 +133,9 @@ def fit(
 ) -> PreferenceTransformer:
     """The model fitted by `updates` AdamW steps on batches of the labelled pairs, on `device` (the
     paper profile's: the offline task's GPU where it holds one)."""
-    # the global generators, forked: initialisation and dropout (CUDA's on a GPU) from the seed
+    # the global generators, forked: initialisation and dropout (CUDA's on a GPU) from the seed. The
+    # whole fit holds seeded_init's lock, not the build alone: dropout takes no generator and draws
+    # from the process-wide one, which a fit outside the lock would share with other threads
     with seeded_init(seed, cuda=torch.device(device).type == "cuda"):
         model = PreferenceTransformer(data.obs.shape[1], data.act.shape[1], segment, settings).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=settings.lr)
@@ -155,11 +156,15 @@ def fit(
 
 @torch.no_grad()
 def accuracy(
-    model: PreferenceTransformer, data: Transitions, starts0: np.ndarray, starts1: np.ndarray, segment: int
+    model: PreferenceTransformer,
+    data: Transitions,
+    starts0: np.ndarray,
+    starts1: np.ndarray,
+    y: np.ndarray,
+    segment: int,
 ) -> float:
-    """Share of the pairs with unequal true returns whose score order agrees with them (NaN: none)."""
-    r0, r1 = (data.reward[s[:, None] + np.arange(segment)].sum(-1) for s in (starts0, starts1))
-    y = rational_labels(r0, r1)
+    """Share of the pairs with a strict label y (1: the first segment preferred, 0: the second; ½:
+    neither) whose score order agrees with it (NaN: none)."""
     strict = y != 0.5
     if not strict.any():
         return math.nan
