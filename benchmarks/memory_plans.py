@@ -329,18 +329,14 @@ def leff() -> list[Workload]:
 
 def pubsub_vfl() -> list[Workload]:
     from paperline.methods.pubsub_vfl.data import split_columns
+    from paperline.nn.mlp import MLP
 
     cfg = paper_config("pubsub_vfl")
     # Bank: 48 features (spec (c)); the active party's share of them by the profile's split
     active, _ = split_columns([f"f{i}" for i in range(48)], cfg.data)
     with torch.device("meta"):
-        widths = [len(active), *[cfg.hidden] * (cfg.bottom_layers - 1), cfg.embedding]  # bottom_layers Linears
-        layers: list[torch.nn.Module] = []
-        for a, b in zip(widths[:-1], widths[1:]):
-            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-        bottom = torch.nn.Sequential(*layers[:-1])
-        top = torch.nn.Sequential(torch.nn.Linear(2 * cfg.embedding, cfg.top_hidden), torch.nn.ReLU(),
-                                  torch.nn.Linear(cfg.top_hidden, 1))
+        bottom = MLP(len(active), [cfg.hidden] * (cfg.bottom_layers - 1), cfg.embedding)  # bottom_layers Linears
+        top = MLP(2 * cfg.embedding, [cfg.top_hidden], 1)
         act = saved_activation_bytes(bottom, torch.empty(1, len(active))) + saved_activation_bytes(
             top, torch.empty(1, 2 * cfg.embedding))  # the passive party's embedding joins at the top
     params = count(bottom) + count(top)

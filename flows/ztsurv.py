@@ -28,7 +28,7 @@ def ztsurv_flow(profile: str | None = None, overrides: list[str] | None = None) 
     with method_run(METHOD, profile, overrides, data=data_version,
                     run_config=lambda cfg: cfg.model_dump() | {"wsi": wsi.model_dump()}) as run:
         cfg = run.cfg
-        graphs = build_graphs.submit(cfg).result()
+        graphs = build_graphs.submit(cfg, run.context).result()
         # timed before training starts, so the two pipelines share a quiet machine
         compute = compute_accounting.submit(cfg, wsi).result()
         futures = {m: (submit_gpu(train_method, cfg, m, graphs, run.context) if m in NEURAL

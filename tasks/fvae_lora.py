@@ -13,6 +13,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from paperline.io import json_digest
 from paperline.methods.fvae_lora import plots
 from paperline.methods.fvae_lora.config import FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit
@@ -77,12 +78,11 @@ def backbone(cfg: FvaeLoraConfig, source: FvaeLoraData, ctx: track.RunContext) -
     import torch
 
     from paperline.methods.fvae_lora.train import load_backbone, save_backbone, train_backbone
-    from paperline.methods.fvae_lora.variant import fingerprint as record_fingerprint
 
     if source.model:
         return {"path": source.model, "trained_here": False}
     path = models_dir(METHOD) / BACKBONE_FILE
-    fingerprint = record_fingerprint(cfg.backbone.model_dump(), cfg.seed, source.version)
+    fingerprint = json_digest([cfg.backbone.model_dump(), cfg.seed, source.version])
     if path.is_file():
         saved = torch.load(path, map_location="cpu", weights_only=True)
         if saved.get("fingerprint") == fingerprint:

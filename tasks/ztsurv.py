@@ -50,12 +50,17 @@ def graphs_path() -> Path:
     return models_dir(METHOD) / "graphs.pt"
 
 
+def graphs_settings(cfg: ZTSurvConfig, ctx: track.RunContext) -> dict:
+    """The key of the graphs' record: the fields the build reads and the data's version."""
+    return {"config": cfg.graph_settings(), "data": ctx.data_version}
+
+
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="ztsurv-graphs", cache_policy=NO_CACHE)
-def build_graphs(cfg: ZTSurvConfig) -> Path:
+def build_graphs(cfg: ZTSurvConfig, ctx: track.RunContext) -> Path:
     """Segment every slide zero-shot and build its graph; a finished-unit record in
-    models/ztsurv/graphs.pt, fingerprinted by the config and the data's version (a resumed run
-    reuses it)."""
+    models/ztsurv/graphs.pt, fingerprinted by the fields the build reads and the data's version (a
+    resumed run, or one that changes only the training, reuses it)."""
     from paperline.methods.ztsurv.pipeline import build_cohort_graphs
 
     def build() -> dict:
@@ -63,7 +68,7 @@ def build_graphs(cfg: ZTSurvConfig) -> Path:
         return build_cohort_graphs(data_dir(), cfg, progress=sys.stderr.isatty()).__dict__
 
     path = graphs_path()
-    finished_unit(path, {"config": cfg.model_dump(mode="json", exclude={"seeds"}), "data": data_version(cfg)}, build)
+    finished_unit(path, graphs_settings(cfg, ctx), build)
     return path
 
 
@@ -80,11 +85,10 @@ def compute_accounting(cfg: ZTSurvConfig, wsi: WSIPrepConfig) -> dict | None:
 def _seed_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext, run: track.Run,
                   train_one) -> dict[int, list[FoldResult]]:
     """Each seed (its own folds) on a run nested under the method's; each fold: its finished-unit
-    record read back (fingerprinted by the config, the data's version, the method, seed and fold) or
+    record read back (fingerprinted by the fields a fold reads, the data's version, the method, seed and fold) or
     trained (`train_one(train, test, fold, seed)`) and recorded, then logged to a run nested under
     the seed's."""
-    settings = {"config": cfg.model_dump(mode="json", exclude={"seeds", "seed"}), "data": ctx.data_version,
-                "method": method}
+    settings = {"config": cfg.fold_settings(), "data": ctx.data_version, "method": method}
     out = {}
     for seed in cfg.run_seeds():
         results = []
@@ -111,7 +115,7 @@ def _seed_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext,
 def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> dict[int, list[FoldResult]]:
     """One neural method over every seed and fold: an MLflow child run, nested runs per seed and
     fold, a checkpoint per fold."""
-    cohort = load_cohort_graphs(graphs)
+    cohort = load_cohort_graphs(graphs, graphs_settings(cfg, ctx))
     with unit(ctx, method, {"method": method}, threads=cfg.threads) as u:
         run, device = u.run, u.device
         train_one = lambda tr, te, k, seed: train_neural_fold(method, cohort.graphs, tr, te,
@@ -123,7 +127,7 @@ def train_method(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunCon
 @task(name="ztsurv-baseline", cache_policy=NO_CACHE)
 def fit_baseline(cfg: ZTSurvConfig, method: str, graphs: Path, ctx: track.RunContext) -> dict[int, list[FoldResult]]:
     """Composition Cox or the random risk (the trivial baseline), in process, on the same folds."""
-    cohort = load_cohort_graphs(graphs)
+    cohort = load_cohort_graphs(graphs, graphs_settings(cfg, ctx))
     with ctx.child(method, params={"method": method}) as run:
         if method == "composition_cox":
             train_one = lambda tr, te, k, seed: composition_cox_fold(cohort.compositions, cohort.time, cohort.event,
@@ -141,7 +145,7 @@ def report(cfg: ZTSurvConfig, results: dict[str, dict[int, list[FoldResult]]], g
     """The comparison (each method's row the mean over seeds; the claims from the seeds; scored
     against the generator's truth on the embedded cohort) and the plots (PNG for MLflow and DVC,
     CSV for `dvc plots`)."""
-    cohort = load_cohort_graphs(graphs)
+    cohort = load_cohort_graphs(graphs, graphs_settings(cfg, ctx))
     per_seed = seed_rows(results, cohort.time, cohort.event)
     rows = mean_rows(per_seed)
     facts, truth = generator_truth(data_dir(), cohort)

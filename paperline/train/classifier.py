@@ -7,7 +7,7 @@ the last one smaller or, with `drop_last`, left out (unless it is the only one).
 `checkpoint` path the model, optimizer, scheduler and generator are saved every `every` epochs
 (`paperline.train.checkpoint.Resumable`) and a killed run resumes at its last saved epoch.
 Users: the digits MLPs of FVAE-LoRA (`fvae_lora/train.py: train_backbone`), LoTA-QAF
-(`lota_qaf/experiment.py: train_float_mlp`) and Model Shapley (`model_shapley/digits.py:
+(`lota_qaf/pipeline.py: float_model`) and Model Shapley (`model_shapley/digits.py:
 train_mlp`), and the vision methods' ViT (`paperline/train/vit.py`)."""
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ def read_unit(path: str | os.PathLike, fingerprint: Any) -> Any | None:
     if path.suffix == ".json":
         saved = read_json(path)
     elif path.suffix == ".pt":
-        import torch
+        from paperline.train.checkpoint import load_checkpoint  # torch only for a .pt record
 
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+        saved = load_checkpoint(path)
     else:
         saved = pickle.loads(path.read_bytes())
     return saved["result"] if isinstance(saved, dict) and saved.get("fingerprint") == json_digest(fingerprint) else None
@@ -39,13 +39,12 @@ def write_unit(path: str | os.PathLike, fingerprint: Any, result: Any) -> None:
     record = {"fingerprint": json_digest(fingerprint), "result": result}
     if path.suffix == ".json":
         write_json(path, record)
-        return
-    with atomic_path(path) as tmp:
-        if path.suffix == ".pt":
-            import torch
+    elif path.suffix == ".pt":
+        from paperline.train.checkpoint import save_checkpoint  # torch only for a .pt record
 
-            torch.save(record, tmp)
-        else:
+        save_checkpoint(path, record)
+    else:
+        with atomic_path(path) as tmp:
             tmp.write_bytes(pickle.dumps(record))
 
 

@@ -19,7 +19,6 @@ from paperline.methods.hrm_pet.data import build_sequence
 from paperline.methods.hrm_pet.model import ClassStats, LoraViT, adapter_name
 from paperline.methods.hrm_pet.train import (
     _fit,
-    batches,
     ctird_loss,
     old_tasks,
     relation,
@@ -28,6 +27,7 @@ from paperline.methods.hrm_pet.train import (
     tap,
 )
 from paperline.nn.vit import ViT
+from paperline.train.classifier import epoch_batches
 
 
 def _model(tasks: int = 3) -> tuple[ViT, LoraViT]:
@@ -235,8 +235,8 @@ def test_ctird_top_k_rules():
 
 
 def test_ctird_batches_are_one_fixed_order():
-    a = batches(10, 4, torch.Generator().manual_seed(3))
-    b = batches(10, 4, torch.Generator().manual_seed(3))
+    a = epoch_batches(10, 4, torch.Generator().manual_seed(3))
+    b = epoch_batches(10, 4, torch.Generator().manual_seed(3))
     assert [x.tolist() for x in a] == [x.tolist() for x in b] and [len(x) for x in a] == [4, 4, 2]
     assert sorted(torch.cat(a).tolist()) == list(range(10))
 

@@ -4,8 +4,6 @@ each seed's result kept as a finished unit (`<folder>/<variant>/seed<s>.json`, w
 settings that make it), so a killed run resumes at the next seed."""
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from paperline.io import json_digest
 from paperline.methods.fvae_lora.config import TEXT_PREFIX, VARIANT_SPECS, FvaeLoraConfig
 from paperline.methods.fvae_lora.data import CleanSplit, SpuriousTask, spurious_task
 from paperline.methods.fvae_lora.train import adapt, load_backbone
@@ -22,11 +21,6 @@ from paperline.train.records import finished_unit
 
 if TYPE_CHECKING:  # the text modules load only for a text variant
     from paperline.methods.fvae_lora.text import TextData
-
-
-def fingerprint(*parts) -> str:
-    """The settings a saved result was made from (the backbone's and each seed's records)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ def variant_run(cfg: FvaeLoraConfig, variant: str, split: CleanSplit, text: Text
         def text_of(seed: int) -> SpuriousTask:
             return text_task(text.tokens, text.y, text.spurious_token, t.agreement, t.train_fraction, seed)
         return VariantRun(cfg.text_config(), own, "text", lm, models / "text",
-                          fingerprint(t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version),
+                          json_digest([t.model_dump(exclude={"variants", "seeds"}), cfg.seed, own, text.version]),
                           text_of)
     # building the model draws from the global RNG (its init, then the saved weights): fenced, or it
     # consumes draws of another variant's seeded init running in a sibling thread
@@ -78,6 +72,6 @@ def variant_run(cfg: FvaeLoraConfig, variant: str, split: CleanSplit, text: Text
     def image_of(seed: int) -> SpuriousTask:
         return spurious_task(split, cfg.task, seed)
     return VariantRun(cfg, variant, "image", backbone, models,
-                      fingerprint(cfg.model_dump(exclude={"variants", "seeds", "text"}), variant, data_version,
-                                  backbone_accuracy),
+                      json_digest([cfg.model_dump(exclude={"variants", "seeds", "text"}), variant, data_version,
+                                   backbone_accuracy]),
                       image_of)

@@ -25,6 +25,7 @@ from paperline.methods.hrm_pet.model import ClassStats, LoraViT, TiiHead
 from paperline.nn.vit import ViT
 from paperline.seeds import seeded_init
 from paperline.train.checkpoint import Resumable
+from paperline.train.classifier import epoch_batches
 
 NEG = float("-inf")
 
@@ -72,13 +73,6 @@ def ctird_loss(features: torch.Tensor, targets: torch.Tensor, temperature: float
     # a tensor: m ≥ 1 terms (sum's int start types it Tensor | int)
     return cast(torch.Tensor, sum(F.kl_div(log_w_t, targets[:, k], reduction="batchmean")
                                   for k in range(targets.shape[1])))
-
-
-def batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
-    """One seeded order of a task's training images, cut into batches: CTIRD's two passes (the
-    relation targets, then training) index the same batches, and every epoch reuses the order
-    (spec (g): the code's targets match the training batches in epoch 0 only)."""
-    return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
 def _fit(params, steps_data, loss_fn, epochs: int, lr: float, cosine: bool, clip: float | None = None,
@@ -179,20 +173,22 @@ def run_learner(cfg: HrmPetConfig, learner: str, seq: TaskSequence, backbone: Vi
 
         # Stage 1: the TII head on the frozen features, then its alignment on the seen classes' Gaussians
         tii_loss = _fit(tii.parameters(),
-                        lambda e: [(ft[i], yt[i]) for i in batches(len(yt), cfg.tii.batch_size, gen)],
+                        lambda e: [(ft[i], yt[i]) for i in epoch_batches(len(yt), cfg.tii.batch_size, gen)],
                         lambda i, f, y: F.cross_entropy(restrict(tii(f), classes), y),
                         cfg.tii.epochs, cfg.tii.lr, cosine=False)
         tii_stats.add(ft, yt)
         align(tii, tii_stats, seen, cfg.tii.align_epochs, cfg.tii.align_lr, cfg.samples_per_class,
               cfg.tii.batch_size, gen)
 
-        # Stage 2: task t's LoRA and the unified classifier (+ CTIRD), one fixed batch order
+        # Stage 2: task t's LoRA and the unified classifier (+ CTIRD), one fixed batch order: CTIRD's
+        # two passes (the relation targets, then training) index the same batches, and every epoch
+        # reuses the order (spec (g): the code's targets match the training batches in epoch 0 only)
         after = cfg.lora.momentum_timing == "after"
         if after and t > 0:
             model.copy_adapter(t - 1, t)
         if not after:
             model.mix_with_old(t, cfg.lora.momentum)
-        order = batches(len(yt), cfg.lora.batch_size, gen)
+        order = epoch_batches(len(yt), cfg.lora.batch_size, gen)
         targets = None
         if learner != "plain" and t > 0 and cfg.ctird.weight > 0:
             rule = "code" if learner == "ctird_code" else "paper"

@@ -41,9 +41,6 @@ class Task:
     score: Callable[[nn.Module], dict]  # {metric: ..., "loss": ...}
     probe: Callable[[nn.Module], torch.Tensor]  # outputs on a fixed batch
     calibration: list  # input batches for GPTQ
-    # a classifier's training rows and batch size (the digits task's: the float MLP's training)
-    train_rows: tuple[torch.Tensor, torch.Tensor] | None = None
-    batch_size: int = 0
 
 
 def digits_task(x_train, y_train, x_test, y_test, batch_size: int) -> Task:
@@ -61,8 +58,7 @@ def digits_task(x_train, y_train, x_test, y_test, batch_size: int) -> Task:
                 "loss": float(F.cross_entropy(logits, y_test))}
 
     return Task("digits", "accuracy", True, sample, lambda m, b: F.cross_entropy(m(b[0]), b[1]), score,
-                lambda m: m(x_test), [x_train[i:i + 256] for i in range(0, len(x_train), 256)],
-                (x_train, y_train), batch_size)
+                lambda m: m(x_test), [x_train[i:i + 256] for i in range(0, len(x_train), 256)])
 
 
 def lm_task(train_tokens: np.ndarray, val_tokens: np.ndarray, block_size: int, batch_size: int,
@@ -107,24 +103,6 @@ def make_mlp(hidden: int, generator: torch.Generator) -> nn.Sequential:
     """64 → hidden → hidden → 10, ReLU."""
     with global_stream_from(generator):
         return MLP(FEATURES, [hidden, hidden], CLASSES)
-
-
-def train_float_mlp(model: nn.Module, task: Task, epochs: int, steps_per_epoch: int, lr: float,
-                    generator: torch.Generator) -> list[float]:
-    """Adam on the task's training rows (paperline.train.classifier): each epoch `steps_per_epoch`
-    full batches of a seeded permutation (the rows past the last full batch sit the epoch out).
-    Returns each epoch's mean loss."""
-    from paperline.train.classifier import train_classifier
-
-    if task.train_rows is None:
-        raise ValueError(f"train_float_mlp: the {task.name} task has no classifier training rows")
-    x, y = task.train_rows
-    if steps_per_epoch != max(1, len(x) // task.batch_size):
-        raise ValueError(f"train_float_mlp: {steps_per_epoch} steps an epoch; {len(x)} rows make "
-                         f"{max(1, len(x) // task.batch_size)} full batches of {task.batch_size}")
-    trained = train_classifier(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), generator, epochs=epochs,
-                               batch_size=task.batch_size, drop_last=True)
-    return trained["train_loss"]
 
 
 # ----------------------------------------------------------------------------- quantisation

@@ -124,7 +124,7 @@ def float_model(cfg: LotaQafConfig, name: str, data: LotaData, checkpoint: Path)
     """The float model (the ceiling) and its training record; the digits MLP is trained once, a
     finished-unit record at `checkpoint` (its weights, fingerprinted by what trains it) read back by
     every group and by a resumed run. The record is empty unless the MLP was trained by this call."""
-    from paperline.methods.lota_qaf.experiment import train_float_mlp
+    from paperline.train.classifier import train_classifier
     from paperline.train.records import finished_unit
 
     if name == "lm":
@@ -136,13 +136,14 @@ def float_model(cfg: LotaQafConfig, name: str, data: LotaData, checkpoint: Path)
     record: dict = {}
 
     def train() -> dict[str, torch.Tensor]:
-        task = build_task(cfg, name, data)
         assert data.digits is not None  # open_data's, for the digits task
-        started = time.perf_counter()
-        steps_per_epoch = max(1, len(data.digits[0]) // cfg.digits.batch_size)
-        losses = train_float_mlp(model, task, cfg.digits.epochs, steps_per_epoch, cfg.digits.lr,
-                                 torch.Generator().manual_seed(cfg.seed))
-        record.update(epoch_loss=losses, train_seconds=time.perf_counter() - started)
+        # Adam over full batches of a seeded permutation each epoch (the rows past the last full
+        # batch sit the epoch out)
+        x, y = torch.as_tensor(data.digits[0], dtype=torch.float32), torch.as_tensor(data.digits[1])
+        trained = train_classifier(model, x, y, torch.optim.Adam(model.parameters(), lr=cfg.digits.lr),
+                                   torch.Generator().manual_seed(cfg.seed), epochs=cfg.digits.epochs,
+                                   batch_size=cfg.digits.batch_size, drop_last=True)
+        record.update(epoch_loss=trained["train_loss"], train_seconds=trained["train_seconds"])
         return model.state_dict()
 
     settings = {"digits": cfg.digits.model_dump(mode="json"), "seed": cfg.seed, "data": data.version}

@@ -74,7 +74,7 @@ def load_tasks(val_fraction: float, test_fraction: float, noise_std: float, seed
                        Split.of(x[test] + noise[test], y[test], "noisy digits test"))
 
 
-def make_mlp(hidden: int, seed: int) -> nn.Sequential:
+def make_mlp(hidden: int, seed: int) -> MLP:
     """64 → hidden → 10, ReLU: `model[0]` the hidden layer, `model[1]` its ReLU, `model[2]` the head."""
     with seeded_init(seed):
         return MLP(FEATURES, [hidden], CLASSES)
@@ -90,13 +90,12 @@ def mean_ce(model, x, y) -> torch.Tensor:
     return F.cross_entropy(model(x), y)
 
 
-def train_mlp(model: nn.Sequential, train: Split, epochs: int, batch_size: int, lr: float, weight_decay: float,
+def train_mlp(model: MLP, train: Split, epochs: int, batch_size: int, lr: float, weight_decay: float,
               seed: int, checkpoint_path=None, progress: bool = False) -> dict:
     """Adam (paperline.train.classifier), one checkpoint per epoch (a killed run resumes from the last one)."""
     from paperline.train.classifier import train_classifier
 
-    first = model[0]
-    assert isinstance(first, nn.Linear)  # make_mlp's
+    first = model.linears[0]
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     trained = train_classifier(model, train.x, train.y, optimizer, torch.Generator().manual_seed(seed), epochs=epochs,
                                batch_size=batch_size, checkpoint=checkpoint_path,
@@ -109,9 +108,9 @@ def train_mlp(model: nn.Sequential, train: Split, epochs: int, batch_size: int, 
             "train_time_s": trained["train_seconds"]}
 
 
-def hidden_activations(model: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+def hidden_activations(model: MLP, x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return model[1](model[0](x))
+        return model.features(x)
 
 
 def masked_outputs(model: nn.Sequential, hidden: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
@@ -122,7 +121,7 @@ def masked_outputs(model: nn.Sequential, hidden: torch.Tensor, masks: torch.Tens
         return torch.einsum("nh,kh,oh->kno", hidden, masks.to(hidden.dtype), head.weight) + head.bias
 
 
-def value_function(model: nn.Sequential, split: Split):
+def value_function(model: MLP, split: Split):
     """v(S) = −mean cross-entropy on `split` with the neurons outside S masked (spec §e)."""
     hidden = hidden_activations(model, split.x)
 
@@ -133,7 +132,7 @@ def value_function(model: nn.Sequential, split: Split):
     return value
 
 
-def pruning_curve(model: nn.Sequential, split: Split, importance: torch.Tensor, fractions: list[float]) -> dict:
+def pruning_curve(model: MLP, split: Split, importance: torch.Tensor, fractions: list[float]) -> dict:
     """Accuracy and loss on `split` with the least important fraction of neurons removed."""
     masks = keep_masks(importance, fractions)
     logits = masked_outputs(model, hidden_activations(model, split.x), masks)

@@ -63,12 +63,12 @@ def build_cohort_graphs(data_dir: Path, cfg: ZTSurvConfig, progress: bool = Fals
     return out
 
 
-def load_cohort_graphs(path: Path) -> CohortGraphs:
-    """The cohort graphs of the finished-unit record at `path` (`tasks/ztsurv.py: build_graphs` writes
-    it, fingerprinted, and reads it back for its settings before any task loads it here)."""
-    from paperline.train.checkpoint import load_checkpoint
+def load_cohort_graphs(path: Path, settings: dict) -> CohortGraphs:
+    """The cohort graphs of the finished-unit record at `path` for `settings` (`tasks/ztsurv.py:
+    build_graphs` writes it, for the same settings, before any task loads it here)."""
+    from paperline.train.records import read_unit
 
-    saved = load_checkpoint(path)
+    saved = read_unit(path, settings)
     if saved is None:
-        raise FileNotFoundError(f"{path}: no saved cohort graphs")
-    return CohortGraphs(**saved["result"])
+        raise FileNotFoundError(f"{path}: no cohort graphs saved for these settings")
+    return CohortGraphs(**saved)
