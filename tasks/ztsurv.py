@@ -51,16 +51,17 @@ def graphs_path() -> Path:
 
 
 def graphs_settings(cfg: ZTSurvConfig, ctx: track.RunContext) -> dict:
-    """The key of the graphs' record: the fields the build reads and the data's version."""
-    return {"config": cfg.graph_settings(), "data": ctx.data_version}
+    """The key of the graphs' record: the config (but its seeds) and the data's version. The whole
+    config, not only the fields the build reads: the run directory is cleared on any config change
+    (tasks/resume.py: open_run_dir), so a record only ever meets its own run's config."""
+    return {"config": cfg.model_dump(mode="json", exclude={"seeds"}), "data": ctx.data_version}
 
 
 # DVC owns data-level caching: no Prefect result cache (NO_CACHE) on any task here.
 @task(name="ztsurv-graphs", cache_policy=NO_CACHE)
 def build_graphs(cfg: ZTSurvConfig, ctx: track.RunContext) -> Path:
     """Segment every slide zero-shot and build its graph; a finished-unit record in
-    models/ztsurv/graphs.pt, fingerprinted by the fields the build reads and the data's version (a
-    resumed run, or one that changes only the training, reuses it)."""
+    models/ztsurv/graphs.pt, fingerprinted by graphs_settings (a resumed run reuses it)."""
     from paperline.methods.ztsurv.pipeline import build_cohort_graphs
 
     def build() -> dict:
@@ -85,10 +86,11 @@ def compute_accounting(cfg: ZTSurvConfig, wsi: WSIPrepConfig) -> dict | None:
 def _seed_results(method: str, cfg: ZTSurvConfig, cohort, ctx: track.RunContext, run: track.Run,
                   train_one) -> dict[int, list[FoldResult]]:
     """Each seed (its own folds) on a run nested under the method's; each fold: its finished-unit
-    record read back (fingerprinted by the fields a fold reads, the data's version, the method, seed and fold) or
+    record read back (fingerprinted by the config, the data's version, the method, seed and fold) or
     trained (`train_one(train, test, fold, seed)`) and recorded, then logged to a run nested under
     the seed's."""
-    settings = {"config": cfg.fold_settings(), "data": ctx.data_version, "method": method}
+    settings = {"config": cfg.model_dump(mode="json", exclude={"seeds", "seed"}), "data": ctx.data_version,
+                "method": method}
     out = {}
     for seed in cfg.run_seeds():
         results = []

@@ -285,53 +285,6 @@ def test_the_mr_baseline_is_iql_on_a_plain_bradley_terry_reward_the_others_share
     assert without["variants"]["iql"] == result["variants"]["iql"]
 
 
-def test_an_extractions_record_key_holds_only_the_settings_it_reads():
-    from paperline.methods.star.offline import extraction_fingerprint
-
-    _, cfg = resolve("star", "tiny")
-    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
-
-    def key(variant, **offline_update):
-        changed = cfg.model_copy(update={"offline": cfg.offline.model_copy(update=offline_update)})
-        return extraction_fingerprint(changed, task, 0, variant)
-
-    other_pt = cfg.offline.pt.model_copy(update={"embed": 32})
-    for v in ("star", "iql", "awr", "mr"):  # which variants run beside it, PT's settings, the held-out pairs
-        assert key(v) == key(v, variants=["star", "iql", "awr", "mr", "pt"], pt=other_pt, held_out_pairs=7)
-        assert key(v) != key(v, steps=31)
-    assert key("pt") != key("pt", pt=other_pt) and key("pt") == key("pt", variants=["pt"], reward_updates=11)
-    assert key("pt") != key("pt", held_out_pairs=7)  # its record holds its model's held-out accuracy too
-    assert key("star") == key("star", expectile=0.8) and key("awr") == key("awr", expectile=0.8)
-    assert all(key(v) != key(v, expectile=0.8) for v in ("iql", "mr", "pt"))
-    assert key("iql") != key("iql", reward_updates=11) and key("mr") != key("mr", reward_updates=11)
-    star_eps = cfg.model_copy(update={"star": cfg.star.model_copy(update={"pmr_eps": 0.2})})
-    assert extraction_fingerprint(star_eps, task, 0, "iql") != key("iql")
-    assert extraction_fingerprint(star_eps, task, 0, "mr") == key("mr")
-
-
-def test_a_record_survives_adding_a_variant_and_changing_the_pt_settings(tmp_path, monkeypatch):
-    from paperline.methods.star import offline
-    from paperline.methods.star.envs import check_env
-
-    _, cfg = resolve("star", "tiny", ["offline.variants=[star]"])
-    task = next(t for t in cfg.tasks if t.name == cfg.offline.task)
-    info = check_env(task.env_id, task.kind, task.env_kwargs)
-    expert = lambda obs: np.zeros(1, np.float32)  # noqa: E731
-    first = offline.run_offline(cfg, task, info, expert, 0, tmp_path)
-    trained, train = [], offline.train_variant
-
-    def record(variant, *args, **kwargs):
-        trained.append(variant)
-        return train(variant, *args, **kwargs)
-
-    monkeypatch.setattr(offline, "train_variant", record)
-    more = cfg.offline.model_copy(update={"variants": ["star", "awr"],
-                                          "pt": cfg.offline.pt.model_copy(update={"updates": 3})})
-    second = offline.run_offline(cfg.model_copy(update={"offline": more}), task, info, expert, 0, tmp_path)
-    assert trained == ["awr"]  # star's record read back, not retrained
-    assert second["variants"]["star"] == first["variants"]["star"]
-
-
 def test_held_out_pairs_are_labelled_by_their_true_returns():
     from paperline.methods.star.offline import held_out_pairs
     from paperline.rl.offline import Transitions

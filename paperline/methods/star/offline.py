@@ -280,35 +280,14 @@ def train_variant(variant: str, off: OfflineConfig, gamma: float, beta: float, t
     return policy
 
 
-IQL_VALUED = ("iql", "mr", "pt")  # the extractions whose value is IQL's (`ExpectileQ`)
-
-
 def extraction_fingerprint(cfg: StarConfig, task: TaskConfig, seed: int, variant: str) -> dict:
-    """The settings that decide one extraction's result: the key of its finished-unit record. All
-    that makes the data (the task, the teacher, the oracle's SAC, the data settings) and the
-    extraction (the AWR and value settings, γ, τ), and of the rest only what `variant` reads:
-    STAR's reward model (`reward`, `reward_updates`) but for `pt`, whose rewards are the Preference
-    Transformer's (`pt` its settings); `star` (PMR's ε, the Gumbel β of `star`'s value; IQL's value
-    reads no β) but for `mr` (a plain Bradley–Terry model, no ε) and `pt`; IQL's `expectile` for the
-    IQL-valued extractions.
-    Never read by an extraction: `variants` (which others run beside it) and `held_out_pairs`
-    (only the reward models' accuracy, drawn after their fit) but for `pt`, whose record holds its
-    model's accuracy too; so adding a variant or changing PT's settings keeps the others' records."""
-    off = offline_config(cfg)
-    unread = {"variants"}
-    if variant != "pt":
-        unread |= {"pt", "held_out_pairs"}
-    else:
-        unread.add("reward_updates")
-    if variant not in IQL_VALUED:
-        unread.add("expectile")
-    fingerprint = {"seed": seed, "task": task.model_dump(), "offline": off.model_dump(exclude=unread),
-                   "sac": cfg.sac.model_dump(), "teacher": cfg.teacher.model_dump(), "variant": variant}
-    if variant != "pt":
-        fingerprint["reward"] = cfg.reward.model_dump()
-    if variant not in ("mr", "pt"):
-        fingerprint["star"] = cfg.star.model_dump()
-    return fingerprint
+    """The key of one extraction's finished-unit record: the seed, the task and every setting of the
+    run (the data's, the reward models', the extraction's), and the variant. The whole settings, not
+    only the ones `variant` reads: the run directory is cleared on any config change
+    (tasks/resume.py: open_run_dir), so a record only ever meets its own run's settings."""
+    return {"seed": seed, "task": task.model_dump(), "offline": offline_config(cfg).model_dump(),
+            "sac": cfg.sac.model_dump(), "reward": cfg.reward.model_dump(), "star": cfg.star.model_dump(),
+            "teacher": cfg.teacher.model_dump(), "variant": variant}
 
 
 def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callable[[np.ndarray], np.ndarray],
@@ -318,8 +297,7 @@ def run_offline(cfg: StarConfig, task: TaskConfig, info: EnvInfo, expert: Callab
     (the oracle's SAC) and a random policy on the same episodes.
 
     A killed run resumes variant by variant: each finished variant's evaluation is a finished-unit
-    record (`out/variants/<variant>.json`, keyed by the settings that decide it:
-    `extraction_fingerprint`); a rerun regenerates the data and refits STAR's and MR's reward
+    record (`out/variants/<variant>.json`, keyed by `extraction_fingerprint`); a rerun regenerates the data and refits STAR's and MR's reward
     models (deterministic in the seed, and cheap beside the extractions) and trains only the
     variants not recorded, to the same results; the Preference Transformer, whose fit is not cheap,
     is fitted only with its extraction (its accuracy recorded with it). `device`: where the

@@ -12,15 +12,6 @@ from paperline.config import MethodConfig
 Method = Literal["random_risk", "composition_cox", "mean_pool", "abmil", "gcn", "ztsurv"]
 METHODS: tuple[Method, ...] = ("random_risk", "composition_cox", "mean_pool", "abmil", "gcn", "ztsurv")
 
-# what `pipeline.build_cohort_graphs` reads (folds: only its check that the cohort has enough slides)
-GRAPH_FIELDS = ("max_patients", "folds", "til_threshold", "kmeans_texture_px", "cell_px", "min_tissue_fraction",
-                "min_component_fraction")
-# what no fold's result reads: the seed list (a fold's own seed is keyed apart), the other methods,
-# the compute accounting and the plots. `threads` stays: torch's intra-op threads can reorder a
-# float reduction in training.
-NOT_FOLD_FIELDS = {"seeds", "seed", "methods", "compute_slides", "patch_magnification", "patch_px", "overlay_slides"}
-
-
 class ZTSurvConfig(MethodConfig):
     max_patients: Annotated[int, Field(ge=4)] | None = None  # first N of the cohort (tests)
     # zero-shot segmentation (spec §b2)
@@ -52,15 +43,6 @@ class ZTSurvConfig(MethodConfig):
     patch_px: Annotated[int, Field(ge=16)] = 256
     # plots
     overlay_slides: Annotated[int, Field(ge=1)] = 4
-
-    def graph_settings(self) -> dict:
-        """The fields the cohort graphs are built from (their record's key)."""
-        return self.model_dump(mode="json", include=set(GRAPH_FIELDS))
-
-    def fold_settings(self) -> dict:
-        """The fields a fold's result depends on, the graphs' included (its record's key, with the
-        method, seed and fold)."""
-        return self.model_dump(mode="json", exclude=NOT_FOLD_FIELDS)
 
     @field_validator("methods")
     @classmethod
