@@ -160,3 +160,8 @@ def test_two_run_configs_that_differ_in_any_field_get_different_records():
         records.add(name)
         fingerprints.add(str(fingerprint))
     assert len(records) == len(fingerprints) == len(changed) + 1
+
+
+def test_models_are_kept_only_beside_their_runs_records(tmp_path, data):
+    with pytest.raises(ValueError, match="records"):
+        experiment.run_experiment(CFG, data, models=tmp_path)

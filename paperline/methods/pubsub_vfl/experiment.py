@@ -4,7 +4,7 @@ pick, every variant × seed, the active party alone (the trivial baseline) at ev
 sweep (every μ at the first seed, the claim's μ at every seed), the planner against the measured
 grid at every seed, the fault run. Given a records folder (the run directory), the plan and every
 finished run are kept there, so a killed experiment resumes past them with the plan it had measured.
-Given a models folder, the final model of each comparison run and DP claim run is kept there, once,
+Given a models folder too, the final model of each comparison run and DP claim run is kept there, once,
 as `<variant>/seed<s>.pkl` (what a user looks for): its run's record holds a reference to it (path
 and digest), not a second copy."""
 from __future__ import annotations
@@ -90,7 +90,10 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
     whole config it runs with, its seed, workers and batch size): a resumed run reads back what a
     killed one finished, never a record of other settings. The plan above all: it is
     measured, and a re-profile on a busier moment may pick another (w_a, w_p, B). With `models`, the
-    final model of each comparison and DP claim run is kept there (`model_file`), not in its record."""
+    final model of each comparison and DP claim run is kept there (`model_file`), not in its record,
+    which holds the file's digest: `models` needs `records`."""
+    if models is not None and records is None:
+        raise ValueError("models are kept beside their runs' records: give `records` too")
     if records is None:
         chosen = choose(cfg, data)
     else:
@@ -108,15 +111,10 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
         def compute() -> RunResult:
             return run_variant(run_cfg, data, variant, seed, **kw)
 
-        if models is not None and model_as is not None:
-            model = models / model_file(model_as, seed)
-            if records is None:
-                result = compute()
-                with atomic_path(model) as tmp:
-                    tmp.write_bytes(pickle.dumps(result.params))
-            else:  # a record of this kind is another format than a whole run's: its own fingerprint
-                result = kept_with_model(records / name, fingerprint | {"model": model_file(model_as, seed)},
-                                         model, compute)
+        if records is not None and models is not None and model_as is not None:
+            # a record of this kind is another format than a whole run's: its own fingerprint
+            result = kept_with_model(records / name, fingerprint | {"model": model_file(model_as, seed)},
+                                     models / model_file(model_as, seed), compute)
         elif records is not None:
             result = finished_unit(records / name, fingerprint, compute)
         else:
