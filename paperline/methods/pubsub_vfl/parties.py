@@ -25,6 +25,7 @@ from paperline.methods.pubsub_vfl.channels import (
     Publisher,
     bind,
     key_of,
+    parse_key,
 )
 
 # per variant: how each party's workers meet its PS ("barrier": sync all-reduce every step;
@@ -439,7 +440,7 @@ class PassiveWorker(_Worker):
             # each): it goes back to this party's queue too, and this worker asks for work again
             dropped = []
             if got is not None and got[0] == DROP:
-                e, b = (int(part) for part in got[1].split(":"))
+                e, b = parse_key(got[1])
                 self.ps.send(_dump(("requeue", self.wid, e, b)))
                 dropped.append(got[1])
                 done = False
