@@ -8,7 +8,17 @@ import time
 
 import zmq
 
-from paperline.methods.pubsub_vfl.channels import EMBEDDING, GRADIENT, Broker, Buffers, Consumer, Publisher
+from paperline.methods.pubsub_vfl.channels import (
+    DROP,
+    EMBEDDING,
+    GRADIENT,
+    Broker,
+    Buffers,
+    Consumer,
+    Publisher,
+    key_of,
+    parse_key,
+)
 from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
 from paperline.methods.pubsub_vfl.data import load
 
@@ -28,6 +38,20 @@ def test_a_buffer_keeps_the_last_p_epochs_of_a_batch_id_and_counts_the_rest():
     assert buffers.take([(GRADIENT, "0:1")], []) is None  # another kind's channel
     buffers.expire(now + 61)
     assert buffers.take([(EMBEDDING, "0:1")], []) is None  # past the deadline
+
+
+def test_a_buffer_that_empties_is_deleted_and_any_of_takes_the_first_opened():
+    buffers = Buffers(capacity=2, deadline_s=60.0)
+    now = time.time()
+    buffers.put(EMBEDDING, 0, 0, now, "z0")
+    buffers.put(DROP, 0, 3, now, None)
+    buffers.put(DROP, 0, 1, now + 1, None)
+    buffers.put(EMBEDDING, 0, 2, now + 30, "z2")
+    assert buffers.take([(EMBEDDING, "0:0")], []) == (EMBEDDING, "0:0", "z0")
+    assert buffers.take([], [DROP]) == (DROP, "0:3", None)
+    assert set(buffers.fifo) == {(DROP, 1), (EMBEDDING, 2)}
+    buffers.expire(now + 62)  # the drop is past the deadline, the embedding not
+    assert set(buffers.fifo) == {(EMBEDDING, 2)} and parse_key(key_of(12, 7)) == (12, 7)
 
 
 def test_each_entry_goes_to_the_one_worker_that_asks_for_its_batch():

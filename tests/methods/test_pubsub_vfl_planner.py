@@ -77,6 +77,23 @@ def test_the_planner_counts_each_partys_cores():
     assert planner.plan(few, [1, 2, 4], [1, 2, 4], [256]) == (1, 1, 256)
 
 
+def test_a_party_alone_on_its_machine_takes_every_usable_core():
+    """Both parties on one machine split its cores; with the other party on a machine of its own
+    (launch.py), each side's party takes all of its machine's."""
+    from paperline.methods.pubsub_vfl import cores
+    from paperline.methods.pubsub_vfl.config import PubSubVFLConfig
+    from paperline.methods.pubsub_vfl.train import party_cores
+
+    cfg = PubSubVFLConfig(total_cores=1)
+    usable = cores.usable(1)
+    assert party_cores(cfg, (1, 3), alone=True) == {"active": usable, "passive": usable}
+    assert party_cores(cfg, (1, 3), alone=False) == cores.split(usable, 1, 3)
+    if len(cores.available()) >= 2:
+        cfg = PubSubVFLConfig(total_cores=2)
+        assert party_cores(cfg, (1, 1), alone=True)["passive"] == cores.usable(2)
+        assert party_cores(cfg, (1, 1), alone=False) == {"active": cores.usable(2)[:1], "passive": cores.usable(2)[1:]}
+
+
 def test_more_cores_than_the_machine_has_are_refused():
     from paperline.methods.pubsub_vfl import cores
     from paperline.methods.pubsub_vfl.config import PubSubVFLConfig

@@ -51,7 +51,7 @@ def test_pubsub_run_with_ports_from_params_leaves_nothing_behind():
     assert result.dead_workers == {"active": [], "passive": []}
     assert set(result.worker_stats["passive"]) == {"0", "1"}
     # every worker pinned to its party's share of the cores (C_a + C_p, split by the workers)
-    share = party_cores(cfg, (2, 2))
+    share = party_cores(cfg, (2, 2), alone=False)
     for party in ("active", "passive"):
         assert [s["cores"] for s in result.worker_stats[party].values()] == [share[party]] * 2
     assert all(0 <= f <= 1 for f in result.idle_fraction.values())

@@ -128,3 +128,40 @@ def test_a_final_model_is_kept_once_in_the_models_folder_and_resumed_from_there(
     again = experiment.run_experiment(CFG, data, records=records, data_version="v1", models=models)
     assert len(calls) == 8 and again.runs["vfl"][1].params == {"active": {"w": 8}}
     assert pickle.loads((models / "vfl" / "seed1.pkl").read_bytes()) == {"active": {"w": 8}}
+
+
+def _other(value):
+    """A value unlike `value`, of its kind (a config copied with it is not validated)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, value[0]] if value else [1]
+    return 1 if value is None else None
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the unvalidated values' types
+def test_two_run_configs_that_differ_in_any_field_get_different_records():
+    """A run's record is named and fingerprinted by the whole config it runs with: an override of
+    any field (a nested channel setting included) is never read back from another's record."""
+    base = experiment.run_record(CFG, "pubsub_vfl", 0, "v1", {"workers": (1, 2), "batch_size": 64})
+    records = {base[0]}
+    fingerprints = {str(base[1])}
+    changed = [{name: _other(getattr(CFG, name))} for name in CFG.model_fields if name not in ("data", "channels")]
+    for nested in ("data", "channels"):
+        part = getattr(CFG, nested)
+        changed += [{nested: part.model_copy(update={name: _other(getattr(part, name))})} for name in part.model_fields]
+    for update in changed:
+        name, fingerprint = experiment.run_record(CFG.model_copy(update=update), "pubsub_vfl", 0, "v1",
+                                                  {"workers": (1, 2), "batch_size": 64})
+        records.add(name)
+        fingerprints.add(str(fingerprint))
+    assert len(records) == len(fingerprints) == len(changed) + 1
+
+
+def test_models_are_kept_only_beside_their_runs_records(tmp_path, data):
+    with pytest.raises(ValueError, match="records"):
+        experiment.run_experiment(CFG, data, models=tmp_path)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import zmq
 
@@ -32,6 +33,12 @@ SENT_AT = struct.Struct("<d")  # a publish's time.time(), its own frame: the bro
 
 def key_of(epoch: int, batch: int) -> str:
     return f"{epoch}:{batch}"
+
+
+def parse_key(key: str) -> tuple[int, int]:
+    """(epoch, batch) of a `key_of` key."""
+    epoch, batch = key.split(":")
+    return int(epoch), int(batch)
 
 
 def topic(kind: bytes, key: str) -> bytes:
@@ -47,7 +54,8 @@ def bind(sock: zmq.Socket, host: str, port: int) -> int:
 
 
 class Buffers:
-    """One bounded FIFO per (kind, batch id) of (epoch, sent at, payload) entries."""
+    """One bounded FIFO per (kind, batch id) of (epoch, sent at, payload) entries; a FIFO that
+    empties is deleted (a run opens one per batch id and kind: the live ones are the few in flight)."""
 
     def __init__(self, capacity: int, deadline_s: float):
         self.capacity, self.deadline_s = capacity, deadline_s
@@ -63,30 +71,59 @@ class Buffers:
         buf.append((epoch, sent_at, payload))
         self.stored += 1
 
-    def take(self, wanted: list[tuple[bytes, str]], any_of: list[bytes]):
-        """(kind, key, payload) of the first wanted (kind, "epoch:batch") entry there is, else the
-        oldest entry of a kind in any_of; removed from its buffer. None when there is none."""
-        for kind, key in wanted:
-            epoch, batch = (int(part) for part in key.split(":"))
+    def take(self, wanted: Sequence[tuple[bytes, str]], any_of: Sequence[bytes]):
+        """(kind, key, payload) of the first wanted (kind, "epoch:batch") entry there is, else, of a
+        kind in any_of, the oldest entry of the FIFO opened first; removed from its FIFO. None when
+        there is none."""
+        return self.take_parsed([(kind, *parse_key(key)) for kind, key in wanted], any_of)
+
+    def take_parsed(self, wanted: Sequence[tuple[bytes, int, int]], any_of: Sequence[bytes]):
+        """`take`, the wanted keys given as (kind, epoch, batch)."""
+        for kind, epoch, batch in wanted:
             buf = self.fifo.get((kind, batch))
             if buf is None:
                 continue
             for entry in buf:
                 if entry[0] == epoch:
                     buf.remove(entry)
-                    self.taken += 1
-                    return kind, key, entry[2]
-        for (kind, batch), buf in self.fifo.items():
-            if kind in any_of and buf:
-                epoch, _, payload = buf.popleft()
-                self.taken += 1
-                return kind, key_of(epoch, batch), payload
+                    return self._took(kind, batch, buf, entry)
+        if any_of:
+            for (kind, batch), buf in self.fifo.items():
+                if kind in any_of:
+                    return self._took(kind, batch, buf, buf.popleft())
         return None
 
+    def _took(self, kind: bytes, batch: int, buf: deque, entry: tuple):
+        if not buf:
+            del self.fifo[(kind, batch)]
+        self.taken += 1
+        return kind, key_of(entry[0], batch), entry[2]
+
     def expire(self, now: float) -> None:
-        for buf in self.fifo.values():
+        late = [slot for slot, buf in self.fifo.items() if now - buf[0][1] > self.deadline_s]
+        for slot in late:
+            buf = self.fifo[slot]
             while buf and now - buf[0][1] > self.deadline_s:
                 buf.popleft()
+            if not buf:
+                del self.fifo[slot]
+
+
+@dataclass
+class Request:
+    """A worker's request waiting at the broker, its keys parsed once."""
+
+    ident: bytes
+    until: float
+    wanted: list[tuple[bytes, int, int]]  # (kind, epoch, batch)
+    any_of: list[bytes]
+    checked: bool = False  # against the entries there were when it came; since then only new ones can answer it
+
+    def may_take(self, arrived: set[tuple[bytes, int]]) -> bool:
+        """Whether an entry it wants may be there: at its first check, or when one of its (kind,
+        batch id) or a kind in any_of has just arrived (a taken or expired entry answers nobody)."""
+        return (not self.checked or any((kind, batch) in arrived for kind, _, batch in self.wanted)
+                or any(kind in self.any_of for kind, _ in arrived))
 
 
 class Broker:
@@ -101,17 +138,22 @@ class Broker:
         self.inbox.setsockopt(zmq.SUBSCRIBE, b"")
         self.ports = {"publish": bind(self.inbox, host, 0), "consume": bind(self.outbox, host, 0)}
         self.buffers = Buffers(capacity, deadline_s)
-        self.waiting: list[tuple[bytes, float, list, list]] = []  # (worker, until, wanted, any_of)
+        self.waiting: list[Request] = []  # in the order they came: the first asked is the first served
         threading.Thread(target=self._serve, daemon=True).start()
 
-    def _answer(self, now: float) -> None:
-        for request in list(self.waiting):
-            ident, until, wanted, any_of = request
-            got = self.buffers.take(wanted, any_of)
-            if got is not None or now >= until:
+    def _answer(self, now: float, arrived: set[tuple[bytes, int]]) -> None:
+        """Answer the requests an entry that arrived (`arrived`: its (kind, batch id)) may serve,
+        new ones, and those whose timeout has passed; the rest wait on."""
+        still = []
+        for request in self.waiting:
+            got = self.buffers.take_parsed(request.wanted, request.any_of) if request.may_take(arrived) else None
+            request.checked = True
+            if got is not None or now >= request.until:
                 answer = [b""] if got is None else [topic(got[0], got[1]), got[2]]
-                self.outbox.send_multipart([ident, *answer])
-                self.waiting.remove(request)
+                self.outbox.send_multipart([request.ident, *answer])
+            else:
+                still.append(request)
+        self.waiting = still
 
     def _serve(self) -> None:
         poller = zmq.Poller()
@@ -121,23 +163,26 @@ class Broker:
             while True:
                 events = dict(poller.poll(10))
                 now = time.time()
+                arrived: set[tuple[bytes, int]] = set()
                 while self.inbox in events:
                     try:
                         raw_topic, raw_sent_at, payload = self.inbox.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    epoch, batch = (int(part) for part in raw_topic[1:-1].decode().split(":"))
+                    epoch, batch = parse_key(raw_topic[1:-1].decode())
                     (sent_at,) = SENT_AT.unpack(raw_sent_at)
                     self.buffers.put(raw_topic[:1], epoch, batch, sent_at, payload)
+                    arrived.add((raw_topic[:1], batch))
                 while self.outbox in events:
                     try:
                         ident, raw = self.outbox.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
                     timeout_s, wanted, any_of = pickle.loads(raw)
-                    self.waiting.append((ident, now + timeout_s, wanted, any_of))
+                    parsed = [(kind, *parse_key(key)) for kind, key in wanted]
+                    self.waiting.append(Request(ident, now + timeout_s, parsed, any_of))
                 self.buffers.expire(now)
-                self._answer(now)
+                self._answer(now, arrived)
         except (zmq.ContextTerminated, zmq.ZMQError):  # the context closed under the broker
             pass
 

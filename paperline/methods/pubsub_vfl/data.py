@@ -83,8 +83,8 @@ def _read_layout(path: Path, layout: str):
         text = [c for c in frame.columns if c != "y" and not pd.api.types.is_numeric_dtype(frame[c])]
         return pd.get_dummies(frame, columns=text, dtype=float)
     if layout == "credit":
-        frame = pd.read_csv(path)
-        return pd.read_csv(path, header=1) if "ID" not in frame and "X1" in frame else frame
+        header = pd.read_csv(path, nrows=0).columns  # the first row only: which of the two headers
+        return pd.read_csv(path, header=1 if "ID" not in header and "X1" in header else 0)
     if layout == "energy":
         return pd.read_csv(path).drop(columns=["date"], errors="ignore")
     if layout == "blog":
@@ -124,9 +124,14 @@ def read_table(path: Path, label_column: str, id_column: str | None, layout: str
     return frame[features].to_numpy(float), frame[label_column].to_numpy(float), features, ids
 
 
+def _layout(cfg: DataConfig) -> tuple[str, str | None, str]:
+    """A file's (label column, id column, task): its layout's for the paper's tables, else as configured."""
+    return LAYOUTS.get(cfg.layout, (cfg.label_column, cfg.id_column, cfg.task))
+
+
 def _table(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     if cfg.name == "file":
-        label, id_column, _ = LAYOUTS.get(cfg.layout, (cfg.label_column, cfg.id_column, cfg.task))
+        label, id_column, _ = _layout(cfg)
         return read_table(Path(cfg.path or ""), label, id_column, cfg.layout)
     from sklearn import datasets
 
@@ -140,10 +145,9 @@ def _table(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarr
 
 
 def task_of(cfg: DataConfig) -> str:
-    if cfg.name == "file" and cfg.layout in LAYOUTS:
-        return LAYOUTS[cfg.layout][2]
-    return {"synthetic": "classification", "breast_cancer": "classification", "diabetes": "regression"}.get(
-        cfg.name, cfg.task)
+    if cfg.name == "file":
+        return _layout(cfg)[2]
+    return {"synthetic": "classification", "breast_cancer": "classification", "diabetes": "regression"}[cfg.name]
 
 
 def load(cfg: DataConfig) -> VFLData:

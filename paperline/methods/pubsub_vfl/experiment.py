@@ -4,7 +4,7 @@ pick, every variant × seed, the active party alone (the trivial baseline) at ev
 sweep (every μ at the first seed, the claim's μ at every seed), the planner against the measured
 grid at every seed, the fault run. Given a records folder (the run directory), the plan and every
 finished run are kept there, so a killed experiment resumes past them with the plan it had measured.
-Given a models folder, the final model of each comparison run and DP claim run is kept there, once,
+Given a models folder too, the final model of each comparison run and DP claim run is kept there, once,
 as `<variant>/seed<s>.pkl` (what a user looks for): its run's record holds a reference to it (path
 and digest), not a second copy."""
 from __future__ import annotations
@@ -48,6 +48,15 @@ def _digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def run_record(run_cfg: PubSubVFLConfig, variant: str, seed: int, data_version: str,
+               settings: dict[str, Any]) -> tuple[str, dict]:
+    """A run's record name (under the records folder) and fingerprint: from the whole config it runs
+    with (not the experiment's, patched), its variant, seed and `settings` (run_variant's keywords),
+    so two runs that differ in anything never share a record."""
+    unit = {"variant": variant, "seed": seed, "config": run_cfg.model_dump(mode="json"), **settings}
+    return f"runs/{variant}-seed{seed}-{json_digest(unit)}.pkl", {"data": data_version, "unit": unit}
+
+
 def kept_with_model(record: Path, fingerprint: dict, model: Path, compute: Callable[[], RunResult]) -> RunResult:
     """A run recorded at `record` whose final model (`params`) is kept at `model` alone: the record
     holds the run without it and the model file's digest. Read back only when both are there and
@@ -77,18 +86,19 @@ def choose(cfg: PubSubVFLConfig, data: VFLData) -> dict:
 def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], None] = lambda _: None,
                    records: Path | None = None, data_version: str = "", models: Path | None = None) -> Experiment:
     """Everything above, in order. With `records`, each unit's result (the plan, a run) is a
-    finished-unit record there, fingerprinted by the config, `data_version` and the unit's own
-    settings: a resumed run reads back what a killed one finished. The plan above all: it is
+    finished-unit record there, fingerprinted by `data_version` and the unit's settings (a run's: the
+    whole config it runs with, its seed, workers and batch size): a resumed run reads back what a
+    killed one finished, never a record of other settings. The plan above all: it is
     measured, and a re-profile on a busier moment may pick another (w_a, w_p, B). With `models`, the
-    final model of each comparison and DP claim run is kept there (`model_file`), not in its record."""
-    base = {"config": cfg.model_dump(mode="json"), "data": data_version}
-
-    def kept(name: str, unit: dict[str, Any], compute: Callable[[], Any]) -> Any:
-        if records is None:
-            return compute()
-        return finished_unit(records / name, base | {"unit": unit}, compute)
-
-    chosen = kept("plan.json", {"plan": True}, lambda: choose(cfg, data))
+    final model of each comparison and DP claim run is kept there (`model_file`), not in its record,
+    which holds the file's digest: `models` needs `records`."""
+    if models is not None and records is None:
+        raise ValueError("models are kept beside their runs' records: give `records` too")
+    if records is None:
+        chosen = choose(cfg, data)
+    else:
+        chosen = finished_unit(records / "plan.json", {"config": cfg.model_dump(mode="json"), "data": data_version,
+                                                       "unit": {"plan": True}}, lambda: choose(cfg, data))
     log(f"plan: w_a={chosen['w_a']} w_p={chosen['w_p']} B={chosen['B']}")
 
     def one(variant: str, seed: int, run_cfg: PubSubVFLConfig = cfg, model_as: str | None = None, **kw) -> RunResult:
@@ -96,25 +106,19 @@ def run_experiment(cfg: PubSubVFLConfig, data: VFLData, log: Callable[[str], Non
         workers = (chosen["w_a"], chosen["w_p"]) if variant in PS_VARIANTS else (1, 1)
         kw.setdefault("workers", workers)
         kw.setdefault("batch_size", chosen["B"])
-        unit = {"variant": variant, "seed": seed, "epochs": run_cfg.epochs, **kw}
-        if run_cfg.delta_t0 != cfg.delta_t0:
-            unit["delta_t0"] = run_cfg.delta_t0
-        name = f"runs/{variant}-seed{seed}-{json_digest(unit)}.pkl"
+        name, fingerprint = run_record(run_cfg, variant, seed, data_version, kw)
 
         def compute() -> RunResult:
             return run_variant(run_cfg, data, variant, seed, **kw)
 
-        if models is not None and model_as is not None:
-            model = models / model_file(model_as, seed)
-            if records is None:
-                result = compute()
-                with atomic_path(model) as tmp:
-                    tmp.write_bytes(pickle.dumps(result.params))
-            else:  # a record of this kind is another format than a whole run's: its own fingerprint
-                result = kept_with_model(records / name, base | {"unit": unit, "model": model_file(model_as, seed)},
-                                         model, compute)
+        if records is not None and models is not None and model_as is not None:
+            # a record of this kind is another format than a whole run's: its own fingerprint
+            result = kept_with_model(records / name, fingerprint | {"model": model_file(model_as, seed)},
+                                     models / model_file(model_as, seed), compute)
+        elif records is not None:
+            result = finished_unit(records / name, fingerprint, compute)
         else:
-            result = kept(name, unit, compute)
+            result = compute()
         log(f"{variant} seed {seed}: metric {result.metric:.4f}, wall {result.wall_s:.2f} s, "
             f"idle {result.idle_fraction}, dropped {result.dropped}")
         return result

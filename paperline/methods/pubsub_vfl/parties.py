@@ -11,6 +11,7 @@ import os
 import pickle
 import sys
 import time
+from collections import deque
 
 import numpy as np
 import zmq
@@ -25,6 +26,7 @@ from paperline.methods.pubsub_vfl.channels import (
     Publisher,
     bind,
     key_of,
+    parse_key,
 )
 
 # per variant: how each party's workers meet its PS ("barrier": sync all-reduce every step;
@@ -78,11 +80,11 @@ class BatchQueues:
     cannot be trained does not circle for ever."""
 
     def __init__(self, plan: list[tuple[int, int]], w: int, paired: bool):
-        self.by_worker = {i: [eb for eb in plan if eb[1] % w == i] for i in range(w)} if paired else None
-        self.shared = [] if paired else list(plan)
+        self.by_worker = {i: deque(eb for eb in plan if eb[1] % w == i) for i in range(w)} if paired else None
+        self.shared = deque() if paired else deque(plan)
         self.requeued: set[tuple[int, int]] = set()
 
-    def _queue(self, wid: int) -> list[tuple[int, int]]:
+    def _queue(self, wid: int) -> deque[tuple[int, int]]:
         return self.shared if self.by_worker is None else self.by_worker[wid]
 
     def next(self, wid: int) -> tuple[int, int, bool] | None:
@@ -90,7 +92,7 @@ class BatchQueues:
         queue = self._queue(wid)
         if not queue:
             return None
-        eb = queue.pop(0)
+        eb = queue.popleft()
         return (*eb, eb in self.requeued)
 
     def requeue(self, wid: int, eb: tuple[int, int]) -> bool:
@@ -105,11 +107,10 @@ class BatchQueues:
         """A dead worker's queue goes to the live workers, in turn (the spec's reassignment)."""
         if self.by_worker is None or not alive:
             return
-        orphaned, self.by_worker[dead] = self.by_worker[dead], []
+        orphaned, self.by_worker[dead] = self.by_worker[dead], deque()
         for n, eb in enumerate(orphaned):
             self.by_worker[sorted(alive)[n % len(alive)]].append(eb)
-        for q in self.by_worker.values():
-            q.sort()
+        self.by_worker = {i: deque(sorted(q)) for i, q in self.by_worker.items()}
 
     def empty(self) -> bool:
         return not self.shared if self.by_worker is None else all(not q for q in self.by_worker.values())
@@ -439,7 +440,7 @@ class PassiveWorker(_Worker):
             # each): it goes back to this party's queue too, and this worker asks for work again
             dropped = []
             if got is not None and got[0] == DROP:
-                e, b = (int(part) for part in got[1].split(":"))
+                e, b = parse_key(got[1])
                 self.ps.send(_dump(("requeue", self.wid, e, b)))
                 dropped.append(got[1])
                 done = False

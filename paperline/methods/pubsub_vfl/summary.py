@@ -63,7 +63,12 @@ def _mean_row(rows: list[dict], name: str) -> dict:
 def rows(exp: Experiment, task: str) -> dict[str, dict]:
     """One row per variant (and the active party alone, PubSub-VFL at the claim's μ where it ran at
     every seed): the mean over seeds, with the spread (sample std) of the metric, wall time, waiting."""
-    name, per_seed = metric_name(task), seed_rows(exp, task)
+    return _rows(exp, task, seed_rows(exp, task))
+
+
+def _rows(exp: Experiment, task: str, per_seed: dict[int, dict[str, dict]]) -> dict[str, dict]:
+    """`rows`, from `seed_rows(exp, task)`."""
+    name = metric_name(task)
     variants = list(exp.runs) + [claims.ALONE] + ([claims.DP_VARIANT] if len({r.seed for r in exp.dp if r.dp_mu == DP_CLAIM_MU}) > 1 else [])
     out = {}
     for variant in variants:
@@ -74,19 +79,19 @@ def rows(exp: Experiment, task: str) -> dict[str, dict]:
 
 
 def headline(cfg: PubSubVFLConfig, table: dict[str, dict], exp: Experiment, task: str,
-             per_seed: dict[int, dict[str, dict]] | None = None) -> dict:
+             per_seed: dict[int, dict[str, dict]]) -> dict:
     """Figures (the verdicts are the claims): first the time to the target of the baseline that
     reaches it soonest over PubSub-VFL's (means over seeds, given every seed reached it; the best
     baseline is the claims' own, `claims.best_baseline` on the per-seed rows); PubSub-VFL's
     idle fraction over each baseline's and each baseline's wall time over PubSub-VFL's; its metric minus the best
     baseline's and the active party's alone; the planner's pick over the grid's best (mean over
-    seeds); the metric at each DP μ (mean over the seeds that ran it); the fault run's figures."""
+    seeds); the metric at each DP μ (mean over the seeds that ran it); the fault run's figures.
+    `per_seed`: `seed_rows(exp, task)`, whose means `table` holds."""
     name, ours = metric_name(task), table.get("pubsub_vfl")
     baselines = {v: row for v, row in table.items() if v in claims.BASELINES}
     head: dict = {}
     if ours is None or not baselines:
         return head
-    per_seed = seed_rows(exp, task) if per_seed is None else per_seed
     soonest = claims.best_baseline(per_seed, "time_to_target_s", higher=False)
     if soonest is not None and ours.get("time_to_target_s") and table[soonest].get("time_to_target_s"):
         head["time_to_target_speedup_vs_best_baseline"] = table[soonest]["time_to_target_s"] / ours["time_to_target_s"]
@@ -124,7 +129,8 @@ def grid_table(grid: list[dict]) -> dict[str, dict]:
 
 
 def method_metrics(cfg: PubSubVFLConfig, exp: Experiment, task: str, profile: str) -> MethodMetrics:
-    table = rows(exp, task)
+    per_seed = seed_rows(exp, task)
+    table = _rows(exp, task, per_seed)
     details = {"plan": exp.plan, "grid": exp.grid, "active_alone": exp.alone,
                "delta_t": exp.delta_t,
                "dp": [{"mu": r.dp_mu, "seed": r.seed, "metric": r.metric, "wall_s": r.wall_s} for r in exp.dp],
@@ -134,7 +140,7 @@ def method_metrics(cfg: PubSubVFLConfig, exp: Experiment, task: str, profile: st
     if exp.delta_t:  # ΔT's effect: one row per ΔT₀ (the first seed)
         tables["delta_t_sweep"] = {f"delta_t0_{d['delta_t0']}": {(metric_name(task) if k == "metric" else k): v
                                                                  for k, v in d.items()} for d in exp.delta_t}
-    return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, exp, task, seed_rows(exp, task)),
+    return MethodMetrics(method=METHOD, profile=profile, headline=headline(cfg, table, exp, task, per_seed),
                          baseline=cfg.baseline if cfg.baseline in table else None, primary_metric=metric_name(task),
                          higher_is_better=task == "classification", rows=table, tables=tables, details=details,
-                         claims=claims.evaluate(seed_rows(exp, task), task, exp.grid, exp.plan))
+                         claims=claims.evaluate(per_seed, task, exp.grid, exp.plan))

@@ -108,9 +108,12 @@ def _write_party(tmp: Path, party: str, data: VFLData, init) -> None:
     (tmp / f"{party}_init.pkl").write_bytes(pickle.dumps(init))
 
 
-def party_cores(cfg: PubSubVFLConfig, workers: tuple[int, int]) -> dict[str, list[int]]:
-    """Each party's cores: `total_cores` of this machine's (refused if it has fewer), split C_a + C_p."""
-    return cores.split(cores.usable(cfg.total_cores), *workers)
+def party_cores(cfg: PubSubVFLConfig, workers: tuple[int, int], alone: bool) -> dict[str, list[int]]:
+    """Each party's cores: `total_cores` of this machine's (refused if it has fewer), split C_a + C_p
+    when both parties run here; `alone` (the other party on a machine of its own, launch.py): the
+    party here takes them all."""
+    usable = cores.usable(cfg.total_cores)
+    return {"active": usable, "passive": usable} if alone else cores.split(usable, *workers)
 
 
 def _spawn_ps(party: str, run: dict, w: int, control: str, cfg: PubSubVFLConfig, tmp: Path,
@@ -155,7 +158,7 @@ def run_variant(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, wo
         raise ValueError("kill_passive_after_s: the passive workers run on the other party's machine")
     run = _settings(cfg, data.task, variant, seed, B, dp_mu)
     init = _initial(cfg, data, seed)
-    pinned = party_cores(cfg, workers)
+    pinned = party_cores(cfg, workers, alone=remote_passive)
     procs: list[subprocess.Popen] = []
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="pubsub_vfl_") as tmpdir:
@@ -248,7 +251,7 @@ def join(cfg: PubSubVFLConfig, data: VFLData, variant: str, seed: int, workers: 
     workers = workers or _default_workers(cfg, variant)
     run = _settings(cfg, data.task, variant, seed, batch_size or cfg.batch_size, dp_mu)
     control_addr = f"tcp://{ch.party_host('active')}:{ch.control_port}"
-    pinned = party_cores(cfg, workers)["passive"]
+    pinned = party_cores(cfg, workers, alone=True)["passive"]
     procs: list[subprocess.Popen] = []
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="pubsub_vfl_passive_") as tmpdir:
